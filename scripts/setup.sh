@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what rdmalog needs on a fresh Debian machine: system packages (kcat for the tests, a Java 17
+# runtime for PySpark) and a virtualenv in .venv with the project and the given pip extras.
+# Usage: scripts/setup.sh [EXTRAS]   e.g. scripts/setup.sh test,spark
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-}"
+
+need_apt=()
+if [[ ",$extras," == *",test,"* ]]; then
+    command -v kcat >/dev/null || need_apt+=(kcat)
+fi
+if [[ ",$extras," == *",spark,"* ]]; then
+    command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+fi
+if ((${#need_apt[@]})); then
+    sudo_cmd=()
+    [[ $(id -u) == 0 ]] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+python3 -m venv .venv
+.venv/bin/pip install -q --upgrade pip
+if [[ -n "$extras" ]]; then
+    .venv/bin/pip install -q -e ".[$extras]"
+else
+    .venv/bin/pip install -q -e .
+fi
