@@ -1,0 +1,1 @@
+"""Kafka-compatibility scenarios run by real clients against any Kafka-compatible broker."""

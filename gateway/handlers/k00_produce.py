@@ -1,0 +1,81 @@
+"""Produce (key 0): append record batches as sent (any codec) to partition logs.
+
+Batches go to the store as memoryviews of the request frame; the store validates and patches them
+in place. acks=0 gets no response at all; acks=1 and -1 are answered once the append is done (and
+the log flushed off the event loop when the flush policy asks for it). The store validates each
+batch (CRC, sizes against max.message.bytes, codec) and its exceptions carry the error codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from gateway.broker import (
+    CORRUPT_MESSAGE,
+    INVALID_REQUIRED_ACKS,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    RequestContext,
+    error_code_of,
+)
+from gateway.handlers.registry import api
+
+log = logging.getLogger("gateway.produce")
+
+
+@api(0, 3, 11, eager=True)
+async def handle(ctx: RequestContext, request: dict) -> dict | None:
+    """Append each partition's records; report offsets or the store's error per partition."""
+    broker = ctx.broker
+    store = broker.store
+    acks = request["acks"]
+    to_flush = []
+    responses = []
+    for td in request["topic_data"]:
+        name = td["name"]
+        topic = store.topics.get(name)
+        parts = []
+        for pd in td["partition_data"]:
+            index = pd["index"]
+            records = pd["records"]
+            if acks not in (0, 1, -1):
+                parts.append({"index": index, "error_code": INVALID_REQUIRED_ACKS})
+                continue
+            if topic is None or not 0 <= index < len(topic.partitions):
+                parts.append({"index": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
+                continue
+            if not records:
+                parts.append(
+                    {"index": index, "error_code": CORRUPT_MESSAGE, "error_message": "no records"}
+                )
+                continue
+            plog = topic.partitions[index]
+            try:
+                res = plog.append(records)
+            except Exception as exc:
+                code = error_code_of(exc)
+                if code == -1:
+                    log.exception("append to %s-%d failed", name, index)
+                parts.append(
+                    {"index": index, "error_code": code, "error_message": str(exc) or None}
+                )
+                continue
+            if res.flush_needed:
+                to_flush.append(plog)
+            t = res.log_append_time
+            parts.append(
+                {
+                    "index": index,
+                    "error_code": 0,
+                    "base_offset": res.base_offset,
+                    "log_append_time": -1 if t is None else t,
+                    "log_start_offset": res.log_start_offset,
+                }
+            )
+        responses.append({"name": name, "partition_responses": parts})
+    if to_flush:
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in to_flush))
+    if acks == 0:
+        return None
+    return {"responses": responses, "throttle_time": 0}

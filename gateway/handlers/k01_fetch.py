@@ -1,0 +1,112 @@
+"""Fetch (key 1): record batches straight from segment files, with long polling.
+
+Each partition's records are a store FileSlice the server sends with sendfile. max_wait/min_bytes
+long polls wake as soon as a partition's high watermark advances. Limits follow KIP-74: the first
+batch of the first non-empty partition is always included, even when larger than the limits.
+Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells clients to
+send full fetch requests (see docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.broker import (
+    OFFSET_OUT_OF_RANGE,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    RequestContext,
+    error_code_of,
+)
+from gateway.handlers.registry import api
+
+_EMPTY = b""
+FETCH_SESSION_ID_NOT_FOUND = 70
+
+
+def _read_all(ctx: RequestContext, request: dict, by_id: bool) -> tuple[list, int, list, bool]:
+    """One pass over the requested partitions -> (responses, bytes, logs, any error)."""
+    broker = ctx.broker
+    budget = request.get("max_bytes", 0x7FFFFFFF)
+    total = 0
+    logs = []
+    errors = False
+    responses = []
+    for t in request["topics"]:
+        if by_id:
+            topic = broker.topic_by_id(t["topic_id"])
+            missing = UNKNOWN_TOPIC_ID
+        else:
+            topic = broker.topic(t["topic"])
+            missing = UNKNOWN_TOPIC_OR_PARTITION
+        parts = []
+        for p in t["partitions"]:
+            index = p["partition"]
+            if topic is None or not 0 <= index < len(topic.partitions):
+                parts.append({"partition_index": index, "error_code": missing, "records": _EMPTY})
+                errors = True
+                continue
+            plog = topic.partitions[index]
+            hw = plog.high_watermark
+            start = plog.log_start_offset
+            offset = p["fetch_offset"]
+            entry = {
+                "partition_index": index,
+                "error_code": 0,
+                "high_watermark": hw,
+                "last_stable_offset": hw,
+                "log_start_offset": start,
+                "records": _EMPTY,
+            }
+            parts.append(entry)
+            if offset < start or offset > plog.log_end_offset:
+                entry["error_code"] = OFFSET_OUT_OF_RANGE
+                errors = True
+                continue
+            logs.append(plog)
+            if offset >= hw:
+                continue
+            limit = min(p["partition_max_bytes"], budget - total)
+            if total and limit <= 0:
+                continue
+            try:
+                sl = plog.read(offset, max(limit, 1))
+            except Exception as exc:
+                entry["error_code"] = error_code_of(exc)
+                errors = True
+                continue
+            if sl is None or sl.length == 0:
+                continue
+            if total and sl.length > limit:
+                continue  # only the first non-empty partition may exceed the limits
+            entry["records"] = sl
+            total += sl.length
+        resp = {"topic_id": t["topic_id"]} if by_id else {"topic": t["topic"]}
+        resp["partitions"] = parts
+        responses.append(resp)
+    return responses, total, logs, errors
+
+
+@api(1, 4, 16, eager=True)
+async def handle(ctx: RequestContext, request: dict) -> dict:
+    """Answer with whatever is readable, waiting up to max_wait for min_bytes to arrive."""
+    if request.get("session_id", 0) != 0:
+        # We never hand out session ids (see module docstring), so an incremental fetch on one
+        # cannot be ours: Kafka answers FETCH_SESSION_ID_NOT_FOUND and the client starts over.
+        return {"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "responses": []}
+    by_id = ctx.api_version >= 13
+    responses, total, logs, errors = _read_all(ctx, request, by_id)
+    min_bytes = request.get("min_bytes", 0)
+    wait_ms = request.get("max_wait", 0)
+    if total < min_bytes and not errors and wait_ms > 0 and logs:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000.0
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            woke = await ctx.broker.wait_for_data(logs, remaining)
+            responses, total, logs, errors = _read_all(ctx, request, by_id)
+            if total >= min_bytes or errors or not woke or not logs:
+                break
+    return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

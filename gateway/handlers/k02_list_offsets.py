@@ -1,0 +1,56 @@
+"""ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3) or the first offset at a time."""
+
+from __future__ import annotations
+
+from gateway.broker import UNKNOWN_TOPIC_OR_PARTITION, RequestContext, error_code_of
+from gateway.handlers.registry import api
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4  # KIP-405: without tiered storage the same as earliest
+
+
+def _lookup(plog, timestamp: int) -> tuple[int, int]:
+    """(timestamp, offset) answering a ListOffsets query on one partition log."""
+    if timestamp == LATEST:
+        return -1, plog.high_watermark
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return -1, plog.log_start_offset
+    found = (
+        plog.max_timestamp() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
+    )
+    if found is None:
+        return -1, -1
+    return found.timestamp, found.offset
+
+
+@api(2, 1, 8, eager=True)
+async def handle(ctx: RequestContext, request: dict) -> dict:
+    """Answer each partition's query; leader epoch is always 0 (single broker)."""
+    broker = ctx.broker
+    topics = []
+    for t in request["topics"]:
+        topic = broker.topic(t["name"])
+        parts = []
+        for p in t["partitions"]:
+            index = p["partition_index"]
+            if topic is None or not 0 <= index < len(topic.partitions):
+                parts.append({"partition_index": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
+                continue
+            try:
+                ts, offset = _lookup(topic.partitions[index], p["timestamp"])
+            except Exception as exc:
+                parts.append({"partition_index": index, "error_code": error_code_of(exc)})
+                continue
+            parts.append(
+                {
+                    "partition_index": index,
+                    "error_code": 0,
+                    "timestamp": ts,
+                    "offset": offset,
+                    "leader_epoch": 0,
+                }
+            )
+        topics.append({"name": t["name"], "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}

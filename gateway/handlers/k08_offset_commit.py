@@ -1,0 +1,66 @@
+"""OffsetCommit (key 8): v2-v10; offsets go to `__consumer_offsets` before the answer.
+
+v2-v4 carry a retention time, v6+ a leader epoch, v7+ a group instance id, v10 topic ids.
+"""
+
+from __future__ import annotations
+
+from gateway.broker import RequestContext
+from gateway.groups import errors as E
+from gateway.groups.model import CommitEntry
+from gateway.groups.service import group_service
+from gateway.handlers.registry import api
+
+
+@api(8, 2, 10)
+async def handle(ctx: RequestContext, request: dict) -> dict:
+    service = group_service(ctx.broker)
+    by_id = ctx.api_version >= 10
+    entries: list[CommitEntry] = []
+    unknown_ids: set = set()
+    # (response topic key, topic name or None, partitions) in request order
+    layout: list[tuple[object, str | None, list[int]]] = []
+    for t in request.get("topics") or ():
+        if by_id:
+            topic = ctx.broker.topic_by_id(t.get("topic_id"))
+            name = topic.name if topic is not None else None
+            if name is None:
+                unknown_ids.add(t.get("topic_id"))
+            key: object = t.get("topic_id")
+        else:
+            name = key = t["name"]
+        parts = []
+        for p in t.get("partitions") or ():
+            parts.append(p["partition_index"])
+            if name is not None:
+                entries.append(
+                    CommitEntry(
+                        name,
+                        p["partition_index"],
+                        p["committed_offset"],
+                        p.get("committed_leader_epoch", -1),
+                        p.get("committed_metadata"),
+                    )
+                )
+        layout.append((key, name, parts))
+    retention = request.get("retention_time", -1) if ctx.api_version <= 4 else -1
+    results = service.coordinator.commit_offsets(
+        request["group_id"],
+        request.get("generation_id_or_member_epoch", -1),
+        request.get("member_id") or "",
+        entries,
+        group_instance_id=request.get("group_instance_id"),
+        retention_ms=retention,
+    )
+    await service.durable()
+    topics = []
+    for key, name, parts in layout:
+        codes = [
+            E.UNKNOWN_TOPIC_ID if name is None else results.get((name, p), E.NONE) for p in parts
+        ]
+        entry = {"topic_id": key} if by_id else {"name": key}
+        entry["partitions"] = [
+            {"partition_index": p, "error_code": c} for p, c in zip(parts, codes, strict=True)
+        ]
+        topics.append(entry)
+    return {"throttle_time": 0, "topics": topics}

@@ -1,0 +1,55 @@
+"""FindCoordinator (key 10): this single broker coordinates every group and transactional id."""
+
+from __future__ import annotations
+
+from gateway.broker import RequestContext
+from gateway.groups import errors as E
+from gateway.groups.service import group_service
+from gateway.handlers.registry import api
+
+KEY_GROUP, KEY_TRANSACTION = 0, 1
+
+
+def _answer(ctx: RequestContext, key: str, key_type: int) -> dict:
+    broker = ctx.broker
+    if key_type not in (KEY_GROUP, KEY_TRANSACTION):
+        return {
+            "key": key,
+            "error_code": E.INVALID_REQUEST,
+            "error_message": f"unsupported coordinator key type {key_type}",
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
+    if key_type == KEY_GROUP and not key:
+        return {
+            "key": key,
+            "error_code": E.INVALID_GROUP_ID,
+            "error_message": "the group id must not be empty",
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
+    return {
+        "key": key,
+        "error_code": E.NONE,
+        "error_message": None,
+        "node_id": broker.node_id,
+        "host": broker.host,
+        "port": broker.port,
+    }
+
+
+@api(10, 0, 6)
+async def handle(ctx: RequestContext, request: dict) -> dict:
+    """Point every key at this broker (creating and loading `__consumer_offsets` on first use)."""
+    key_type = request.get("key_type", KEY_GROUP) if ctx.api_version >= 1 else KEY_GROUP
+    if key_type == KEY_GROUP:
+        group_service(ctx.broker)
+    if ctx.api_version >= 4:
+        keys = request.get("coordinator_keys") or []
+        return {"throttle_time": 0, "coordinators": [_answer(ctx, k, key_type) for k in keys]}
+    answer = _answer(ctx, request.get("key") or "", key_type)
+    del answer["key"]
+    answer["throttle_time"] = 0
+    return answer

@@ -1,0 +1,64 @@
+"""DeleteTopics (key 20): delete topics by name (and, from v6, by topic id)."""
+
+from __future__ import annotations
+
+import logging
+
+from gateway.broker import (
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    RequestContext,
+    error_code_of,
+)
+from gateway.handlers.registry import api
+
+log = logging.getLogger("gateway.delete_topics")
+
+TOPIC_DELETION_DISABLED = 73
+
+
+def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
+    broker = ctx.broker
+    topic = broker.topic(name) if name is not None else broker.topic_by_id(topic_id)
+    if topic is None:
+        code = UNKNOWN_TOPIC_OR_PARTITION if name is not None else UNKNOWN_TOPIC_ID
+        return {
+            "name": name,
+            "topic_id": topic_id,
+            "error_code": code,
+            "error_message": "This server does not host this topic.",
+        }
+    if not broker.config.get("delete.topic.enable"):
+        return {
+            "name": topic.name,
+            "topic_id": topic.topic_id,
+            "error_code": TOPIC_DELETION_DISABLED,
+            "error_message": "Topic deletion is disabled.",
+        }
+    logs = list(topic.partitions)
+    try:
+        broker.store.delete_topic(topic.name)
+    except Exception as exc:
+        code = error_code_of(exc)
+        if code == -1:
+            log.exception("deleting topic %s failed", topic.name)
+        return {
+            "name": topic.name,
+            "topic_id": topic.topic_id,
+            "error_code": code,
+            "error_message": str(exc) or None,
+        }
+    for plog in logs:
+        broker.forget_log(plog)
+    log.info("deleted topic %s", topic.name)
+    return {"name": topic.name, "topic_id": topic.topic_id, "error_code": 0}
+
+
+@api(20, 1, 6, eager=True)
+async def handle(ctx: RequestContext, request: dict) -> dict:
+    """Delete each named (or, v6, identified) topic."""
+    if ctx.api_version >= 6:
+        results = [_delete(ctx, t.get("name"), t.get("topic_id")) for t in request["topics"]]
+    else:
+        results = [_delete(ctx, name, None) for name in request["topic_names"]]
+    return {"throttle_time": 0, "responses": results}

@@ -1,0 +1,29 @@
+"""DeleteRecords (key 21): move a partition's log start offset forward (offset -1: the high watermark)."""
+
+from __future__ import annotations
+
+from gateway.broker import UNKNOWN_TOPIC_OR_PARTITION, RequestContext, error_code_of
+from gateway.handlers.registry import api
+
+
+@api(21, 0, 2)
+async def handle(ctx: RequestContext, request: dict) -> dict:
+    """Delete records before each given offset; answer the new low watermark per partition."""
+    broker = ctx.broker
+    topics = []
+    for t in request["topics"]:
+        topic = broker.topic(t["name"])
+        parts = []
+        for p in t["partitions"]:
+            index = p["partition_index"]
+            entry = {"partition_index": index, "low_watermark": -1, "error_code": 0}
+            if topic is None or not 0 <= index < len(topic.partitions):
+                entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                try:
+                    entry["low_watermark"] = topic.partitions[index].delete_records(p["offset"])
+                except Exception as exc:
+                    entry["error_code"] = error_code_of(exc)
+            parts.append(entry)
+        topics.append({"name": t["name"], "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}

@@ -1,0 +1,30 @@
+"""InitProducerId (key 22): producer ids for idempotent producers.
+
+Transactions are not offered yet: a request with a transactional id gets COORDINATOR_NOT_AVAILABLE, the
+answer Kafka gives while no transaction coordinator can serve it (clients retry, then time out).
+"""
+
+from __future__ import annotations
+
+from gateway.broker import RequestContext
+from gateway.handlers.registry import api
+
+COORDINATOR_NOT_AVAILABLE = 15
+
+
+@api(22, 0, 5)
+async def handle(ctx: RequestContext, request: dict) -> dict:
+    """A fresh producer id at epoch 0 (idempotent producers bump epochs themselves, KIP-360)."""
+    if request.get("transactional_id") is not None:
+        return {
+            "throttle_time": 0,
+            "error_code": COORDINATOR_NOT_AVAILABLE,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "producer_id": ctx.broker.store.producer_ids.allocate(),
+        "producer_epoch": 0,
+    }

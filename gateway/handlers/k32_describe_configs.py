@@ -1,0 +1,75 @@
+"""DescribeConfigs (key 32): topic and broker configs with their values, sources and synonyms."""
+
+from __future__ import annotations
+
+from gateway.broker import RequestContext, error_code_of
+from gateway.handlers.registry import api
+from gateway.handlers.resources import (
+    BROKER,
+    TOPIC,
+    broker_resource_error,
+    config_type,
+    unknown_resource,
+)
+from rdmalog.config import ConfigSource
+
+
+def _entries(config, keys: list[str] | None, synonyms: bool, read_only: bool) -> list[dict]:
+    """Rows of `config.describe()` as DescribeConfigs results (only `keys` when given)."""
+    wanted = set(keys) if keys is not None else None
+    out = []
+    for row in config.describe():
+        if wanted is not None and row.name not in wanted:
+            continue
+        entry = {
+            "name": row.name,
+            "value": row.value,
+            "read_only": read_only,
+            "is_default": row.is_default,
+            "config_source": int(row.source),
+            "is_sensitive": False,
+            "config_type": config_type(config, row.name),
+            "documentation": None,
+            "synonyms": [],
+        }
+        if synonyms:
+            entry["synonyms"] = [{"name": row.name, "value": row.value, "source": int(row.source)}]
+            if row.source != ConfigSource.DEFAULT_CONFIG:
+                entry["synonyms"].append(
+                    {"name": row.name, "value": None, "source": int(ConfigSource.DEFAULT_CONFIG)}
+                )
+        out.append(entry)
+    return out
+
+
+@api(32, 1, 4)
+async def handle(ctx: RequestContext, request: dict) -> dict:
+    """Describe each requested resource; unknown topics and other brokers get per-resource errors."""
+    broker = ctx.broker
+    synonyms = bool(request.get("include_synonyms"))
+    results = []
+    for res in request["resources"]:
+        rtype, name = res["resource_type"], res["resource_name"]
+        keys = res.get("configuration_keys")
+        result = {"resource_type": rtype, "resource_name": name, "error_code": 0, "configs": []}
+        try:
+            if rtype == TOPIC:
+                topic = broker.topic(name)
+                if topic is None:
+                    result.update(unknown_resource(name))
+                else:
+                    result["configs"] = _entries(topic.config, keys, synonyms, read_only=False)
+            elif rtype == BROKER:
+                error = broker_resource_error(broker, name)
+                if error:
+                    result.update(error)
+                else:
+                    result["configs"] = _entries(broker.config, keys, synonyms, read_only=True)
+            else:
+                result.update(
+                    error_code=42, error_message=f"resource type {rtype} is not supported"
+                )
+        except Exception as exc:  # a store error on one resource must not fail the others
+            result.update(error_code=error_code_of(exc), error_message=str(exc))
+        results.append(result)
+    return {"throttle_time": 0, "results": results}

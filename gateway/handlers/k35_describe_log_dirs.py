@@ -1,0 +1,56 @@
+"""DescribeLogDirs (key 35): the broker's log directory, its partitions and their sizes."""
+
+from __future__ import annotations
+
+import shutil
+
+from gateway.broker import RequestContext
+from gateway.handlers.registry import api
+
+
+def _partitions(broker, wanted: list[dict] | None) -> list[dict]:
+    """Topics and partitions to report: all of them (topics null) or the requested ones we host."""
+    store = broker.store
+    if wanted is None:
+        selection = {name: None for name in store.topics}
+    else:
+        selection = {t["topic"]: set(t["partitions"]) for t in wanted}
+    out = []
+    for name, indexes in selection.items():
+        topic = store.topics.get(name)
+        if topic is None:
+            continue
+        parts = [
+            {
+                "partition_index": i,
+                "partition_size": plog.size_in_bytes,
+                "offset_lag": 0,
+                "is_future_key": False,
+            }
+            for i, plog in enumerate(topic.partitions)
+            if indexes is None or i in indexes
+        ]
+        if parts:
+            out.append({"name": name, "partitions": parts})
+    return out
+
+
+@api(35, 1, 4)
+async def handle(ctx: RequestContext, request: dict) -> dict:
+    """One result for the broker's log directory (rdmalog keeps all logs in one)."""
+    broker = ctx.broker
+    log_dir = str(broker.store.dir)
+    usage = shutil.disk_usage(log_dir)
+    return {
+        "throttle_time": 0,
+        "error_code": 0,
+        "results": [
+            {
+                "error_code": 0,
+                "log_dir": log_dir,
+                "topics": _partitions(broker, request.get("topics")),
+                "total_bytes": usage.total,
+                "usable_bytes": usage.free,
+            }
+        ],
+    }

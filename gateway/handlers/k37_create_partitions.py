@@ -1,0 +1,53 @@
+"""CreatePartitions (key 37): grow a topic to a larger partition count."""
+
+from __future__ import annotations
+
+from gateway.broker import RequestContext, error_code_of
+from gateway.handlers.registry import api
+
+INVALID_PARTITIONS = 37
+INVALID_REPLICA_ASSIGNMENT = 39
+
+
+def _grow(broker, t: dict, validate_only: bool) -> dict:
+    name, count = t["name"], t["count"]
+    out = {"name": name, "error_code": 0, "error_message": None}
+    topic = broker.topic(name)
+    if topic is None:
+        out.update(error_code=3, error_message=f"Topic {name} does not exist.")
+        return out
+    current = len(topic.partitions)
+    if count <= current:
+        out.update(
+            error_code=INVALID_PARTITIONS,
+            error_message=f"Topic currently has {current} partitions, which is higher than or "
+            f"equal to the requested {count}.",
+        )
+        return out
+    assignments = t.get("assignments")
+    if assignments is not None and (
+        len(assignments) != count - current
+        or any(a["broker_ids"] != [broker.node_id] for a in assignments)
+    ):
+        out.update(
+            error_code=INVALID_REPLICA_ASSIGNMENT,
+            error_message=f"each new partition must be assigned to broker {broker.node_id} only",
+        )
+        return out
+    if validate_only:
+        return out
+    try:
+        broker.store.create_partitions(name, count)
+    except Exception as exc:
+        out.update(error_code=error_code_of(exc), error_message=str(exc))
+    return out
+
+
+@api(37, 0, 3)
+async def handle(ctx: RequestContext, request: dict) -> dict:
+    """Create the missing partitions of each topic (or only validate)."""
+    validate_only = bool(request.get("validate_only"))
+    return {
+        "throttle_time": 0,
+        "results": [_grow(ctx.broker, t, validate_only) for t in request["topics"]],
+    }

@@ -1,0 +1,74 @@
+"""IncrementalAlterConfigs (key 44): SET, DELETE, APPEND and SUBTRACT on topic config keys."""
+
+from __future__ import annotations
+
+from gateway.broker import RequestContext, error_code_of
+from gateway.handlers.registry import api
+from gateway.handlers.resources import (
+    BROKER,
+    TOPIC,
+    broker_resource_error,
+    dynamic_broker_refusal,
+    unknown_resource,
+)
+from rdmalog.errors import InvalidConfigError
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _changes(topic, configs: list[dict]) -> dict[str, str | None]:
+    """Turn the operations into a {key: new value or None (revert)} map."""
+    changes: dict[str, str | None] = {}
+    for c in configs:
+        name, op, value = c["name"], c["config_operation"], c["value"]
+        if op == SET:
+            changes[name] = value
+        elif op == DELETE:
+            changes[name] = None
+        elif op in (APPEND, SUBTRACT):
+            current = topic.config.get(name)  # raises InvalidConfigError for unknown keys
+            if not isinstance(current, list):
+                raise InvalidConfigError(f"{name} is not a list config; APPEND/SUBTRACT need one")
+            items = [x.strip() for x in (value or "").split(",") if x.strip()]
+            if op == APPEND:
+                merged = current + [x for x in items if x not in current]
+            else:
+                merged = [x for x in current if x not in items]
+            changes[name] = ",".join(merged)
+        else:
+            raise InvalidConfigError(f"unknown config operation {op} for {name}")
+    return changes
+
+
+def _alter(broker, res: dict, validate_only: bool) -> dict:
+    rtype, name = res["resource_type"], res["resource_name"]
+    out = {"resource_type": rtype, "resource_name": name, "error_code": 0, "error_message": None}
+    if rtype == BROKER:
+        out.update(broker_resource_error(broker, name) or dynamic_broker_refusal())
+        return out
+    if rtype != TOPIC:
+        out.update(error_code=42, error_message=f"resource type {rtype} is not supported")
+        return out
+    topic = broker.topic(name)
+    if topic is None:
+        out.update(unknown_resource(name))
+        return out
+    try:
+        changes = _changes(topic, res["configs"])
+        if validate_only:
+            topic.config.altered(changes)
+        else:
+            broker.store.alter_topic_config(name, changes)
+    except Exception as exc:
+        out.update(error_code=error_code_of(exc), error_message=str(exc))
+    return out
+
+
+@api(44, 0, 1)
+async def handle(ctx: RequestContext, request: dict) -> dict:
+    """Apply each resource's operations atomically per resource."""
+    validate_only = bool(request.get("validate_only"))
+    return {
+        "throttle_time": 0,
+        "responses": [_alter(ctx.broker, r, validate_only) for r in request["resources"]],
+    }

@@ -1,0 +1,43 @@
+"""DescribeCluster (key 60): the cluster id, the controller and the brokers."""
+
+from __future__ import annotations
+
+from gateway.broker import RequestContext
+from gateway.handlers.registry import api
+
+UNSUPPORTED_ENDPOINT_TYPE = 119
+BROKERS_ENDPOINT = 1
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+@api(60, 0, 2)
+async def handle(ctx: RequestContext, request: dict) -> dict:
+    """Describe this (single-broker) cluster."""
+    broker = ctx.broker
+    endpoint_type = request.get("endpoint_type", BROKERS_ENDPOINT)
+    response = {
+        "throttle_time": 0,
+        "error_code": 0,
+        "error_message": None,
+        "endpoint_type": endpoint_type,
+        "cluster_id": broker.cluster_id or "",
+        "controller_id": broker.node_id,
+        "brokers": [
+            {
+                "broker_id": b["node_id"],
+                "host": b["host"],
+                "port": b["port"],
+                "rack": b["rack"],
+                "is_fenced": False,
+            }
+            for b in broker.brokers()
+        ],
+        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+    if endpoint_type != BROKERS_ENDPOINT:
+        response.update(
+            error_code=UNSUPPORTED_ENDPOINT_TYPE,
+            error_message="only the brokers endpoint type is served",
+            brokers=[],
+        )
+    return response

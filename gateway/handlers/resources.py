@@ -1,0 +1,57 @@
+"""Config resources shared by DescribeConfigs, AlterConfigs and IncrementalAlterConfigs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# ConfigResource.Type in Kafka's clients
+TOPIC = 2
+BROKER = 4
+BROKER_LOGGER = 8
+
+INVALID_REQUEST = 42
+UNKNOWN_TOPIC_OR_PARTITION = 3
+
+# DescribeConfigs config_type values (ConfigDef.Type in Kafka)
+_TYPES = {
+    "boolean": 1,
+    "string": 2,
+    "int": 3,
+    "short": 4,
+    "long": 5,
+    "double": 6,
+    "list": 7,
+    "password": 9,
+}
+
+
+def config_type(config: Any, name: str) -> int:
+    """The DescribeConfigs `config_type` of a config key (0 = unknown)."""
+    definition = config._defs.get(name)
+    return _TYPES.get(getattr(definition, "kind", ""), 0)
+
+
+def unknown_resource(name: str) -> dict:
+    return {
+        "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+        "error_message": f"Topic {name} does not exist.",
+    }
+
+
+def broker_resource_error(broker: Any, name: str) -> dict | None:
+    """An error entry when a BROKER resource does not name this broker ("" is the default)."""
+    if name in ("", str(broker.node_id)):
+        return None
+    return {
+        "error_code": INVALID_REQUEST,
+        "error_message": f"Unexpected broker id, expected {broker.node_id} but received {name}",
+    }
+
+
+def dynamic_broker_refusal() -> dict:
+    """Broker configs are static here (server.properties / --override); say so to the client."""
+    return {
+        "error_code": INVALID_REQUEST,
+        "error_message": "dynamic broker configs are not supported: set them in the broker's "
+        "properties file or with --override and restart",
+    }

@@ -1,0 +1,198 @@
+"""The Kafka wire codec: request/response headers and bodies by API key and version.
+
+Bodies are plain dicts keyed by kio's snake_case field names (see `compiler.py` for the value
+conventions). Codecs are compiled on first use per (api key, version, direction) and cached.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from typing import NamedTuple
+
+from .compiler import compile_decoder, compile_encoder
+from .primitives import DecodeError, encode_uvarint, read_uvarint
+from .schema import (
+    api_name,
+    entity_spec,
+    message_class,
+    request_header_version,
+    response_header_version,
+    schema_versions,
+)
+
+__all__ = [
+    "DecodeError",
+    "RequestHeader",
+    "api_name",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "has_schema",
+    "parse_request_header",
+    "request_decoder",
+    "request_encoder",
+    "request_header_version",
+    "response_decoder",
+    "response_encoder",
+    "response_header_version",
+    "schema_versions",
+]
+
+_HEAD = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
+_SIZE_CORR = struct.Struct(">ii")
+
+
+class RequestHeader(NamedTuple):
+    """A parsed request header; `body_offset` is where the body starts (-1 when unknown)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+
+
+def has_schema(api_key: int, version: int) -> bool:
+    """True when the protocol defines (api_key, version) (per kio's schemas)."""
+    try:
+        message_class(api_key, version, True)
+        return True
+    except KeyError:
+        return False
+
+
+@functools.cache
+def request_decoder(api_key: int, version: int):
+    """`decode(buf, pos) -> (dict, pos)` for a request body."""
+    return compile_decoder(entity_spec(message_class(api_key, version, True)))
+
+
+@functools.cache
+def request_encoder(api_key: int, version: int):
+    """`encode(out, dict, parts)` for a request body (used by tests and tools acting as clients)."""
+    return compile_encoder(entity_spec(message_class(api_key, version, True)))
+
+
+@functools.cache
+def response_decoder(api_key: int, version: int):
+    """`decode(buf, pos) -> (dict, pos)` for a response body."""
+    return compile_decoder(entity_spec(message_class(api_key, version, False)))
+
+
+@functools.cache
+def response_encoder(api_key: int, version: int):
+    """`encode(out, dict, parts)` for a response body."""
+    return compile_encoder(entity_spec(message_class(api_key, version, False)))
+
+
+def parse_request_header(frame: memoryview) -> RequestHeader:
+    """Parse the request header (v0, v1 or v2 by the API version) at the start of a frame.
+
+    client_id is always a legacy nullable string (also in the flexible header v2). For an API key
+    or version without a schema the body offset is -1: only key, version and correlation id are
+    reliable then. Raises DecodeError when the header itself is truncated.
+    """
+    try:
+        api_key, version, corr = _HEAD.unpack_from(frame, 0)
+        try:
+            hv = request_header_version(api_key, version)
+        except KeyError:
+            hv = -1
+        if hv == 0:
+            return RequestHeader(api_key, version, corr, None, 8)
+        n = _I16.unpack_from(frame, 8)[0]
+        pos = 10
+        client_id = None
+        if n >= 0:
+            if pos + n > len(frame):
+                raise DecodeError("truncated client id")
+            client_id = str(frame[pos : pos + n], "utf-8", "replace")
+            pos += n
+        if hv == 2:
+            count, pos = read_uvarint(frame, pos)
+            for _ in range(count):
+                _tag, pos = read_uvarint(frame, pos)
+                size, pos = read_uvarint(frame, pos)
+                pos += size
+            if pos > len(frame):
+                raise DecodeError("truncated header tagged fields")
+        return RequestHeader(api_key, version, corr, client_id, pos if hv > 0 else -1)
+    except (struct.error, IndexError) as exc:
+        raise DecodeError(f"bad request header: {exc}") from None
+
+
+def decode_request(header: RequestHeader, frame: memoryview) -> dict:
+    """Decode a request body; raises DecodeError (also for an unknown key/version)."""
+    try:
+        body, _ = request_decoder(header.api_key, header.api_version)(frame, header.body_offset)
+    except DecodeError:
+        raise
+    except KeyError:
+        raise DecodeError(f"no schema for api {header.api_key} v{header.api_version}") from None
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError, OverflowError) as exc:
+        raise DecodeError(f"{type(exc).__name__}: {exc}") from None
+    return body
+
+
+def encode_response(
+    api_key: int, version: int, correlation_id: int, body: dict
+) -> tuple[bytearray, list]:
+    """Frame a response: the 4-byte size prefix, header, body.
+
+    Returns (buffer, parts): `parts` lists `(position in buffer, slice)` for records sent from
+    files; the size prefix already counts their lengths.
+    """
+    out = bytearray(8)
+    if response_header_version(api_key, version):
+        out.append(0)
+    parts: list = []
+    response_encoder(api_key, version)(out, body, parts)
+    size = len(out) - 4
+    for _, sl in parts:
+        size += sl.length
+    _SIZE_CORR.pack_into(out, 0, size, correlation_id)
+    return out, parts
+
+
+def encode_request(
+    api_key: int, version: int, correlation_id: int, body: dict, client_id: str | None = "rdmalog"
+) -> bytes:
+    """Frame a request (size prefix, header by version, body); for tests and tools."""
+    out = bytearray(4)
+    out += _HEAD.pack(api_key, version, correlation_id)
+    hv = request_header_version(api_key, version)
+    if hv >= 1:
+        if client_id is None:
+            out += b"\xff\xff"
+        else:
+            raw = client_id.encode()
+            out += _I16.pack(len(raw)) + raw
+    if hv == 2:
+        out.append(0)
+    parts: list = []
+    request_encoder(api_key, version)(out, body, parts)
+    if parts:
+        raise ValueError("requests cannot reference file slices")
+    struct.pack_into(">i", out, 0, len(out) - 4)
+    return bytes(out)
+
+
+def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, dict]:
+    """Decode a response frame (without its size prefix) -> (correlation id, body)."""
+    frame = memoryview(frame)
+    corr = struct.unpack_from(">i", frame, 0)[0]
+    pos = 4
+    if response_header_version(api_key, version):
+        count, pos = read_uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = read_uvarint(frame, pos)
+            size, pos = read_uvarint(frame, pos)
+            pos += size
+    body, _ = response_decoder(api_key, version)(frame, pos)
+    return corr, body
+
+
+_ = encode_uvarint  # re-exported helper for handlers that build raw tagged data

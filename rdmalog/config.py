@@ -1,0 +1,589 @@
+"""Broker and topic configuration with Kafka's names, defaults and validation.
+
+`BrokerConfig.from_sources(properties_file, overrides)` reads a Java `.properties` file (Kafka's
+`server.properties`) and command-line overrides; `TopicConfig.from_overrides(broker, overrides)` layers
+per-topic settings (Kafka's topic config names) over the broker's `log.*` defaults. Both expose typed
+attributes (`config.log_segment_bytes`, `topic.retention_ms`), `.get(name)` and `.describe()` rows
+`(name, value, is_default, source)` for DescribeConfigs. Bad values and unknown topic keys raise
+`InvalidConfigError` naming the key; an unknown broker key that looks like a typo of a known one raises too,
+other keys Kafka knows but rdmalog ignores are logged.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from rdmalog.errors import InvalidConfigError
+
+log = logging.getLogger(__name__)
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+class ConfigSource(IntEnum):
+    """DescribeConfigs `config_source` values."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class ConfigEntry(NamedTuple):
+    """One `describe()` row."""
+
+    name: str
+    value: str | None
+    is_default: bool
+    source: ConfigSource
+
+
+# --- value parsing ---------------------------------------------------------------------------------
+
+
+def _at_least(lo: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v is None or v >= lo else f"must be at least {lo}"
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        vals = v if isinstance(v, list) else [v]
+        bad = [x for x in vals if x is not None and x not in choices]
+        return f"must be one of {', '.join(choices)}" if bad else None
+
+    return check
+
+
+def _parse(name: str, kind: str, raw: Any, validator: Callable[[Any], str | None] | None) -> Any:
+    """Parse `raw` (a string, or an already typed value) as `kind`; raise InvalidConfigError."""
+    try:
+        if raw is None:
+            value: Any = None
+        elif kind in ("int", "long", "short"):
+            if isinstance(raw, bool):
+                raise ValueError
+            value = int(raw.strip()) if isinstance(raw, str) else int(raw)
+            limit = {"int": INT_MAX, "long": LONG_MAX, "short": 2**15 - 1}[kind]
+            if not -limit - 1 <= value <= limit:
+                raise ValueError
+        elif kind == "double":
+            value = float(raw)
+        elif kind == "boolean":
+            if isinstance(raw, bool):
+                value = raw
+            elif str(raw).strip().lower() in ("true", "false"):
+                value = str(raw).strip().lower() == "true"
+            else:
+                raise ValueError
+        elif kind == "list":
+            items = raw.split(",") if isinstance(raw, str) else list(raw)
+            value = [str(x).strip() for x in items if str(x).strip()]
+        else:
+            value = str(raw).strip()
+    except (TypeError, ValueError):
+        raise InvalidConfigError(
+            f"Invalid value {raw!r} for configuration {name}: not a {kind}"
+        ) from None
+    if validator is not None:
+        problem = validator(value)
+        if problem:
+            raise InvalidConfigError(f"Invalid value {raw!r} for configuration {name}: {problem}")
+    return value
+
+
+def _to_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    """A known configuration key: type, default and validator."""
+
+    name: str
+    kind: str
+    default: Any
+    validator: Callable[[Any], str | None] | None = None
+
+
+def _defs(*rows: tuple) -> dict[str, ConfigDef]:
+    return {r[0]: ConfigDef(*r) for r in rows}
+
+
+# --- broker configuration --------------------------------------------------------------------------
+
+BROKER_DEFS = _defs(
+    ("broker.id", "int", -1, _at_least(-1)),
+    ("node.id", "int", -1, _at_least(-1)),
+    ("listeners", "string", "PLAINTEXT://:9092"),
+    ("advertised.listeners", "string", None),
+    ("log.dirs", "list", None),
+    ("log.dir", "string", "/tmp/kafka-logs"),
+    ("num.partitions", "int", 1, _at_least(1)),
+    ("auto.create.topics.enable", "boolean", True),
+    ("delete.topic.enable", "boolean", True),
+    ("default.replication.factor", "int", 1, _at_least(1)),
+    ("min.insync.replicas", "int", 1, _at_least(1)),
+    ("log.segment.bytes", "int", 1073741824, _at_least(14)),
+    ("log.roll.ms", "long", None, _at_least(1)),
+    ("log.roll.hours", "int", 168, _at_least(1)),
+    ("log.retention.ms", "long", None, _at_least(-1)),
+    ("log.retention.minutes", "int", None, _at_least(-1)),
+    ("log.retention.hours", "int", 168, _at_least(-1)),
+    ("log.retention.bytes", "long", -1),
+    ("log.retention.check.interval.ms", "long", 300000, _at_least(1)),
+    ("log.cleanup.policy", "list", ["delete"], _one_of("delete", "compact")),
+    ("log.flush.interval.messages", "long", LONG_MAX, _at_least(1)),
+    ("log.flush.interval.ms", "long", None, _at_least(0)),
+    ("log.flush.scheduler.interval.ms", "long", LONG_MAX, _at_least(0)),
+    ("log.flush.offset.checkpoint.interval.ms", "int", 60000, _at_least(0)),
+    ("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, _at_least(0)),
+    ("log.index.interval.bytes", "int", 4096, _at_least(0)),
+    ("log.index.size.max.bytes", "int", 10485760, _at_least(4)),
+    ("log.message.timestamp.type", "string", "CreateTime", _one_of(*TIMESTAMP_TYPES)),
+    ("message.max.bytes", "int", 1048588, _at_least(0)),
+    ("socket.request.max.bytes", "int", 104857600, _at_least(1)),
+    ("compression.type", "string", "producer", _one_of("producer")),
+    ("offsets.topic.num.partitions", "int", 50, _at_least(1)),
+    ("offsets.topic.replication.factor", "short", 3, _at_least(1)),
+    ("offsets.topic.segment.bytes", "int", 104857600, _at_least(1)),
+    ("offsets.retention.minutes", "int", 10080, _at_least(1)),
+    ("transaction.state.log.num.partitions", "int", 50, _at_least(1)),
+    ("transaction.state.log.replication.factor", "short", 3, _at_least(1)),
+    ("transaction.state.log.min.isr", "int", 2, _at_least(1)),
+    ("group.initial.rebalance.delay.ms", "int", 3000, _at_least(0)),
+    ("group.min.session.timeout.ms", "int", 6000),
+    ("group.max.session.timeout.ms", "int", 1800000),
+    ("zookeeper.connect", "string", None),
+    ("zookeeper.session.timeout.ms", "int", 18000),
+    ("zookeeper.connection.timeout.ms", "int", None),
+)
+
+# Keys Kafka knows that rdmalog accepts and ignores (logged, never an error).
+IGNORED_BROKER_KEYS = frozenset(
+    """num.network.threads num.io.threads num.recovery.threads.per.data.dir num.replica.fetchers
+    socket.send.buffer.bytes socket.receive.buffer.bytes queued.max.requests background.threads
+    log.preallocate log.roll.jitter.ms log.roll.jitter.hours log.cleaner.enable log.cleaner.threads
+    log.cleaner.dedupe.buffer.size log.cleaner.delete.retention.ms log.cleaner.min.cleanable.ratio
+    log.segment.delete.delay.ms log.message.format.version log.message.downconversion.enable
+    inter.broker.protocol.version inter.broker.listener.name listener.security.protocol.map
+    security.inter.broker.protocol controller.listener.names controller.quorum.voters
+    controller.quorum.bootstrap.servers process.roles metadata.log.dir auto.leader.rebalance.enable
+    unclean.leader.election.enable replica.lag.time.max.ms replica.fetch.max.bytes
+    replica.socket.timeout.ms controlled.shutdown.enable group.coordinator.rebalance.protocols
+    confluent.support.metrics.enable metric.reporters authorizer.class.name super.users
+    allow.everyone.if.no.acl.found sasl.enabled.mechanisms sasl.mechanism.inter.broker.protocol
+    ssl.keystore.location ssl.keystore.password ssl.key.password ssl.truststore.location
+    ssl.truststore.password ssl.client.auth transaction.state.log.segment.bytes
+    offsets.commit.timeout.ms offsets.load.buffer.size connections.max.idle.ms
+    message.timestamp.difference.max.ms log.message.timestamp.difference.max.ms
+    log.message.timestamp.before.max.ms log.message.timestamp.after.max.ms""".split()
+)
+_IGNORED_PREFIXES = (
+    "listener.name.",
+    "ssl.",
+    "sasl.",
+    "confluent.",
+    "metrics.",
+    "quota.",
+    "remote.",
+)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java `.properties` text: `k=v`, `k: v`, `k v`, `#`/`!` comments, `\\` continuations."""
+    out: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip()
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        # A line ending in an odd number of backslashes continues on the next line.
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and i <= len(lines):
+            line = line[:-1] + (lines[i].lstrip() if i < len(lines) else "")
+            i += 1
+        key_chars: list[str] = []
+        j = 0
+        while j < len(line):
+            c = line[j]
+            if c == "\\" and j + 1 < len(line):
+                key_chars.append(line[j : j + 2])
+                j += 2
+                continue
+            if c in "=: \t\f":
+                break
+            key_chars.append(c)
+            j += 1
+        rest = line[j:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        out[_unescape("".join(key_chars))] = _unescape(rest)
+    return out
+
+
+def _unescape(s: str) -> str:
+    if "\\" not in s:
+        return s
+    simple = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+    def repl(m: re.Match[str]) -> str:
+        c = m.group(1)
+        if c.startswith("u"):
+            return chr(int(c[1:], 16))
+        return simple.get(c, c)
+
+    return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", repl, s)
+
+
+class Listener(NamedTuple):
+    """One entry of `listeners`: security protocol / listener name, host ('' = all), port."""
+
+    name: str
+    host: str
+    port: int
+
+
+def parse_listeners(value: str | None) -> list[Listener]:
+    """Parse `PLAINTEXT://127.0.0.1:9092,SSL://[::1]:9093` into Listener tuples."""
+    out = []
+    for item in (value or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:/]*):(-?\d+)", item)
+        if not m:
+            raise InvalidConfigError(f"Invalid listener {item!r}: expected NAME://host:port")
+        port = int(m.group(3))
+        if not 0 <= port <= 65535:
+            raise InvalidConfigError(f"Invalid listener {item!r}: port out of range")
+        out.append(Listener(m.group(1).upper(), m.group(2).strip("[]"), port))
+    return out
+
+
+def listener_host_port(value: str) -> tuple[str, int]:
+    """`PLAINTEXT://127.0.0.1:9092` -> ('127.0.0.1', 9092) (the first listener)."""
+    listeners = parse_listeners(value)
+    if not listeners:
+        raise InvalidConfigError(f"Invalid listener {value!r}: empty")
+    return listeners[0].host, listeners[0].port
+
+
+class _Config:
+    """Shared machinery: parsed values, their sources, typed attribute access."""
+
+    _defs: Mapping[str, ConfigDef]
+
+    def __init__(self) -> None:
+        self._values: dict[str, Any] = {}
+        self._sources: dict[str, ConfigSource] = {}
+
+    def get(self, name: str) -> Any:
+        """The typed value of `name` (its default when not set)."""
+        if name in self._values:
+            return self._values[name]
+        if name in self._defs:
+            return self._default(name)
+        raise InvalidConfigError(f"Unknown configuration {name}")
+
+    def _default(self, name: str) -> Any:
+        return self._defs[name].default
+
+    def is_set(self, name: str) -> bool:
+        return name in self._values
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        name = attr.replace("_", ".")
+        if name in self._defs:
+            return self.get(name)
+        raise AttributeError(attr)
+
+    def describe(self) -> list[ConfigEntry]:
+        """One row per known key: (name, string value, is_default, source)."""
+        rows = []
+        for name in self._defs:
+            set_here = name in self._values
+            rows.append(
+                ConfigEntry(
+                    name,
+                    _to_str(self.get(name)),
+                    not set_here,
+                    self._sources.get(name, ConfigSource.DEFAULT_CONFIG),
+                )
+            )
+        return rows
+
+
+class BrokerConfig(_Config):
+    """A broker's configuration (Kafka `server.properties` names and defaults)."""
+
+    _defs = BROKER_DEFS
+
+    @classmethod
+    def from_sources(
+        cls, properties_file: Path | None = None, overrides: Mapping[str, Any] | None = None
+    ) -> BrokerConfig:
+        """Load `properties_file` (if any), then apply `overrides` (command line, tests)."""
+        cfg = cls()
+        if properties_file is not None:
+            try:
+                text = Path(properties_file).read_text(encoding="utf-8")
+            except OSError as e:
+                raise InvalidConfigError(f"Cannot read {properties_file}: {e}") from None
+            cfg._apply(parse_properties(text), ConfigSource.STATIC_BROKER_CONFIG)
+        cfg._apply(dict(overrides or {}), ConfigSource.STATIC_BROKER_CONFIG)
+        cfg._check()
+        return cfg
+
+    def _apply(self, values: Mapping[str, Any], source: ConfigSource) -> None:
+        for name, raw in values.items():
+            d = self._defs.get(name)
+            if d is None:
+                _unknown_broker_key(name)
+                continue
+            self._values[name] = _parse(name, d.kind, raw, d.validator)
+            self._sources[name] = source
+
+    def _check(self) -> None:
+        parse_listeners(self.get("listeners"))
+        if self.get("advertised.listeners"):
+            parse_listeners(self.get("advertised.listeners"))
+        b, n = self.get("broker.id"), self.get("node.id")
+        if b >= 0 and n >= 0 and b != n:
+            raise InvalidConfigError(f"broker.id={b} and node.id={n} must agree")
+
+    # Effective values that Kafka derives from several keys.
+    @property
+    def log_dirs(self) -> list[Path]:
+        dirs = self.get("log.dirs")
+        return [Path(d) for d in dirs] if dirs else [Path(self.get("log.dir"))]
+
+    @property
+    def node_id(self) -> int:
+        n = self.get("node.id")
+        return n if n >= 0 else max(self.get("broker.id"), 0)
+
+    @property
+    def broker_id(self) -> int:
+        return self.node_id
+
+    @property
+    def log_roll_ms(self) -> int:
+        ms = self.get("log.roll.ms")
+        return ms if ms is not None else self.get("log.roll.hours") * 3_600_000
+
+    @property
+    def log_retention_ms(self) -> int:
+        ms = self.get("log.retention.ms")
+        if ms is None and self.get("log.retention.minutes") is not None:
+            ms = self.get("log.retention.minutes") * 60_000
+        if ms is None:
+            ms = self.get("log.retention.hours") * 3_600_000
+        return -1 if ms < 0 else ms
+
+    @property
+    def log_flush_interval_ms(self) -> int:
+        ms = self.get("log.flush.interval.ms")
+        return ms if ms is not None else self.get("log.flush.scheduler.interval.ms")
+
+    @property
+    def listeners(self) -> list[Listener]:
+        return parse_listeners(self.get("listeners"))
+
+    @property
+    def advertised_listeners(self) -> list[Listener]:
+        adv = self.get("advertised.listeners")
+        return parse_listeners(adv) if adv else self.listeners
+
+
+def _unknown_broker_key(name: str) -> None:
+    if name in IGNORED_BROKER_KEYS or name.startswith(_IGNORED_PREFIXES):
+        log.info("ignoring broker configuration %s (not used by rdmalog)", name)
+        return
+    close = difflib.get_close_matches(name, list(BROKER_DEFS) + list(IGNORED_BROKER_KEYS), 1, 0.85)
+    if close:
+        raise InvalidConfigError(f"Unknown configuration {name} (did you mean {close[0]}?)")
+    log.warning("ignoring unknown broker configuration %s", name)
+
+
+# --- topic configuration ---------------------------------------------------------------------------
+
+# Topic key -> (definition, broker key or derived property supplying the default).
+_TOPIC_ROWS: list[tuple[tuple, str | None]] = [
+    (("retention.ms", "long", None, _at_least(-1)), "log_retention_ms"),
+    (("retention.bytes", "long", None), "log.retention.bytes"),
+    (("segment.bytes", "int", None, _at_least(14)), "log.segment.bytes"),
+    (("segment.ms", "long", None, _at_least(1)), "log_roll_ms"),
+    (("segment.index.bytes", "int", None, _at_least(4)), "log.index.size.max.bytes"),
+    (("index.interval.bytes", "int", None, _at_least(0)), "log.index.interval.bytes"),
+    (("max.message.bytes", "int", None, _at_least(0)), "message.max.bytes"),
+    (
+        ("message.timestamp.type", "string", None, _one_of(*TIMESTAMP_TYPES)),
+        "log.message.timestamp.type",
+    ),
+    (("cleanup.policy", "list", None, _one_of("delete", "compact")), "log.cleanup.policy"),
+    (("min.insync.replicas", "int", None, _at_least(1)), "min.insync.replicas"),
+    (("flush.messages", "long", None, _at_least(1)), "log.flush.interval.messages"),
+    (("flush.ms", "long", None, _at_least(0)), "log_flush_interval_ms"),
+    (("compression.type", "string", None, _one_of("producer")), "compression.type"),
+    # Accepted and described with Kafka's defaults; not enforced yet.
+    (("delete.retention.ms", "long", 86400000, _at_least(0)), None),
+    (("file.delete.delay.ms", "long", 60000, _at_least(0)), None),
+    (("min.cleanable.dirty.ratio", "double", 0.5), None),
+    (("min.compaction.lag.ms", "long", 0, _at_least(0)), None),
+    (("max.compaction.lag.ms", "long", LONG_MAX, _at_least(1)), None),
+    (("preallocate", "boolean", False), None),
+    (("segment.jitter.ms", "long", 0, _at_least(0)), None),
+    (("unclean.leader.election.enable", "boolean", False), None),
+    (("message.downconversion.enable", "boolean", True), None),
+    (("message.format.version", "string", "3.0-IV1"), None),
+    (("message.timestamp.difference.max.ms", "long", LONG_MAX, _at_least(0)), None),
+    (("message.timestamp.before.max.ms", "long", LONG_MAX, _at_least(0)), None),
+    (("message.timestamp.after.max.ms", "long", LONG_MAX, _at_least(0)), None),
+    (("leader.replication.throttled.replicas", "list", []), None),
+    (("follower.replication.throttled.replicas", "list", []), None),
+    (("local.retention.ms", "long", -2, _at_least(-2)), None),
+    (("local.retention.bytes", "long", -2, _at_least(-2)), None),
+    (("remote.storage.enable", "boolean", False), None),
+]
+TOPIC_DEFS = _defs(*(row for row, _ in _TOPIC_ROWS))
+_TOPIC_BROKER_DEFAULT = {row[0]: src for row, src in _TOPIC_ROWS}
+
+
+class TopicConfig(_Config):
+    """A topic's effective configuration: its overrides over the broker's defaults."""
+
+    _defs = TOPIC_DEFS
+
+    def __init__(self, broker: BrokerConfig) -> None:
+        super().__init__()
+        self.broker = broker
+
+    @classmethod
+    def from_overrides(
+        cls, broker: BrokerConfig, overrides: Mapping[str, Any] | None = None
+    ) -> TopicConfig:
+        """Validate `overrides` (Kafka topic config names); unknown names raise InvalidConfigError."""
+        cfg = cls(broker)
+        for name, raw in (overrides or {}).items():
+            d = TOPIC_DEFS.get(name)
+            if d is None:
+                raise InvalidConfigError(f"Unknown topic config name: {name}")
+            if raw is None:
+                continue
+            cfg._values[name] = _parse(name, d.kind, raw, d.validator)
+            cfg._sources[name] = ConfigSource.DYNAMIC_TOPIC_CONFIG
+        return cfg
+
+    @property
+    def overrides(self) -> dict[str, str]:
+        """The explicitly set keys as strings (what is persisted with the topic)."""
+        return {k: _to_str(v) for k, v in self._values.items()}  # type: ignore[misc]
+
+    def altered(self, changes: Mapping[str, Any], replace: bool = False) -> TopicConfig:
+        """A new config with `changes` applied (value None reverts a key to its default)."""
+        merged: dict[str, Any] = {} if replace else dict(self.overrides)
+        for k, v in changes.items():
+            if k not in TOPIC_DEFS:
+                raise InvalidConfigError(f"Unknown topic config name: {k}")
+            if v is None:
+                merged.pop(k, None)
+            else:
+                merged[k] = v
+        return TopicConfig.from_overrides(self.broker, merged)
+
+    def _default(self, name: str) -> Any:
+        src = _TOPIC_BROKER_DEFAULT.get(name)
+        if src is None:
+            return TOPIC_DEFS[name].default
+        return getattr(self.broker, src) if "_" in src else self.broker.get(src)
+
+    def describe(self) -> list[ConfigEntry]:
+        rows = []
+        for name in TOPIC_DEFS:
+            if name in self._values:
+                source = ConfigSource.DYNAMIC_TOPIC_CONFIG
+            else:
+                src = _TOPIC_BROKER_DEFAULT.get(name)
+                bkey = src.replace("_", ".") if src else None
+                static = bkey is not None and any(
+                    self.broker.is_set(k) for k in _broker_synonyms(bkey)
+                )
+                source = (
+                    ConfigSource.STATIC_BROKER_CONFIG if static else ConfigSource.DEFAULT_CONFIG
+                )
+            rows.append(
+                ConfigEntry(name, _to_str(self.get(name)), name not in self._values, source)
+            )
+        return rows
+
+    def synonyms(self, name: str) -> list[ConfigEntry]:
+        """DescribeConfigs synonyms of a topic key, most specific first: the topic override, the
+        broker keys that supply its default when set, then the built-in default."""
+        if name not in TOPIC_DEFS:
+            raise InvalidConfigError(f"Unknown topic config name: {name}")
+        rows = []
+        if name in self._values:
+            rows.append(
+                ConfigEntry(
+                    name, _to_str(self._values[name]), False, ConfigSource.DYNAMIC_TOPIC_CONFIG
+                )
+            )
+        src = _TOPIC_BROKER_DEFAULT.get(name)
+        if src is None:
+            rows.append(
+                ConfigEntry(
+                    name, _to_str(TOPIC_DEFS[name].default), True, ConfigSource.DEFAULT_CONFIG
+                )
+            )
+            return rows
+        keys = list(_broker_synonyms(src.replace("_", ".")))
+        for key in keys:
+            if self.broker.is_set(key):
+                rows.append(
+                    ConfigEntry(
+                        key, _to_str(self.broker.get(key)), False, ConfigSource.STATIC_BROKER_CONFIG
+                    )
+                )
+        for key in keys:
+            if BROKER_DEFS[key].default is not None:
+                rows.append(
+                    ConfigEntry(
+                        key, _to_str(BROKER_DEFS[key].default), True, ConfigSource.DEFAULT_CONFIG
+                    )
+                )
+                break
+        return rows
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.get("message.timestamp.type") == "LogAppendTime"
+
+
+def _broker_synonyms(key: str) -> Iterable[str]:
+    if key == "log.retention.ms":
+        return ("log.retention.ms", "log.retention.minutes", "log.retention.hours")
+    if key == "log.roll.ms":
+        return ("log.roll.ms", "log.roll.hours")
+    if key == "log.flush.interval.ms":
+        return ("log.flush.interval.ms", "log.flush.scheduler.interval.ms")
+    return (key,)

@@ -1,0 +1,733 @@
+"""One topic-partition's log: append, read (file slices), offsets by time, recovery, retention, flush,
+high watermark.
+
+Threading: appends and reads come from the gateway's event-loop thread; `flush()` runs in a worker
+thread and `maintain()` in the store's maintenance thread. State changes happen under `self.lock`;
+fsync runs outside it (on dup'ed descriptors, so a concurrent deletion cannot close them).
+
+High watermark (single broker): the log end offset, except that an append which meets the flush policy
+(`flush.messages` unflushed messages) returns `flush_needed=True`; the high watermark then stops at the
+flushed offset until `flush()` has made everything up to that append durable. Listeners (`add_listener`)
+run after the high watermark advances, on the thread that advanced it.
+
+Idempotent producers: `append` checks each batch's (producer id, epoch, sequence) against the
+partition's ProducerStateTable (Kafka's rules); a retried batch is acknowledged with the offsets it got
+the first time and not written again. The table is snapshotted to `rdmalog-producer-state.json` on close
+and rebuilt from batch headers after a crash. Leader epochs are kept in Kafka's `leader-epoch-checkpoint`
+(rebuilt from the batches' partitionLeaderEpoch fields when missing); appends stamp `log.leader_epoch`.
+
+RDMA access: `log.active_segment` is the head LogSegment: `.mmap` (shared, writable mapping of the
+preallocated file, to register), `.base_offset`, `.size` (committed byte position: bytes below it are
+whole validated batches), `.capacity` (mapped length). A transport that wrote batches into the mapping
+at `.size` commits them with `log.commit_written(length)`, which validates and patches them in place.
+`add_roll_listener(cb)` reports `cb(log, old_segment, new_segment)` when the head changes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from rdmalog.config import LONG_MAX, TopicConfig
+from rdmalog.errors import (
+    InvalidRecordError,
+    InvalidTimestampError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    RecordListTooLargeError,
+)
+from rdmalog.index import IndexCorruptError
+from rdmalog.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
+from rdmalog.leader_epochs import LeaderEpochCache
+from rdmalog.producer_state import ProducerStateTable
+from rdmalog.records import (
+    CONTROL_BIT,
+    LOG_APPEND_TIME,
+    BatchInfo,
+    decode_records,
+    set_base_offset,
+    set_leader_epoch,
+    set_log_append_time,
+    validate_batches,
+)
+from rdmalog.segment import FileSlice, LogSegment
+
+log = logging.getLogger(__name__)
+
+INT_MAX = 2**31 - 1
+_LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".tmp")
+PRODUCER_STATE_FILE = "rdmalog-producer-state.json"
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class AppendResult(NamedTuple):
+    """What an append reports back (offsets are inclusive)."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    flush_needed: bool
+
+
+class TimestampOffset(NamedTuple):
+    timestamp: int
+    offset: int
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """`my-topic-3` -> ('my-topic', 3); None when `name` is not a partition directory."""
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        return None
+    return topic, int(part)
+
+
+class PartitionLog:
+    """The segments of one partition directory `<topic>-<partition>`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: TopicConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean_shutdown: bool = False,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.dir = Path(directory)
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = 0
+        self.high_watermark = 0
+        self.recovery_point = recovery_point
+        self._clean_shutdown = clean_shutdown
+        self._flush_target = 0  # the high watermark may not pass recovery_point below this
+        self.last_flush_ms = clock()
+        self._listeners: list[Callable[[PartitionLog], None]] = []
+        self._roll_listeners: list[Callable[[PartitionLog, LogSegment, LogSegment], None]] = []
+        self.producer_state = ProducerStateTable()
+        self.leader_epochs = LeaderEpochCache(self.dir / LEADER_EPOCH_FILE)
+        self.closed = True
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.name}, start={self.log_start_offset}, end={self.log_end_offset}, "
+            f"hw={self.high_watermark}, segments={len(self.segments)})"
+        )
+
+    # --- open and recovery ---------------------------------------------------------------------------
+
+    def _segment(self, base_offset: int) -> LogSegment:
+        cfg = self.config
+        seg = LogSegment(
+            self.dir,
+            base_offset,
+            segment_bytes=cfg.segment_bytes,
+            index_bytes=cfg.segment_index_bytes,
+            index_interval=cfg.index_interval_bytes,
+        )
+        seg.created_ms = self.clock()
+        return seg
+
+    def open(self) -> PartitionLog:
+        """Load segments; after an unclean shutdown validate everything from the recovery point."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._clean_leftovers()
+        names = {p.name for p in self.dir.iterdir()}
+        bases = sorted(
+            int(n[:20]) for n in names if n.endswith(".log") and len(n) == 24 and n[:20].isdigit()
+        )
+        for n in names:  # indexes whose log is gone (Kafka deletes them too)
+            stem, dot, suffix = n.partition(".")
+            if suffix in ("index", "timeindex") and f"{stem}.log" not in names:
+                os.unlink(self.dir / n)
+        segs = [self._segment(b) for b in bases] or [self._segment(self.log_start_offset)]
+        first_unflushed = 0 if not self._clean_shutdown else len(segs)
+        if not self._clean_shutdown:
+            first_unflushed = max(
+                0, bisect.bisect_right([s.base_offset for s in segs], self.recovery_point) - 1
+            )
+        i = 0
+        recovered = []
+        while i < len(segs):
+            seg = segs[i]
+            need_recovery = i >= first_unflushed
+            if not need_recovery:
+                try:
+                    seg.load()
+                except IndexCorruptError as e:
+                    log.warning("%s: %s; rebuilding the segment's indexes", self.name, e)
+                    need_recovery = True
+            if need_recovery:
+                prev_end = segs[i - 1].next_offset if i else None
+                _, corrupt = seg.recover(prev_end)
+                recovered.append(seg)
+                nxt = segs[i + 1].base_offset if i + 1 < len(segs) else None
+                if nxt is not None and (corrupt or seg.next_offset > nxt):
+                    log.warning(
+                        "%s: segment %d was truncated; deleting %d later segment(s)",
+                        self.name, seg.base_offset, len(segs) - i - 1,
+                    )  # fmt: skip
+                    for later in segs[i + 1 :]:
+                        later.delete()
+                    del segs[i + 1 :]
+            i += 1
+        for seg in segs[:-1]:
+            seg.seal()
+        head = segs[-1]
+        head.preallocate()
+        for seg in recovered:  # recovered data becomes the new recovery point: make it durable
+            if seg.fd >= 0:
+                os.fsync(seg.fd)
+        self.segments = segs
+        self._bases = [s.base_offset for s in segs]
+        self.log_end_offset = max(head.next_offset, head.base_offset)
+        self.log_start_offset = min(
+            max(self.log_start_offset, segs[0].base_offset), self.log_end_offset
+        )
+        self.recovery_point = self.log_end_offset
+        self.high_watermark = self.log_end_offset
+        self._flush_target = 0
+        self.last_flush_ms = self.clock()
+        self._load_leader_epochs()
+        self._load_producer_state()
+        self.closed = False
+        return self
+
+    def _walk_headers(self, from_offset: int):
+        """(base offset, header) of every batch whose last offset >= `from_offset`."""
+        for seg in self.segments:
+            if seg.next_offset <= from_offset:
+                continue
+            for _, h in seg.headers():
+                if h[0] + h[6] >= from_offset:
+                    yield h[0], h
+
+    def _load_leader_epochs(self) -> None:
+        cache = LeaderEpochCache.load(self.dir / LEADER_EPOCH_FILE)
+        if cache is None:  # missing or unreadable: rebuild from the batches, as Kafka does
+            cache = LeaderEpochCache(self.dir / LEADER_EPOCH_FILE)
+            for base, h in self._walk_headers(self.log_start_offset):
+                cache.assign(h[2], base)
+            if cache.entries:
+                cache.save()
+        cache.truncate_from_end(self.log_end_offset)
+        self.leader_epochs = cache
+
+    def _load_producer_state(self) -> None:
+        path = self.dir / PRODUCER_STATE_FILE
+        restored = ProducerStateTable.restore(path)
+        path.unlink(missing_ok=True)  # valid for this run's start only; rewritten at close
+        table, start = restored if restored else (ProducerStateTable(), self.log_start_offset)
+        if start > self.log_end_offset:  # the log lost data the snapshot knew: rebuild it all
+            table, start = ProducerStateTable(), self.log_start_offset
+        for base, h in self._walk_headers(start):
+            if h[9] >= 0 and not h[5] & CONTROL_BIT:
+                table.update(h[9], h[10], h[11], h[12], base, base + h[6], h[8])
+        table.truncate_before(self.log_start_offset)
+        self.producer_state = table
+
+    @property
+    def leader_epoch(self) -> int:
+        """The epoch this (single) broker leads the partition in: stamped on appended batches."""
+        return max(self.leader_epochs.latest_epoch, 0)
+
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (largest epoch <= `epoch`, the offset where it ends)."""
+        with self.lock:
+            return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def _clean_leftovers(self) -> None:
+        for p in list(self.dir.iterdir()):
+            name = p.name
+            if name.endswith(_LEFTOVER_SUFFIXES):
+                p.unlink(missing_ok=True)
+            elif name.endswith(".swap"):
+                # A .log.swap is a finished replacement (Kafka renames it into place); indexes are rebuilt.
+                target = self.dir / name[: -len(".swap")]
+                if target.name.endswith(".log"):
+                    os.replace(p, target)
+                    for suffix in (".index", ".timeindex"):
+                        (self.dir / (target.name[:-4] + suffix)).unlink(missing_ok=True)
+                else:
+                    p.unlink(missing_ok=True)
+
+    # --- append --------------------------------------------------------------------------------------
+
+    def append(
+        self,
+        buf: memoryview | bytearray | bytes,
+        leader_epoch: int | None = None,
+        *,
+        allow_control: bool = False,
+    ) -> AppendResult:
+        """Validate every batch in `buf`, assign offsets in place and write it with one pwrite.
+        `leader_epoch` None stamps `self.leader_epoch`; `allow_control` admits control batches (the
+        broker's own transaction markers)."""
+        mv = memoryview(buf)
+        if mv.readonly:
+            mv = memoryview(bytearray(mv))  # patching needs a writable buffer
+        cfg = self.config
+        infos = validate_batches(mv, cfg.max_message_bytes, allow_control=allow_control)
+        if len(mv) > cfg.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{len(mv)} bytes of batches exceed segment.bytes={cfg.segment_bytes}"
+            )
+        self._check_timestamps(infos)
+        return self._append(mv, infos, leader_epoch, in_place=False)
+
+    def _check_timestamps(self, infos: list[BatchInfo]) -> None:
+        """`message.timestamp.before/after.max.ms` (and the older difference.max.ms) for CreateTime
+        topics, checked on each batch's max timestamp (a header field: no record decoding)."""
+        cfg = self.config
+        if cfg.log_append_time:
+            return
+        diff = cfg.get("message.timestamp.difference.max.ms")
+        before = min(cfg.get("message.timestamp.before.max.ms"), diff)
+        after = min(cfg.get("message.timestamp.after.max.ms"), diff)
+        if before == after == LONG_MAX:
+            return
+        now = self.clock()
+        for info in infos:
+            ts = info.max_timestamp
+            if ts >= 0 and (now - ts > before or ts - now > after):
+                raise InvalidTimestampError(
+                    f"timestamp {ts} of a batch is out of range (now {now}, before.max.ms {before}, "
+                    f"after.max.ms {after})"
+                )
+
+    def commit_written(self, length: int, leader_epoch: int | None = None) -> AppendResult:
+        """Commit `length` bytes written into the active segment's mapping at its committed position
+        (RDMA): validate, patch offsets in place, index and advance. Invalid bytes raise; nothing is
+        committed then."""
+        with self.lock:
+            seg = self.active_segment
+            if seg.mmap is None or seg.size + length > seg.capacity:
+                raise InvalidRecordError("written region is outside the active segment")
+            mv = memoryview(seg.mmap)[seg.size : seg.size + length]
+            try:
+                infos = validate_batches(mv, self.config.max_message_bytes)
+                self._check_timestamps(infos)
+                return self._append(mv, infos, leader_epoch, in_place=True)
+            finally:
+                mv.release()
+
+    def _append(
+        self, mv: memoryview, infos: list[BatchInfo], leader_epoch: int | None, in_place: bool
+    ) -> AppendResult:
+        cfg = self.config
+        now = self.clock()
+        log_append = cfg.log_append_time
+        with self.lock:
+            if self.closed:
+                raise KafkaStorageError(f"{self.name} is closed")
+            if leader_epoch is None:
+                leader_epoch = self.leader_epoch
+            duplicate = self._check_producers(infos)
+            if duplicate is not None:
+                return AppendResult(
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                    duplicate.timestamp if log_append else -1,
+                    self.log_start_offset,
+                    duplicate.last_offset >= self.high_watermark,  # its first flush may be pending
+                )
+            base = nxt = self.log_end_offset
+            batches = []
+            for info in infos:
+                pos = info.position
+                set_base_offset(mv, pos, nxt)
+                set_leader_epoch(mv, pos, leader_epoch)
+                max_ts = info.max_timestamp
+                if log_append:
+                    set_log_append_time(mv, pos, info.size, now)
+                    max_ts = now
+                last = nxt + info.last_offset_delta
+                batches.append((pos, info.size, last, max_ts))
+                nxt = last + 1
+            try:
+                if in_place:
+                    self.active_segment.commit_written(batches, len(mv))
+                else:
+                    seg = self._maybe_roll(len(mv), max(b[3] for b in batches), nxt - 1)
+                    seg.append(mv, batches)
+            except OSError as e:  # disk full, I/O error: Kafka's KAFKA_STORAGE_ERROR
+                raise KafkaStorageError(f"{self.name}: {e}") from e
+            self.log_end_offset = nxt
+            for info, (_, _, last, max_ts) in zip(infos, batches, strict=True):
+                if info.producer_id >= 0 and not info.attributes & CONTROL_BIT:
+                    self.producer_state.update(
+                        info.producer_id, info.producer_epoch, info.base_sequence, info.count,
+                        last - info.last_offset_delta, last, max_ts,
+                    )  # fmt: skip
+            if self.leader_epochs.assign(leader_epoch, base):
+                self.leader_epochs.save()
+            flush_needed = nxt - self.recovery_point >= cfg.flush_messages
+            if flush_needed:
+                self._flush_target = nxt
+            advanced = self._advance_hw(
+                nxt if self._flush_target <= self.recovery_point else self.high_watermark
+            )
+            result = AppendResult(
+                base, nxt - 1, now if log_append else -1, self.log_start_offset, flush_needed
+            )
+        if advanced:
+            self._notify()
+        return result
+
+    def _check_producers(self, infos: list[BatchInfo]):
+        """Kafka's idempotence checks for the batches of one append (raises on a sequence or epoch
+        error); returns the earlier append's metadata when a batch is a retried duplicate."""
+        seen: dict[int, int] = {}  # producer id -> last sequence within this append
+        for info in infos:
+            pid = info.producer_id
+            if pid < 0 or info.attributes & CONTROL_BIT:
+                continue
+            if pid in seen:  # a second batch of the same producer in one request must follow on
+                if info.base_sequence != (seen[pid] + 1) % 2**31:
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid}: batch sequence {info.base_sequence} does not follow {seen[pid]}"
+                    )
+            else:
+                dup = self.producer_state.check(
+                    pid, info.producer_epoch, info.base_sequence, info.count
+                )
+                if dup is not None:
+                    return dup
+            seen[pid] = (info.base_sequence + info.count - 1) % 2**31
+        return None
+
+    def _advance_hw(self, hw: int) -> bool:
+        if hw > self.high_watermark:
+            self.high_watermark = min(hw, self.log_end_offset)
+            return True
+        return False
+
+    def _notify(self) -> None:
+        for cb in list(self._listeners):
+            try:
+                cb(self)
+            except Exception:
+                log.exception("%s: high watermark listener failed", self.name)
+
+    def add_listener(self, cb: Callable[[PartitionLog], None]) -> None:
+        """`cb(log)` after every high watermark advance (on the advancing thread)."""
+        self._listeners.append(cb)
+
+    def remove_listener(self, cb: Callable[[PartitionLog], None]) -> None:
+        if cb in self._listeners:
+            self._listeners.remove(cb)
+
+    def add_roll_listener(self, cb: Callable[[PartitionLog, LogSegment, LogSegment], None]) -> None:
+        """`cb(log, old_segment, new_segment)` after the head segment changes (under the log lock)."""
+        self._roll_listeners.append(cb)
+
+    def remove_roll_listener(
+        self, cb: Callable[[PartitionLog, LogSegment, LogSegment], None]
+    ) -> None:
+        if cb in self._roll_listeners:
+            self._roll_listeners.remove(cb)
+
+    # --- roll ----------------------------------------------------------------------------------------
+
+    def _should_roll(self, seg: LogSegment, nbytes: int, max_ts: int, last_offset: int) -> bool:
+        if seg.size == 0:
+            return False
+        cfg = self.config
+        if seg.size + nbytes > cfg.segment_bytes or seg.is_full:
+            return True
+        if last_offset - seg.base_offset > INT_MAX:
+            return True
+        # Kafka's time roll: new batch's timestamp vs the segment's first batch, else segment age.
+        if seg.first_batch_timestamp >= 0 and max_ts >= 0:
+            waited = max_ts - seg.first_batch_timestamp
+        else:
+            waited = self.clock() - seg.created_ms
+        return waited > cfg.segment_ms
+
+    def _maybe_roll(self, nbytes: int, max_ts: int, last_offset: int) -> LogSegment:
+        seg = self.active_segment
+        if self._should_roll(seg, nbytes, max_ts, last_offset):
+            seg = self.roll()
+        return seg
+
+    def roll(self) -> LogSegment:
+        """Seal the head segment and start a new one at the log end offset."""
+        with self.lock:
+            old = self.active_segment
+            if old.size == 0:
+                return old
+            old.seal()
+            new = self._segment(self.log_end_offset)
+            new.preallocate()
+            self.segments.append(new)
+            self._bases.append(new.base_offset)
+            for cb in list(self._roll_listeners):
+                cb(self, old, new)
+            return new
+
+    # --- reads ---------------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> FileSlice | None:
+        """Whole batches from the one holding `offset`, below the high watermark (or `upper_bound`);
+        at least one batch even if larger than `max_bytes`. None when nothing is readable yet."""
+        with self.lock:
+            if offset < self.log_start_offset or offset > self.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}] of {self.name}"
+                )
+            upper = (
+                self.high_watermark
+                if upper_bound is None
+                else min(upper_bound, self.log_end_offset)
+            )
+            if offset >= upper:
+                return None
+            i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+            for seg in self.segments[i:]:
+                found = seg.find_position(offset)
+                if found is None:
+                    continue
+                pos, base, _ = found
+                if base >= upper:
+                    return None
+                return FileSlice(seg.handle, pos, seg.slice_length(pos, max_bytes, upper))
+            return None
+
+    def offset_for_timestamp(
+        self, timestamp: int, upper_bound: int | None = None
+    ) -> TimestampOffset | None:
+        """First record (offset order) with timestamp >= `timestamp`, exact to the record; None if no
+        record below the high watermark (or `upper_bound`) qualifies."""
+        with self.lock:
+            upper = self.high_watermark if upper_bound is None else upper_bound
+            for seg in self.segments:
+                if seg.max_timestamp < timestamp:
+                    continue
+                found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return TimestampOffset(found[1], found[0]) if found[0] < upper else None
+            return None
+
+    def max_timestamp(self) -> TimestampOffset:
+        """(largest timestamp, offset of the first record carrying it); (-1, -1) on an empty log."""
+        with self.lock:
+            best = None
+            for seg in self.segments:
+                if seg.size and (best is None or seg.max_timestamp > best.max_timestamp):
+                    best = seg
+            if best is None or best.max_timestamp < 0:
+                return TimestampOffset(-1, -1)
+            found = best.find_position(best.offset_of_max_timestamp)
+            if found is None:
+                return TimestampOffset(best.max_timestamp, best.offset_of_max_timestamp)
+            batch = best.batch_at(found[0])
+            if batch.timestamp_type == LOG_APPEND_TIME:
+                return TimestampOffset(batch.max_timestamp, batch.base_offset)
+            for rec in decode_records(batch):
+                if rec.timestamp == best.max_timestamp:
+                    return TimestampOffset(best.max_timestamp, rec.offset)
+            return TimestampOffset(best.max_timestamp, batch.last_offset)
+
+    # --- log start, retention, truncation -------------------------------------------------------------
+
+    def delete_records(self, before_offset: int) -> int:
+        """Advance the log start offset to `before_offset` (-1: the high watermark); delete segments
+        wholly below it. Returns the new log start offset (DeleteRecords' low watermark)."""
+        with self.lock:
+            target = self.high_watermark if before_offset == -1 else before_offset
+            if target < 0 or target > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before {before_offset}: high watermark is {self.high_watermark}"
+                )
+            if target > self.log_start_offset:
+                self.log_start_offset = target
+            self._delete_oldest(
+                lambda seg, upper: upper <= self.log_start_offset, roll_active=False
+            )
+            return self.log_start_offset
+
+    def _delete_oldest(
+        self, predicate: Callable[[LogSegment, int], bool], roll_active: bool
+    ) -> int:
+        """Delete segments from the oldest while `predicate(segment, its upper offset)` holds and the
+        segment lies below the high watermark. The head is rolled first when it must go too."""
+        deleted = 0
+        while self.segments:
+            seg = self.segments[0]
+            is_head = len(self.segments) == 1
+            upper = self.log_end_offset if is_head else self.segments[1].base_offset
+            if upper > self.high_watermark or not predicate(seg, upper):
+                break
+            if is_head:
+                if not roll_active or seg.size == 0:
+                    break
+                self.roll()
+            self.segments.pop(0)
+            self._bases.pop(0)
+            seg.delete()
+            deleted += 1
+        if deleted:
+            self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self._on_start_offset()
+        return deleted
+
+    def _on_start_offset(self) -> None:
+        """Forget producer batches and leader epochs below the log start offset."""
+        self.producer_state.truncate_before(self.log_start_offset)
+        before = list(self.leader_epochs.entries)
+        self.leader_epochs.truncate_from_start(self.log_start_offset)
+        if self.leader_epochs.entries != before:
+            self.leader_epochs.save()
+
+    def apply_retention(self, now: int | None = None) -> int:
+        """Delete segments past `retention.ms` or beyond `retention.bytes`; return how many went."""
+        now = self.clock() if now is None else now
+        cfg = self.config
+        if "delete" not in cfg.cleanup_policy:
+            return 0
+        with self.lock:
+            deleted = 0
+            if cfg.retention_ms >= 0:
+                deleted += self._delete_oldest(
+                    lambda seg, _: now - seg.largest_timestamp() > cfg.retention_ms,
+                    roll_active=True,
+                )
+            if cfg.retention_bytes >= 0:
+                excess = [self.size_in_bytes - cfg.retention_bytes]
+
+                def over(seg: LogSegment, _: int) -> bool:
+                    if excess[0] - seg.size < 0:
+                        return False
+                    excess[0] -= seg.size
+                    return True
+
+                deleted += self._delete_oldest(over, roll_active=False)
+            deleted += self._delete_oldest(
+                lambda seg, upper: upper <= self.log_start_offset, roll_active=False
+            )
+            return deleted
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop everything at and after `offset` (whole batches; replication and tests)."""
+        with self.lock:
+            if offset >= self.log_end_offset:
+                return
+            while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+                self.segments.pop().delete()
+                self._bases.pop()
+            head = self.segments[-1]
+            if head.base_offset >= offset:
+                head.truncate_to(head.base_offset)
+            else:
+                head.truncate_to(offset)
+            head.preallocate()
+            self.log_end_offset = max(head.next_offset, head.base_offset)
+            self.high_watermark = min(self.high_watermark, self.log_end_offset)
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+            self.producer_state.truncate_after(self.log_end_offset)
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
+            self.leader_epochs.save()
+
+    # --- flush and maintenance -----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync everything appended so far (call off the event loop); advances the recovery point and,
+        when the flush policy held it back, the high watermark."""
+        with self.lock:
+            if self.closed:
+                return
+            target = self.log_end_offset
+            fds = []
+            for seg in self.segments:
+                if seg.next_offset > self.recovery_point or seg is self.segments[-1]:
+                    fds += seg.dup_fds()
+        try:
+            for fd in fds:
+                os.fsync(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        with self.lock:
+            self.recovery_point = max(self.recovery_point, target)
+            self.last_flush_ms = self.clock()
+            hw = (
+                self.log_end_offset
+                if self._flush_target <= self.recovery_point
+                else self.recovery_point
+            )
+            advanced = self._advance_hw(hw)
+        if advanced:
+            self._notify()
+
+    def maintain(self, now: int | None = None, retention: bool = True) -> None:
+        """Background work: time-based flush (`flush.ms`), time-based roll (`segment.ms`), retention."""
+        if self.closed:
+            return
+        now = self.clock() if now is None else now
+        cfg = self.config
+        if self.log_end_offset > self.recovery_point and now - self.last_flush_ms >= cfg.flush_ms:
+            self.flush()
+        with self.lock:
+            # A quiet head rolls segment.ms after it was created (by wall clock, not record time:
+            # replayed old timestamps must not roll on every pass; appends use Kafka's rule).
+            seg = self.active_segment
+            if seg.size and now - seg.created_ms > cfg.segment_ms:
+                self.roll()
+        if retention:
+            self.apply_retention(now)
+
+    def close(self) -> None:
+        """Flush and close every segment (trimming the head to its data)."""
+        if self.closed:
+            return
+        self.flush()
+        with self.lock:
+            self.closed = True
+            for seg in self.segments:
+                seg.close()
+            self.producer_state.snapshot(self.dir / PRODUCER_STATE_FILE, self.log_end_offset)
+
+    def delete(self) -> None:
+        """Close the log and remove its directory (open FileSlices keep their files readable)."""
+        with self.lock:
+            self.closed = True
+            for seg in self.segments:
+                seg.delete()
+            self.segments = []
+            self._bases = []
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,24 @@
+"""KafkaDirect's RDMA datapaths: transports (verbs, shm, tcp), control, native producer/consumer.
+
+Imports are lazy so that importing the store never requires the C extension or pyverbs.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Producer", "Consumer", "open_device"]
+
+
+def __getattr__(name: str):
+    if name == "Producer":
+        from rdmalog.rdma.producer import Producer
+
+        return Producer
+    if name == "Consumer":
+        from rdmalog.rdma.consumer import Consumer
+
+        return Consumer
+    if name == "open_device":
+        from rdmalog.rdma.transport import open_device
+
+        return open_device
+    raise AttributeError(name)

@@ -1,0 +1,189 @@
+/* 64-bit atomics on a uint64 inside any writable buffer (a shared file mapping).
+ *
+ * The shm transport executes REMOTE_ATOMIC verbs with these: two processes that map the same
+ * file see one coherent word, as two RNIC clients do on a registered region.  Every call takes
+ * (buffer, offset) rather than a raw address so bounds and alignment are checked here.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <setjmp.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t *word_at(Py_buffer *view, Py_ssize_t off) {
+    if (off < 0 || off + 8 > view->len) {
+        PyErr_SetString(PyExc_IndexError, "atomic word out of bounds");
+        return NULL;
+    }
+    char *p = (char *)view->buf + off;
+    if (((uintptr_t)p & 7) != 0) {
+        PyErr_SetString(PyExc_ValueError, "atomic word not 8-byte aligned");
+        return NULL;
+    }
+    return (uint64_t *)p;
+}
+
+static PyObject *fetch_add(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t off;
+    unsigned long long add;
+    if (!PyArg_ParseTuple(args, "w*nK", &view, &off, &add)) return NULL;
+    uint64_t *w = word_at(&view, off);
+    uint64_t old = 0;
+    if (w) old = __atomic_fetch_add(w, (uint64_t)add, __ATOMIC_SEQ_CST);
+    PyBuffer_Release(&view);
+    return w ? PyLong_FromUnsignedLongLong(old) : NULL;
+}
+
+static PyObject *compare_swap(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t off;
+    unsigned long long expected, desired;
+    if (!PyArg_ParseTuple(args, "w*nKK", &view, &off, &expected, &desired)) return NULL;
+    uint64_t *w = word_at(&view, off);
+    uint64_t cur = expected;
+    if (w)  /* on failure cur receives the current value; on success it stays == expected */
+        __atomic_compare_exchange_n(w, &cur, (uint64_t)desired, 0, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST);
+    PyBuffer_Release(&view);
+    return w ? PyLong_FromUnsignedLongLong(cur) : NULL;
+}
+
+static PyObject *load(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t off;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &off)) return NULL;
+    uint64_t *w = word_at(&view, off);
+    uint64_t v = w ? __atomic_load_n(w, __ATOMIC_ACQUIRE) : 0;
+    PyBuffer_Release(&view);
+    return w ? PyLong_FromUnsignedLongLong(v) : NULL;
+}
+
+static PyObject *store(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t off;
+    unsigned long long v;
+    if (!PyArg_ParseTuple(args, "w*nK", &view, &off, &v)) return NULL;
+    uint64_t *w = word_at(&view, off);
+    if (w) __atomic_store_n(w, (uint64_t)v, __ATOMIC_RELEASE);
+    PyBuffer_Release(&view);
+    if (!w) return NULL;
+    Py_RETURN_NONE;
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Spin (GIL released) until the word differs from `old` or `spin_ns` pass; returns the word.
+ * Lets a poller wait for a ring tail without a syscall and without starving other threads. */
+static PyObject *wait_change(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t off;
+    unsigned long long old, spin_ns;
+    if (!PyArg_ParseTuple(args, "y*nKK", &view, &off, &old, &spin_ns)) return NULL;
+    uint64_t *w = word_at(&view, off);
+    if (!w) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    uint64_t v;
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t deadline = now_ns() + spin_ns;
+    unsigned n = 0;
+    while ((v = __atomic_load_n(w, __ATOMIC_ACQUIRE)) == old) {
+        __builtin_ia32_pause();
+        if ((++n & 63) == 0) {
+            if (now_ns() >= deadline) break;
+            sched_yield();  /* on a busy host, let the peer we wait for have the core */
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLongLong(v);
+}
+
+/* A memcpy that survives SIGBUS: a peer may truncate a mapped file (a segment trimmed when it is
+ * sealed) while we copy into or out of it. Like an RNIC's protection fault, that access fails
+ * (returns False) instead of killing the process. Signals that are not ours go to the previous
+ * handler: we restore it and let the faulting instruction run again. */
+static __thread sigjmp_buf copy_jmp;
+static __thread volatile sig_atomic_t copy_active;
+static struct sigaction prev_bus;
+static int bus_installed;
+
+static void on_bus(int sig, siginfo_t *si, void *uc) {
+    (void)sig; (void)si; (void)uc;
+    if (copy_active) {
+        copy_active = 0;
+        siglongjmp(copy_jmp, 1);
+    }
+    sigaction(SIGBUS, &prev_bus, NULL);
+    bus_installed = 0;
+}
+
+static void install_bus(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_bus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;  /* NODEFER: leaving by longjmp keeps SIGBUS usable */
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, &prev_bus) == 0) bus_installed = 1;
+}
+
+static int do_copy(char *d, const char *s, size_t n) {
+    if (sigsetjmp(copy_jmp, 0) != 0) return 0;  /* savemask 0: no syscall per copy */
+    copy_active = 1;
+    memcpy(d, s, n);
+    copy_active = 0;
+    return 1;
+}
+
+static PyObject *guarded_copy(PyObject *self, PyObject *args) {
+    Py_buffer dst, src;
+    Py_ssize_t doff, soff, n;
+    if (!PyArg_ParseTuple(args, "w*ny*nn", &dst, &doff, &src, &soff, &n)) return NULL;
+    if (n < 0 || doff < 0 || soff < 0 || doff + n > dst.len || soff + n > src.len) {
+        PyBuffer_Release(&dst);
+        PyBuffer_Release(&src);
+        PyErr_SetString(PyExc_IndexError, "copy out of bounds");
+        return NULL;
+    }
+    if (!bus_installed) install_bus();
+    int ok;
+    char *d = (char *)dst.buf + doff;
+    const char *s = (const char *)src.buf + soff;
+    if (n >= 65536) {
+        Py_BEGIN_ALLOW_THREADS
+        ok = do_copy(d, s, (size_t)n);
+        Py_END_ALLOW_THREADS
+    } else {
+        ok = do_copy(d, s, (size_t)n);
+    }
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&src);
+    return PyBool_FromLong(ok);
+}
+
+static PyMethodDef methods[] = {
+    {"copy", guarded_copy, METH_VARARGS,
+     "copy(dst, dst_off, src, src_off, n) -> bool; False if the mapping faulted (SIGBUS)"},
+    {"fetch_add", fetch_add, METH_VARARGS, "fetch_add(buf, off, add) -> old value"},
+    {"compare_swap", compare_swap, METH_VARARGS,
+     "compare_swap(buf, off, expected, desired) -> old value (swapped iff old == expected)"},
+    {"load", load, METH_VARARGS, "load(buf, off) -> value (acquire)"},
+    {"store", store, METH_VARARGS, "store(buf, off, value) (release)"},
+    {"wait_change", wait_change, METH_VARARGS,
+     "wait_change(buf, off, old, spin_ns) -> value; spins without the GIL"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_atomic64",
+                                    "64-bit atomics on shared mappings", -1, methods};
+
+PyMODINIT_FUNC PyInit__atomic64(void) { return PyModule_Create(&module); }

@@ -1,0 +1,250 @@
+"""Native RDMA consumer: one-sided READs of segment files, metadata slots for the head files.
+
+Per assigned partition the consumer holds read access to one file: its region, the next byte to
+read, and the last readable byte (LRB: committed and below the high watermark). Records are read
+with READs of `fetch_size` bytes (larger when a batch header says the batch is bigger); a partial
+batch at the end of a read is kept and completed by the next READ. While the file is mutable the
+LRB comes from the session's metadata slots, all refreshed by one READ of the smallest range that
+covers the active slots; on shm that READ is a load from the live shared mapping. A sealed file is
+read to its end, then the next file is requested and the old one released. The broker's CPU is not
+involved in any of this except at file boundaries.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import NamedTuple
+
+from rdmalog.rdma.client import Endpoint
+from rdmalog.rdma.control import ControlError
+from rdmalog.rdma.transport import Access, RemoteRegion, Status, TransportError
+from rdmalog.rdma.wire import LRB_MASK, SLOT_MUTABLE, SLOT_SIZE, SLOT_VALID
+from rdmalog.records import BATCH_OVERHEAD, LOG_OVERHEAD, RecordBatch, decode_records
+
+_LEN = struct.Struct(">i")
+_SLOT = struct.Struct("<QQ")
+MAX_SLOTS = 4096
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: list
+
+
+class _Assignment:
+    __slots__ = (
+        "topic", "partition", "offset", "region", "base", "pos", "lrb", "mutable", "slot",
+        "mr", "have", "active",
+    )  # fmt: skip
+
+    def __init__(self, topic: str, partition: int):
+        self.topic, self.partition = topic, partition
+        self.offset = 0
+        self.region: RemoteRegion | None = None
+        self.base = -1
+        self.pos = self.lrb = 0
+        self.mutable = False
+        self.slot = -1
+        self.mr = None  # local buffer: kept partial batch + new reads
+        self.have = 0
+        self.active = False
+
+
+class Consumer(Endpoint):
+    """`assign([(topic, partition)])`, `seek(...)`, `poll(timeout)` -> [ConsumerRecord]."""
+
+    def __init__(
+        self,
+        control_address: str,
+        transport: str | None = None,
+        fetch_size: int = 2048,
+        timeout: float = 10.0,
+    ):
+        super().__init__(control_address, transport, timeout)
+        self.fetch_size = fetch_size
+        self.parts: dict[tuple[str, int], _Assignment] = {}
+        self.slots: RemoteRegion | None = None
+        self._slot_mr = self.device.alloc_mr(MAX_SLOTS * SLOT_SIZE, Access.LOCAL_WRITE)
+        self._slot_view = None  # shm: live view of our slot region
+        self._slot_q = None
+        self._active: list[_Assignment] | None = None  # assignments with a slot (cached)
+
+    # -- assignment ----------------------------------------------------------------------------------
+    def assign(self, partitions: list[tuple[str, int]], offset: int = 0) -> None:
+        for tp in list(self.parts):
+            if tp not in partitions:
+                self._release(self.parts.pop(tp))
+        for topic, partition in partitions:
+            if (topic, partition) not in self.parts:
+                a = self.parts[(topic, partition)] = _Assignment(topic, partition)
+                self.seek(topic, partition, offset)
+                del a
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        a = self.parts[(topic, partition)]
+        self._release(a)
+        a.offset = offset
+        r = self.ctl.request("read_access", topic=topic, partition=partition, offset=offset)
+        self._open(a, r)
+
+    def position(self, topic: str, partition: int) -> int:
+        return self.parts[(topic, partition)].offset
+
+    def _open(self, a: _Assignment, r: dict) -> None:
+        a.region = RemoteRegion.from_dict(r["region"])
+        a.base, a.pos, a.lrb = r["base_offset"], r["start"], r["lrb"]
+        a.mutable, a.slot, a.have = r["mutable"], r["slot"], 0
+        a.active = True
+        self._active = None
+        if a.mr is None:
+            a.mr = self.device.alloc_mr(max(4 * self.fetch_size, 1 << 16), Access.LOCAL_WRITE)
+        if r.get("slots") and self.slots is None:
+            self.slots = RemoteRegion.from_dict(r["slots"])
+            view = self.qp.map_remote(self.slots.addr, self.slots.rkey, self.slots.length)
+            if view is not None:
+                self._slot_view = view
+                self._slot_q = view.cast("Q")
+
+    def _release(self, a: _Assignment) -> None:
+        if a.active:
+            a.active = False
+            self._active = None
+            try:
+                self.ctl.request(
+                    "release", topic=a.topic, partition=a.partition, base_offset=a.base
+                )
+            except ControlError:
+                pass
+
+    # -- polling ---------------------------------------------------------------------------------------
+    def poll(self, timeout: float = 0.0, max_records: int = 500) -> list[ConsumerRecord]:
+        """Committed records from every assigned partition; waits up to `timeout` for some."""
+        out: list[ConsumerRecord] = []
+        deadline = None
+        spins = 0
+        while True:
+            refreshed = False
+            for a in self.parts.values():
+                if not a.active:
+                    continue
+                if a.pos >= a.lrb and a.slot >= 0 and not refreshed:
+                    self._refresh_slots()
+                    refreshed = True
+                if a.pos >= a.lrb and not a.mutable:
+                    self._next_file(a)  # sealed and read to its end
+                if a.pos < a.lrb:
+                    self._fetch(a, out)
+                    if len(out) >= max_records:
+                        return out
+            if out or timeout <= 0:
+                return out
+            if deadline is None:
+                deadline = time.monotonic() + timeout
+            elif time.monotonic() >= deadline:
+                return out
+            spins += 1
+            if spins > 64:  # busy-poll briefly (latency), then let the core go
+                time.sleep(20e-6)
+
+    def _refresh_slots(self) -> None:
+        """One look at all active slots (a READ of their smallest covering range)."""
+        active = self._active
+        if active is None:
+            active = self._active = [a for a in self.parts.values() if a.active and a.slot >= 0]
+        if not active or self.slots is None:
+            return
+        if self._slot_q is not None:
+            q = self._slot_q
+            for a in active:
+                self._apply_slot(a, q[a.slot * 2], q[a.slot * 2 + 1])
+            return
+        lo = min(a.slot for a in active)
+        hi = max(a.slot for a in active) + 1
+        n = (hi - lo) * SLOT_SIZE
+        st = self.qp.read_now(
+            self._slot_mr, 0, n, self.slots.addr + lo * SLOT_SIZE, self.slots.rkey
+        )
+        if st != Status.SUCCESS:
+            raise TransportError(f"metadata slot READ failed: {st.name}")
+        for a in active:
+            w0, w1 = _SLOT.unpack_from(self._slot_mr.buf, (a.slot - lo) * SLOT_SIZE)
+            self._apply_slot(a, w0, w1)
+
+    @staticmethod
+    def _apply_slot(a: _Assignment, w0: int, w1: int) -> None:
+        if w0 & SLOT_VALID and w1 == a.base:
+            lrb = w0 & LRB_MASK
+            if lrb > a.lrb:
+                a.lrb = lrb
+            a.mutable = bool(w0 & SLOT_MUTABLE)
+
+    def _next_file(self, a: _Assignment) -> None:
+        try:
+            r = self.ctl.request(
+                "next_file", topic=a.topic, partition=a.partition, base_offset=a.base
+            )
+        except ControlError as e:
+            if e.code == "no_next_file":
+                return  # the roll is not visible yet; try again on a later poll
+            raise
+        a.active = False
+        self._active = None
+        self._open(a, r)
+
+    def _fetch(self, a: _Assignment, out: list[ConsumerRecord]) -> None:
+        """READ the next chunk of the file, return its whole batches, keep a partial one."""
+        buf = a.mr.buf
+        want = self.fetch_size
+        if a.have >= LOG_OVERHEAD:  # the kept partial batch says how much it still needs
+            want = max(want, _LEN.unpack_from(buf, 8)[0] + LOG_OVERHEAD - a.have)
+        n = min(want, a.lrb - a.pos)
+        if a.have + n > len(buf):
+            self._grow(a, a.have + n)
+            buf = a.mr.buf
+        st = self.qp.read_now(a.mr, a.have, n, a.region.addr + a.pos, a.region.rkey)
+        if st != Status.SUCCESS:
+            raise TransportError(f"READ of {a.topic}-{a.partition} failed: {st.name}")
+        a.pos += n
+        end = a.have + n
+        p = 0
+        while end - p >= BATCH_OVERHEAD:
+            size = _LEN.unpack_from(buf, p + 8)[0] + LOG_OVERHEAD
+            if size > end - p:
+                break
+            batch = RecordBatch(buf[p : p + size])
+            if batch.last_offset >= a.offset:
+                for r in decode_records(batch):
+                    if r.offset >= a.offset:
+                        out.append(
+                            ConsumerRecord(
+                                a.topic,
+                                a.partition,
+                                r.offset,
+                                r.timestamp,
+                                r.key,
+                                r.value,
+                                r.headers,
+                            )
+                        )
+                a.offset = batch.last_offset + 1
+            p += size
+        if p:
+            buf[: end - p] = buf[p:end]  # keep the partial batch at the front
+        a.have = end - p
+
+    def _grow(self, a: _Assignment, need: int) -> None:
+        mr = self.device.alloc_mr(max(need, 2 * len(a.mr.buf)), Access.LOCAL_WRITE)
+        mr.buf[: a.have] = a.mr.buf[: a.have]
+        a.mr.deregister()
+        a.mr = mr
+
+    def close(self) -> None:
+        for a in self.parts.values():
+            self._release(a)
+        super().close()

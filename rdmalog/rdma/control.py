@@ -1,0 +1,165 @@
+"""The control channel: small JSON-line requests over TCP on the RDMA service's own port.
+
+KafkaDirect sends its control requests over Kafka's TCP path; here they get their own port so the
+datapaths do not depend on the gateway. One TCP connection is one client session: when it closes
+(cleanly or because the client died) the service releases everything the session held.
+
+Requests (``{"op": ..., ...}``) and their replies:
+
+- ``hello {qp_num}`` -> ``{session, transport}``: binds the client's connected queue pair.
+- ``produce_access {topic, partition, mode: exclusive|shared}`` -> ``{file_id, region, length,
+  position, base_offset, word?}``: the head file registered for REMOTE_WRITE; shared mode adds the
+  reservation word (``{addr, rkey}``).
+- ``read_access {topic, partition, offset}`` -> ``{file_id, region, start, lrb, mutable,
+  base_offset, slot, slots}``: a file registered for REMOTE_READ, where to start, how far it may
+  be read, and the metadata slot (index into the session's slot region ``slots``) of a mutable file.
+- ``next_file {topic, partition, file_id, ...}``: producer: roll and grant the new head;
+  consumer: read access to the file after the one named.
+- ``release {file_id}``; errors come back as ``{"error": code, "message": text}``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MAX_LINE = 1 << 16
+
+
+class ControlError(Exception):
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class Session:
+    """One client's control connection and what the service granted it."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, sock: socket.socket, peer: Any):
+        self.id = next(self._ids)
+        self.sock = sock
+        self.peer = peer
+        self.state: dict[str, Any] = {}
+
+
+def _read_line(f) -> bytes | None:
+    line = f.readline(MAX_LINE + 1)
+    if not line:
+        return None
+    if len(line) > MAX_LINE:
+        raise ControlError("invalid_request", "request too large")
+    return line
+
+
+class ControlServer:
+    """Thread-per-connection server (control traffic is rare: grants, rolls, releases)."""
+
+    def __init__(
+        self,
+        handler: Callable[[Session, dict], dict],
+        on_close: Callable[[Session], None],
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ):
+        self.handler, self.on_close = handler, on_close
+        self.sock = socket.create_server((host, port))
+        h, p = self.sock.getsockname()[:2]
+        self.address = f"{h}:{p}"
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._sessions: set[Session] = set()
+
+    def start(self) -> ControlServer:
+        t = threading.Thread(target=self._accept_loop, name="rdma-control", daemon=True)
+        t.start()
+        self._threads.append(t)
+        return self
+
+    def _accept_loop(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                conn, peer = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.settimeout(None)
+            s = Session(conn, peer)
+            self._sessions.add(s)
+            t = threading.Thread(
+                target=self._serve, args=(s,), name=f"rdma-session-{s.id}", daemon=True
+            )
+            t.start()
+
+    def _serve(self, s: Session) -> None:
+        f = s.sock.makefile("rb")
+        try:
+            while not self._stop.is_set():
+                line = _read_line(f)
+                if line is None:
+                    break
+                try:
+                    req = json.loads(line)
+                    reply = self.handler(s, req)
+                except ControlError as e:
+                    reply = {"error": e.code, "message": str(e)}
+                except Exception as e:  # a bug or a store error: the client gets a reason
+                    log.exception("control request failed")
+                    reply = {"error": type(e).__name__, "message": str(e)}
+                s.sock.sendall(json.dumps(reply).encode() + b"\n")
+        except (OSError, ValueError, ControlError):
+            pass
+        finally:
+            self._sessions.discard(s)
+            try:
+                self.on_close(s)
+            finally:
+                f.close()
+                s.sock.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.sock.close()
+        for s in list(self._sessions):
+            try:
+                s.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class ControlClient:
+    """Blocking request/reply client; one per native producer or consumer."""
+
+    def __init__(self, address: str, timeout: float = 10.0):
+        host, _, port = address.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self._f = self.sock.makefile("rb")
+        self._lock = threading.Lock()
+
+    def request(self, op: str, **args: Any) -> dict:
+        with self._lock:
+            self.sock.sendall(json.dumps({"op": op, **args}).encode() + b"\n")
+            line = _read_line(self._f)
+        if line is None:
+            raise ControlError("disconnected", "the RDMA service closed the control connection")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise ControlError(reply["error"], reply.get("message", ""))
+        return reply
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+            self.sock.close()
+        except OSError:
+            pass

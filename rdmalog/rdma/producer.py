@@ -1,0 +1,298 @@
+"""Native RDMA producer: record batches written straight into the broker's head segment file.
+
+Exclusive mode: the producer owns the head file and tracks the write position itself; each batch
+is one WRITE_WITH_IMM (immediate = file id | order). Shared mode: each batch first reserves its
+place with one FETCH_AND_ADD on the file's reservation word (order:16 | position:48); a
+reservation past the end of the file is reported with a zero-length WRITE_WITH_IMM so nobody waits
+for it, and the broker rolls the file. The broker acknowledges each write with a SEND once the
+batch is validated and committed; writes pipeline (up to the broker's posted receives).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from rdmalog.compression import Codec
+from rdmalog.errors import CorruptRecordError, KafkaError
+from rdmalog.rdma.client import Endpoint
+from rdmalog.rdma.control import ControlError
+from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
+from rdmalog.rdma.wire import ACK, ACK_SIZE, AckStatus, imm_encode, reservation_add, word_decode
+from rdmalog.records import Record, build_batch
+
+ACK_RECVS = 128
+MAX_IN_FLIGHT = 64  # below the broker's posted receives per queue pair
+MAX_ATTEMPTS = 8
+
+
+class ProduceError(KafkaError):
+    """A batch that could not be committed (after retries where retrying was safe)."""
+
+
+@dataclass
+class Grant:
+    topic: str
+    partition: int
+    file_id: int
+    mode: str
+    region: RemoteRegion
+    length: int
+    position: int  # exclusive: where the next batch goes
+    order: int
+    base_offset: int
+    word: RemoteRegion | None
+
+
+@dataclass
+class Delivery:
+    """One batch in flight; `wait()` returns (base_offset, last_offset)."""
+
+    topic: str
+    partition: int
+    stage_off: int
+    length: int
+    attempts: int = 0
+    key: tuple[int, int] | None = None  # (file id, order) of the current attempt
+    wr: int = 0
+    seq: int = 0
+    result: tuple[int, int] | None = None
+    error: Exception | None = None
+    _producer: Producer | None = field(default=None, repr=False)
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.error is not None
+
+    def wait(self, timeout: float | None = None) -> tuple[int, int]:
+        self._producer._drive(lambda: self.done, timeout)
+        if self.error is not None:
+            raise self.error
+        if self.result is None:
+            raise TimeoutError("produce not acknowledged in time")
+        return self.result
+
+
+class Producer(Endpoint):
+    """`send(topic, partition, value, key=...)` or `send_batch(topic, partition, batch_bytes)`."""
+
+    def __init__(
+        self,
+        control_address: str,
+        transport: str | None = None,
+        mode: str = "exclusive",
+        staging_bytes: int = 8 << 20,
+        timeout: float = 10.0,
+        compression: int = Codec.NONE,
+    ):
+        super().__init__(control_address, transport, timeout)
+        self.mode = mode
+        self.compression = compression
+        self.stage = self.device.alloc_mr(staging_bytes, Access.LOCAL_WRITE)
+        self.acks = self.device.alloc_mr(ACK_RECVS * ACK_SIZE, Access.LOCAL_WRITE)
+        self.atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
+        for i in range(ACK_RECVS):
+            self.qp.post_recv(i, self.acks, i * ACK_SIZE, ACK_SIZE)
+        self.grants: dict[tuple[str, int], Grant] = {}
+        self.inflight: dict[tuple[int, int], Delivery] = {}
+        self._retry: deque[Delivery] = deque()
+        self._stage_top = 0
+        self._wr = 0
+        self._seq = 0
+        self._atomic_done: int | None = None
+
+    # -- public API ----------------------------------------------------------------------------------
+    def send(
+        self,
+        topic: str,
+        partition: int,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes | None]] | None = None,
+        timestamp: int | None = None,
+    ) -> Delivery:
+        rec = Record(key, value, headers or [], timestamp)
+        return self.send_records(topic, partition, [rec])
+
+    def send_records(
+        self, topic: str, partition: int, records: Iterable[Record | tuple]
+    ) -> Delivery:
+        return self.send_batch(topic, partition, build_batch(records, compression=self.compression))
+
+    def send_batch(self, topic: str, partition: int, batch) -> Delivery:
+        """Send ready v2 record batch bytes (one or more whole batches)."""
+        n = len(batch)
+        off = self._stage_alloc(n)
+        self.stage.buf[off : off + n] = batch
+        self._seq += 1
+        d = Delivery(topic, partition, off, n, seq=self._seq, _producer=self)
+        if self._retry:
+            self._retry.append(d)  # keep send order behind batches being resent
+        else:
+            self._post(d)
+        return d
+
+    def produce(self, topic: str, partition: int, value: bytes | None, key: bytes | None = None):
+        """Send one record and wait: (base_offset, last_offset)."""
+        return self.send(topic, partition, value, key).wait(self.timeout)
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._drive(lambda: not self.inflight and not self._retry, timeout or self.timeout)
+        if self.inflight or self._retry:
+            raise TimeoutError(f"{len(self.inflight)} batch(es) still unacknowledged")
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        except (TimeoutError, KafkaError):
+            pass
+        super().close()
+
+    # -- staging buffer --------------------------------------------------------------------------------
+    def _stage_alloc(self, n: int) -> int:
+        if n > len(self.stage.buf):
+            raise ProduceError(
+                f"batch of {n} bytes exceeds the {len(self.stage.buf)}-byte staging area"
+            )
+        if self._stage_top + n > len(self.stage.buf) or len(self.inflight) >= MAX_IN_FLIGHT:
+            self.flush()  # simple bump allocator: reuse the area once everything is acknowledged
+        if not self.inflight and not self._retry:
+            self._stage_top = 0
+        off = self._stage_top
+        self._stage_top += n
+        return off
+
+    # -- grants -----------------------------------------------------------------------------------------
+    def _grant(self, topic: str, partition: int) -> Grant:
+        g = self.grants.get((topic, partition))
+        if g is None:
+            r = self.ctl.request("produce_access", topic=topic, partition=partition, mode=self.mode)
+            g = self._grant_from(topic, partition, r)
+        return g
+
+    def _grant_from(self, topic: str, partition: int, r: dict) -> Grant:
+        g = Grant(
+            topic, partition, r["file_id"], r["mode"], RemoteRegion.from_dict(r["region"]),
+            r["length"], r["position"], r["order"], r["base_offset"],
+            RemoteRegion.from_dict(r["word"]) if r.get("word") else None,
+        )  # fmt: skip
+        self.grants[(topic, partition)] = g
+        return g
+
+    def _drop_grant(self, file_id: int) -> None:
+        for k, g in list(self.grants.items()):
+            if g.file_id == file_id:
+                del self.grants[k]
+
+    def _next_file(self, g: Grant) -> Grant:
+        self.flush()  # everything before the roll must be committed first
+        r = self.ctl.request(
+            "next_file", topic=g.topic, partition=g.partition, file_id=g.file_id, mode=self.mode
+        )
+        return self._grant_from(g.topic, g.partition, r)
+
+    # -- posting ------------------------------------------------------------------------------------------
+    def _post(self, d: Delivery) -> None:
+        d.attempts += 1
+        if d.attempts > MAX_ATTEMPTS:
+            d.error = ProduceError(f"gave up after {MAX_ATTEMPTS} attempts")
+            return
+        try:
+            g = self._grant(d.topic, d.partition)
+        except ControlError as e:
+            d.error = ProduceError(str(e))
+            return
+        n = d.length
+        if n > g.length:
+            d.error = ProduceError(f"batch of {n} bytes is larger than a segment ({g.length})")
+            return
+        if g.mode == "exclusive":
+            if g.position + n > g.length:
+                g = self._next_file(g)
+            order, pos = g.order, g.position
+            g.order = (g.order + 1) & 0xFFFF
+            g.position += n
+        else:
+            order, pos = self._reserve(g, n)
+            if order is None:  # the word is gone: the grant was revoked
+                self._drop_grant(g.file_id)
+                self._retry.append(d)
+                return
+            if pos + n > g.length:
+                n = pos = 0  # overflow: tell the broker (zero-length write) so it rolls
+        d.key = (g.file_id, order)
+        self.inflight[d.key] = d
+        self._wr += 1
+        d.wr = self._wr
+        self.qp.post_write(
+            self._wr, self.stage, d.stage_off, n, g.region.addr + pos, g.region.rkey,
+            imm=imm_encode(g.file_id, order), signaled=False,
+        )  # fmt: skip
+
+    def _reserve(self, g: Grant, n: int) -> tuple[int | None, int]:
+        self._atomic_done = None
+        self.qp.post_fetch_add(1, self.atom, 0, g.word.addr, g.word.rkey, reservation_add(n))
+        self._drive(lambda: self._atomic_done is not None, self.timeout, retries=False)
+        if self._atomic_done != Status.SUCCESS:
+            return None, 0
+        return word_decode(int.from_bytes(self.atom.buf[:8], "little"))
+
+    # -- completions ----------------------------------------------------------------------------------
+    def _drive(self, until, timeout: float | None, retries: bool = True) -> None:
+        """Process completions until `until()`; resends retried batches unless told not to (a
+        reservation in progress must not be interleaved with another one)."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while not until():
+            if retries and self._retry and not self.inflight:
+                # Resend only once every older write is answered, in the original send order, so
+                # a roll or an abort does not reorder a producer's batches.
+                pending = sorted(self._retry, key=lambda d: d.seq)
+                self._retry.clear()
+                for i, d in enumerate(pending):
+                    self._post(d)
+                    if self._retry:  # it must wait again: nothing newer may overtake it
+                        self._retry.extend(pending[i + 1 :])
+                        break
+            if until():
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for wc in self.cq.wait(min(left, 0.05), 64):
+                self._completion(wc)
+
+    def _completion(self, wc) -> None:
+        if wc.opcode == Opcode.RECV:
+            if wc.status != Status.SUCCESS:
+                return
+            fid, order, status, base, last, _ = ACK.unpack_from(self.acks.buf, wc.wr_id * ACK_SIZE)
+            self.qp.post_recv(wc.wr_id, self.acks, wc.wr_id * ACK_SIZE, ACK_SIZE)
+            self._ack(fid, order, AckStatus(status), base, last)
+        elif wc.opcode in (Opcode.FETCH_AND_ADD, Opcode.CMP_AND_SWAP):
+            self._atomic_done = wc.status
+        elif wc.status != Status.SUCCESS:
+            if wc.status == Status.WR_FLUSH_ERR:
+                raise TransportError("the queue pair to the broker broke")
+            # A write that never reached the file (a revoked region): the broker will not
+            # acknowledge it, so resend it under a fresh grant. Later orders the broker did get
+            # wait for it, time out and come back ABORTED, and are resent the same way.
+            for key, d in list(self.inflight.items()):
+                if d.wr == wc.wr_id:
+                    del self.inflight[key]
+                    self._drop_grant(key[0])
+                    self._retry.append(d)
+
+    def _ack(self, fid: int, order: int, status: AckStatus, base: int, last: int) -> None:
+        d = self.inflight.pop((fid, order), None)
+        if d is None:
+            return
+        if status == AckStatus.OK:
+            d.result = (base, last)
+        elif status == AckStatus.CORRUPT:
+            self._drop_grant(fid)
+            d.error = CorruptRecordError("the broker refused the batch (validation failed)")
+        else:  # FULL, ABORTED, REVOKED: nothing was committed; resend under a new grant
+            self._drop_grant(fid)
+            self._retry.append(d)

@@ -1,0 +1,625 @@
+"""The broker side of KafkaDirect's datapaths over a Store: grants, ordered commits, metadata slots.
+
+Threads: an accept loop (queue pairs), a completion loop (WRITE_WITH_IMM notifications, hello
+SENDs, order timeouts) and the control server's session threads. Produce notifications of one file
+are processed strictly in order (the 16-bit order in the immediate); each is validated and committed
+in place by `PartitionLog.commit_written`, then acknowledged with a SEND. A missing predecessor
+times out, aborts what waits behind it and revokes the grant, so no hole is ever committed.
+Consumers read files one-sidedly; the service only keeps their metadata slots current (high
+watermark and roll listeners of the log).
+
+Lock order: a file's lock, then the log's lock. Store listeners (called under the log lock) only
+set flags and write slot words, never take a file lock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+from rdmalog.errors import KafkaError, PolicyViolationError
+from rdmalog.rdma._atomic64 import copy, fetch_add, store
+from rdmalog.rdma.control import ControlError, ControlServer, Session
+from rdmalog.rdma.transport import Access, Opcode, Status, TransportError, open_device
+from rdmalog.rdma.wire import (
+    ACK,
+    ACK_SIZE,
+    SLOT_SIZE,
+    AckStatus,
+    imm_decode,
+    reservation_add,
+    slot_word,
+    word_decode,
+    word_encode,
+)
+
+log = logging.getLogger(__name__)
+
+RECV_DEPTH = 256  # receives kept posted per queue pair (bounds a producer's in-flight writes)
+HELLO = struct.Struct("<Q")
+
+Reply = Callable[[int, AckStatus, int, int, int], None]
+
+
+class ProduceFile:
+    """One grant of a head segment for RDMA produce (exclusive, or shared through the word)."""
+
+    def __init__(self, file_id: int, part: PartState, seg, mode: str, mr, word_mr):
+        self.file_id, self.part, self.segment, self.mode = file_id, part, seg, mode
+        self.mr, self.word_mr = mr, word_mr
+        self.lock = threading.Lock()
+        self.next_order = 0
+        self.expect_pos = seg.size  # where the next order's bytes start
+        self.pending: dict[int, tuple[int, Reply, float]] = {}
+        self.sessions: set[int] = set()
+        self.revoked = False
+        self.full = False
+
+    def revoke(self) -> None:
+        """Withdraw remote access now (flags and deregistration only: safe under the log lock)."""
+        self.revoked = True
+        for mr in (self.mr, self.word_mr):
+            if mr is not None and mr.rkey:
+                mr.deregister()
+
+
+class ReadFile:
+    """A segment registered for REMOTE_READ, shared by all consumers reading it."""
+
+    def __init__(self, seg, mr):
+        self.segment, self.mr = seg, mr
+        self.slots: dict[int, tuple[SlotRegion, int]] = {}  # session id -> (region, slot index)
+        self.refs: set[int] = set()
+
+
+class SlotRegion:
+    """A consumer session's contiguous metadata slots (KafkaDirect Figure 9)."""
+
+    def __init__(self, device, nslots: int):
+        self.mr = device.alloc_mr(nslots * SLOT_SIZE, Access.LOCAL_WRITE | Access.REMOTE_READ)
+        self.free = list(range(nslots - 1, -1, -1))  # pop() gives the lowest: keep slots close
+
+    def take(self) -> int:
+        if not self.free:
+            raise ControlError("no_slot", "metadata slot region full")
+        self.free.sort(reverse=True)
+        return self.free.pop()
+
+    def set(self, idx: int, lrb: int, mutable: bool, base_offset: int) -> None:
+        store(self.mr.buf, idx * SLOT_SIZE + 8, base_offset)
+        store(self.mr.buf, idx * SLOT_SIZE, slot_word(lrb, mutable))
+
+    def clear(self, idx: int) -> None:
+        store(self.mr.buf, idx * SLOT_SIZE, 0)
+        self.free.append(idx)
+
+
+class PartState:
+    """What the service tracks for one partition."""
+
+    def __init__(self, plog):
+        self.log = plog
+        self.produce: ProduceFile | None = None
+        self.readers: dict[int, ReadFile] = {}  # segment base offset -> ReadFile
+        self.listening = False
+
+    def lrb(self, seg) -> tuple[int, bool]:
+        """(last readable byte, mutable) of a segment: committed and below the high watermark."""
+        plog = self.log
+        with plog.lock:
+            hw = plog.high_watermark
+            if seg.next_offset <= hw:
+                lrb = seg.size
+            else:
+                found = seg.find_position(hw)
+                lrb = found[0] if found else seg.size
+            return lrb, bool(not plog.closed and plog.segments and seg is plog.active_segment)
+
+    def on_hw(self, plog) -> None:
+        for rf in list(self.readers.values()):
+            if rf.slots:
+                lrb, mutable = self.lrb(rf.segment)
+                for region, idx in list(rf.slots.values()):
+                    region.set(idx, lrb, mutable, rf.segment.base_offset)
+
+    def on_roll(self, plog, old, new) -> None:
+        f = self.produce
+        if f is not None and f.segment is old:
+            f.revoke()  # its bytes past old.size are gone with the trim
+        self.on_hw(plog)
+
+
+class RdmaService:
+    """KafkaDirect's RDMA module for one broker: `start()`, serve, `stop()`."""
+
+    def __init__(
+        self,
+        store,
+        transport: str = "shm",
+        host: str = "127.0.0.1",
+        control_port: int = 0,
+        order_timeout: float = 1.0,
+        slots_per_consumer: int = 64,
+    ):
+        self.store = store
+        self.kind = transport
+        self.host = host
+        self.order_timeout = order_timeout
+        self.slots_per_consumer = slots_per_consumer
+        self.device = open_device(transport)
+        self.listener = self.device.listen(host)
+        self.rdma_address = self.listener.address
+        self.recv_cq = self.device.create_cq(4096)
+        self.send_cq = self.device.create_cq(4096)
+        self.control = ControlServer(self._handle, self._session_closed, host, control_port)
+        self.control_address = self.control.address
+        self.lock = threading.RLock()
+        self.parts: dict[tuple[str, int], PartState] = {}
+        self.files: dict[int, ProduceFile] = {}
+        self._file_ids = itertools.count(1)
+        self.qps: dict[int, _ClientQP] = {}
+        self._tokens: dict[int, Session] = {}
+        self._bound = threading.Condition(self.lock)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- life cycle --------------------------------------------------------------------------------
+    def start(self) -> RdmaService:
+        for target, name in (
+            (self._accept_loop, "rdma-accept"),
+            (self._completion_loop, "rdma-cq"),
+        ):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+        self.control.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.control.stop()
+        for t in self._threads:
+            t.join(5)
+        with self.lock:
+            for f in list(self.files.values()):
+                f.revoke()
+            for ps in self.parts.values():
+                if ps.listening:
+                    ps.log.remove_listener(ps.on_hw)
+        for cq in list(self.qps.values()):
+            cq.qp.close()
+        self.listener.close()
+        self.device.close()
+
+    def __enter__(self) -> RdmaService:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- queue pairs -------------------------------------------------------------------------------
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                qp = self.listener.accept(self.send_cq, self.recv_cq, timeout=0.2)
+            except (TransportError, OSError):
+                continue
+            cqp = _ClientQP(self.device, qp)
+            with self.lock:
+                self.qps[qp.qp_num] = cqp
+            cqp.post_all()  # only now: a completion must find its QP in self.qps
+
+    def _completion_loop(self) -> None:
+        last_check = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                wcs = self.recv_cq.wait(0.02, 64)
+            except Exception:  # keep serving: one bad completion must not stop the broker
+                log.exception("rdma completion wait failed")
+                continue
+            for wc in wcs:
+                try:
+                    self._completion(wc)
+                except Exception:
+                    log.exception("rdma completion failed")
+            self.send_cq.poll(256)  # acks are unsignaled: only errors land here
+            now = time.monotonic()
+            if now - last_check > 0.01:
+                last_check = now
+                self._check_timeouts(now)
+
+    def _completion(self, wc) -> None:
+        cqp = self.qps.get(wc.qp_num)
+        if cqp is None:
+            return
+        if wc.status != Status.SUCCESS:
+            return  # flushed: the client is gone; its session cleans up
+        cqp.repost(wc.wr_id)
+        if wc.opcode == Opcode.RECV:  # hello: bind this QP to the control session
+            token = HELLO.unpack_from(cqp.recv_mr.buf, wc.wr_id * 64)[0]
+            with self.lock:
+                s = self._tokens.pop(token, None)
+                if s is not None:
+                    s.state["qp"] = cqp
+                    cqp.session = s.id
+                    self._bound.notify_all()
+            return
+        file_id, order = imm_decode(wc.imm_data)
+        f = self.files.get(file_id)
+        if f is None or cqp.session not in f.sessions:
+            cqp.ack(file_id, order, AckStatus.REVOKED, -1, -1, 0)
+            return
+        self.arrive(f, order, wc.byte_len, cqp.reply(file_id))
+
+    # -- ordered produce ---------------------------------------------------------------------------
+    def arrive(self, f: ProduceFile, order: int, byte_len: int, reply: Reply) -> None:
+        """A write of `byte_len` bytes with `order` landed in f: process it and all it unblocks."""
+        with f.lock:
+            if order != f.next_order:
+                f.pending[order] = (byte_len, reply, time.monotonic())
+                return
+            self._process(f, order, byte_len, reply)
+            while f.next_order in f.pending:
+                o = f.next_order
+                n, r, _ = f.pending.pop(o)
+                self._process(f, o, n, r)
+
+    def _process(self, f: ProduceFile, order: int, byte_len: int, reply: Reply) -> None:
+        f.next_order = (order + 1) & 0xFFFF
+        plog = f.part.log
+        if f.revoked:
+            reply(order, AckStatus.REVOKED, -1, -1, 0)
+            return
+        if byte_len == 0 or f.full:  # a reservation overflowed the file: roll it
+            f.full = True
+            self._revoke(f)
+            with plog.lock:
+                if plog.segments and plog.active_segment is f.segment and f.segment.size:
+                    plog.roll()
+            reply(order, AckStatus.FULL, -1, -1, 0)
+            return
+        with plog.lock:
+            seg = plog.active_segment if plog.segments else None
+            if seg is not f.segment or f.expect_pos != seg.size:
+                status = AckStatus.REVOKED
+            else:
+                try:
+                    res = plog.commit_written(byte_len)
+                except KafkaError as e:
+                    log.info("%s: refused RDMA write of %d bytes: %s", plog.name, byte_len, e)
+                    status = AckStatus.CORRUPT
+                else:
+                    f.expect_pos = seg.size
+                    reply(order, AckStatus.OK, res.base_offset, res.last_offset, seg.size)
+                    if res.flush_needed:
+                        plog.flush()
+                    return
+        reply(order, status, -1, -1, 0)
+        self._revoke(f)  # later writes sit behind bytes that were not committed
+
+    def _revoke(self, f: ProduceFile) -> None:
+        f.revoke()
+        with self.lock:
+            self.files.pop(f.file_id, None)
+            if f.part.produce is f:
+                f.part.produce = None
+
+    def _check_timeouts(self, now: float) -> None:
+        for f in list(self.files.values()) + [None]:
+            if f is None or not f.pending:
+                continue
+            with f.lock:
+                if not f.pending:
+                    continue
+                oldest = min(t for _, _, t in f.pending.values())
+                if not f.revoked and now - oldest < self.order_timeout:
+                    continue
+                status = AckStatus.REVOKED if f.revoked else AckStatus.ABORTED
+                if not f.revoked:
+                    log.warning(
+                        "%s: order %d never arrived; aborting %d write(s)",
+                        f.part.log.name, f.next_order, len(f.pending),
+                    )  # fmt: skip
+                for o, (_, reply, _) in sorted(f.pending.items()):
+                    reply(o, status, -1, -1, 0)
+                f.pending.clear()
+                self._revoke(f)
+
+    def append(self, topic: str, partition: int, buf, leader_epoch: int = 0):
+        """The gateway's append to a partition that may have RDMA producers (TCP produce path).
+
+        No grant: a plain append. Shared grant: reserve through the same word (an atomic on our own
+        mapping, as KafkaDirect's broker issues an RDMA atomic to itself), copy into the reserved
+        place, and commit in order with the RDMA writes. Exclusive grant: refused.
+        """
+        ps = self._part(topic, partition)
+        f = ps.produce
+        if f is None or f.revoked:
+            return ps.log.append(buf, leader_epoch)
+        if f.mode == "exclusive":
+            raise PolicyViolationError("partition is held by an exclusive RDMA producer")
+        data = memoryview(buf)
+        n = len(data)
+        order, pos = word_decode(fetch_add(f.word_mr.buf, 0, reservation_add(n)))
+        done = threading.Event()
+        result: list = []
+
+        def reply(o, status, base, last, nxt):
+            result.append((status, base, last))
+            done.set()
+
+        fits = pos + n <= f.segment.capacity and copy(f.segment.mmap, pos, data, 0, n)
+        self.arrive(f, order, n if fits else 0, reply)
+        if not done.wait(self.order_timeout * 2 + 5):
+            raise PolicyViolationError("RDMA ordering did not complete")
+        status, base, last = result[0]
+        if status == AckStatus.OK:
+            from rdmalog.log import AppendResult
+
+            return AppendResult(base, last, -1, ps.log.log_start_offset, False)
+        if status in (AckStatus.FULL, AckStatus.REVOKED, AckStatus.ABORTED):
+            return self.append(topic, partition, buf, leader_epoch)  # the head changed: retry
+        raise PolicyViolationError(f"append refused: {status.name}")
+
+    # -- control requests ---------------------------------------------------------------------------
+    def _part(self, topic: str, partition: int) -> PartState:
+        plog = self.store.partition(topic, partition)
+        with self.lock:
+            ps = self.parts.get((topic, partition))
+            if ps is None or ps.log is not plog:
+                ps = self.parts[(topic, partition)] = PartState(plog)
+            if not ps.listening:
+                plog.add_listener(ps.on_hw)
+                plog.add_roll_listener(ps.on_roll)
+                ps.listening = True
+            return ps
+
+    def _handle(self, s: Session, req: dict) -> dict:
+        op = req.get("op")
+        if op == "hello":
+            token = int.from_bytes(os.urandom(8), "little")
+            with self.lock:
+                self._tokens[token] = s
+            return {"token": token, "rdma_address": self.rdma_address, "transport": self.kind}
+        if op == "attach":
+            with self.lock:
+                ok = self._bound.wait_for(lambda: "qp" in s.state, timeout=10.0)
+            if not ok:
+                raise ControlError("no_qp", "no queue pair said hello with this session's token")
+            return {"session": s.id}
+        if "qp" not in s.state:
+            raise ControlError("not_attached", "attach a queue pair first")
+        if op == "produce_access":
+            return self._produce_access(
+                s, req["topic"], int(req["partition"]), req.get("mode", "exclusive")
+            )
+        if op == "read_access":
+            return self._read_access(s, req["topic"], int(req["partition"]), int(req["offset"]))
+        if op == "next_file":
+            return self._next_file(s, req)
+        if op == "release":
+            self._release_read(s, req["topic"], int(req["partition"]), int(req["base_offset"]))
+            return {}
+        raise ControlError("invalid_request", f"unknown op {op!r}")
+
+    def _produce_access(self, s: Session, topic: str, partition: int, mode: str) -> dict:
+        if mode not in ("exclusive", "shared"):
+            raise ControlError("invalid_request", f"unknown mode {mode!r}")
+        ps = self._part(topic, partition)
+        with self.lock:
+            f = ps.produce
+            if f is not None and not f.revoked:
+                others = f.sessions - {s.id}
+                if others and (mode == "exclusive" or f.mode == "exclusive"):
+                    raise ControlError("busy", "another producer holds this partition")
+                if f.mode == mode or not others:
+                    if f.mode == mode:
+                        f.sessions.add(s.id)
+                        s.state.setdefault("grants", set()).add(f.file_id)
+                        return self._grant_reply(f)
+                self._revoke(f)  # a different mode for the same, sole holder
+            plog = ps.log
+            with plog.lock:
+                seg = plog.active_segment
+                if seg.mmap is None or seg.size >= seg.capacity:
+                    seg = plog.roll()
+                    seg.preallocate()
+                acc = Access.LOCAL_WRITE | Access.REMOTE_WRITE
+                mr = self.device.reg_mr(seg.mmap, acc, path=str(seg.path))
+                word = None
+                if mode == "shared":
+                    word = self.device.alloc_mr(
+                        8, Access.LOCAL_WRITE | Access.REMOTE_ATOMIC | Access.REMOTE_READ
+                    )
+                    store(word.buf, 0, word_encode(0, seg.size))
+                f = ProduceFile(self._new_file_id(), ps, seg, mode, mr, word)
+            f.sessions.add(s.id)
+            self.files[f.file_id] = f
+            ps.produce = f
+            s.state.setdefault("grants", set()).add(f.file_id)
+            return self._grant_reply(f)
+
+    def _new_file_id(self) -> int:
+        for _ in range(1 << 16):
+            fid = next(self._file_ids) & 0xFFFF
+            if fid and fid not in self.files:
+                return fid
+        raise ControlError("no_file_id", "all 65535 file ids in use")
+
+    def _grant_reply(self, f: ProduceFile) -> dict:
+        r = {
+            "file_id": f.file_id,
+            "mode": f.mode,
+            "region": f.mr.remote().to_dict(),
+            "length": f.segment.capacity,
+            "position": f.segment.size,
+            "base_offset": f.segment.base_offset,
+            "order": f.next_order,
+        }
+        if f.word_mr is not None:
+            r["word"] = f.word_mr.remote().to_dict()
+        return r
+
+    def _read_access(self, s: Session, topic: str, partition: int, offset: int) -> dict:
+        ps = self._part(topic, partition)
+        plog = ps.log
+        with self.lock, plog.lock:  # service lock first: the order every path takes
+            if offset < plog.log_start_offset or offset > plog.log_end_offset:
+                raise ControlError(
+                    "offset_out_of_range",
+                    f"offset {offset} outside [{plog.log_start_offset}, {plog.log_end_offset}]",
+                )
+            seg, start = plog.active_segment, plog.active_segment.size
+            for cand in plog.segments:
+                if cand.base_offset > offset:
+                    break
+                found = cand.find_position(offset)
+                if found is not None:
+                    seg, start = cand, found[0]
+                    break
+            return self._register_reader(s, ps, seg, start)
+
+    def _register_reader(self, s: Session, ps: PartState, seg, start: int) -> dict:
+        with self.lock:
+            rf = ps.readers.get(seg.base_offset)
+            if rf is None or rf.segment is not seg or not rf.mr.rkey:
+                mr = self.device.reg_mr(
+                    seg.mmap, Access.LOCAL_WRITE | Access.REMOTE_READ, path=str(seg.path)
+                )
+                rf = ps.readers[seg.base_offset] = ReadFile(seg, mr)
+            rf.refs.add(s.id)
+            lrb, mutable = ps.lrb(seg)
+            slot = -1
+            region = s.state.get("slots")
+            if mutable or lrb < seg.size:  # the slot tells when more becomes readable
+                if region is None:
+                    region = s.state["slots"] = SlotRegion(self.device, self.slots_per_consumer)
+                if s.id in rf.slots:
+                    slot = rf.slots[s.id][1]
+                else:
+                    slot = region.take()
+                    rf.slots[s.id] = (region, slot)
+                region.set(slot, lrb, mutable, seg.base_offset)
+                lrb, mutable = ps.lrb(seg)  # a roll between the two looks is seen by the slot too
+            reads = s.state.setdefault("reads", set())
+            reads.add((ps.log.topic, ps.log.partition, seg.base_offset))
+            return {
+                "region": rf.mr.remote().to_dict(),
+                "base_offset": seg.base_offset,
+                "start": start,
+                "lrb": lrb,
+                "mutable": bool(mutable),
+                "slot": slot,
+                "slots": region.mr.remote().to_dict() if region is not None else None,
+            }
+
+    def _release_read(self, s: Session, topic: str, partition: int, base: int) -> None:
+        with self.lock:
+            ps = self.parts.get((topic, partition))
+            s.state.get("reads", set()).discard((topic, partition, base))
+            rf = ps.readers.get(base) if ps else None
+            if rf is None:
+                return
+            slot = rf.slots.pop(s.id, None)
+            if slot is not None:
+                slot[0].clear(slot[1])
+            rf.refs.discard(s.id)
+            if not rf.refs:
+                del ps.readers[base]
+                rf.mr.deregister()
+
+    def _next_file(self, s: Session, req: dict) -> dict:
+        topic, partition = req["topic"], int(req["partition"])
+        if "file_id" in req:  # producer: the head is full; roll it and grant the new one
+            f = self.files.get(int(req["file_id"]))
+            mode = req.get("mode", "exclusive")
+            if f is not None and s.id in f.sessions:
+                with f.lock:
+                    self._revoke(f)
+                    plog = f.part.log
+                    with plog.lock:
+                        if plog.active_segment is f.segment and f.segment.size:
+                            plog.roll()
+            return self._produce_access(s, topic, partition, mode)
+        base = int(req["base_offset"])  # consumer: the file after `base`
+        ps = self._part(topic, partition)
+        with self.lock, ps.log.lock:
+            segs = ps.log.segments
+            cur = [seg for seg in segs if seg.base_offset == base]
+            nxt = [seg for seg in segs if seg.base_offset > base]
+            if not nxt or (cur and ps.lrb(cur[0])[0] < cur[0].size):
+                raise ControlError("no_next_file", f"file {base} is not read to its end yet")
+            self._release_read(s, topic, partition, base)
+            return self._register_reader(s, ps, nxt[0], 0)
+
+    def _session_closed(self, s: Session) -> None:
+        with self.lock:
+            for fid in s.state.get("grants", ()):
+                f = self.files.get(fid)
+                if f is not None:
+                    f.sessions.discard(s.id)
+                    if not f.sessions:
+                        self._revoke(f)
+            for topic, partition, base in list(s.state.get("reads", ())):
+                self._release_read(s, topic, partition, base)
+            region = s.state.get("slots")
+            if region is not None:
+                region.mr.deregister()
+            cqp = s.state.get("qp")
+            if cqp is not None:
+                self.qps.pop(cqp.qp.qp_num, None)
+            for token, sess in list(self._tokens.items()):
+                if sess is s:
+                    del self._tokens[token]
+        if cqp is not None:
+            cqp.qp.close()
+
+    # -- introspection (tests, bench) ----------------------------------------------------------------
+    def stats(self) -> dict:
+        with self.lock:
+            return {
+                "qps": len(self.qps),
+                "grants": len(self.files),
+                "readers": sum(len(p.readers) for p in self.parts.values()),
+                "slots": sum(
+                    len(rf.slots) for p in self.parts.values() for rf in p.readers.values()
+                ),
+            }
+
+
+class _ClientQP:
+    """The service's end of one client queue pair: posted receives and the ack staging buffer."""
+
+    def __init__(self, device, qp):
+        self.qp = qp
+        self.session: int | None = None
+        self.recv_mr = device.alloc_mr(RECV_DEPTH * 64, Access.LOCAL_WRITE)
+        self.ack_mr = device.alloc_mr(ACK_SIZE, Access.LOCAL_WRITE)
+        self._lock = threading.Lock()
+
+    def post_all(self) -> None:
+        for i in range(RECV_DEPTH):
+            self.qp.post_recv(i, self.recv_mr, i * 64, 64)
+
+    def repost(self, i: int) -> None:
+        self.qp.post_recv(i, self.recv_mr, i * 64, 64)
+
+    def ack(
+        self, file_id: int, order: int, status: AckStatus, base: int, last: int, nxt: int
+    ) -> None:
+        with self._lock:
+            ACK.pack_into(self.ack_mr.buf, 0, file_id, order, status, base, last, nxt)
+            try:
+                self.qp.post_send(0, self.ack_mr, 0, ACK_SIZE, signaled=False)
+            except (TransportError, OSError):
+                pass  # the client is gone
+
+    def reply(self, file_id: int) -> Reply:
+        return lambda order, status, base, last, nxt: self.ack(
+            file_id, order, status, base, last, nxt
+        )

@@ -1,0 +1,626 @@
+"""Same-host transport: regions are shared file mappings, the initiator does the DMA itself.
+
+Layout of one device (one per process and role) in a directory under /dev/shm:
+
+- ``mrtable``: the registered regions (rkey, length, access, file path, file offset). A peer maps
+  it, maps a region's file on first use and re-checks the entry's rkey word on every operation, so
+  a deregistered region answers REM_ACCESS_ERR like a revoked RNIC key.
+- ``cq-N``: the receive side of a completion queue, a multi-producer ring of fixed slots. A peer's
+  WRITE_WITH_IMM and SEND push a slot (imm, byte_len, inline SEND payload) after the data copy,
+  so the target sees the data before the notification (release/acquire on the slot word).
+- ``cq-N.sock``: a datagram doorbell, rung only when the ring's owner has announced it sleeps.
+
+One-sided READ/WRITE are memcpy into/out of the peer's mapping; FETCH_AND_ADD/CMP_AND_SWAP are
+real 64-bit atomics on it (the `_atomic64` extension). A READ costs the target no CPU at all.
+Connection setup (the rdmacm analogue) is a JSON handshake over a Unix stream socket, which stays
+open so each side can tell when the other is gone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import mmap
+import os
+import select
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+import time
+from collections import deque
+
+from rdmalog.rdma._atomic64 import compare_swap, copy, fetch_add, load, store, wait_change
+from rdmalog.rdma.transport import (
+    Access,
+    Opcode,
+    RemoteRegion,
+    Status,
+    TransportError,
+    WorkCompletion,
+)
+
+MR_ENTRIES = 1024
+MR_ENTRY = 256
+MR_PATH_MAX = MR_ENTRY - 40
+ADDR_SHIFT = 32  # region addresses are rkey << 32: unique per region, offsets up to 4 GiB
+
+RING_HDR = 256  # reserve @0, head @64, waiting @128: separate cache lines
+SLOT_HDR = 24  # seq u64, kind u32, qp_num u32, imm u32, byte_len u32
+KIND_SEND, KIND_WRITE_IMM, KIND_DISCONNECT = 1, 2, 3
+_SLOT = struct.Struct("<IIII")  # kind, qp_num, imm, byte_len (after the seq word)
+
+PAGE = mmap.ALLOCATIONGRANULARITY
+_ids = itertools.count(1)
+
+
+def _map_file(
+    path: str, offset: int, length: int, write: bool, clamp: bool = False
+) -> tuple[mmap.mmap, memoryview]:
+    """Map [offset, offset+length) of a file shared; returns the mapping and a view of the range.
+    `clamp`: map only what the file still holds (a sealed segment is trimmed to its data)."""
+    start = offset - offset % PAGE
+    fd = os.open(path, os.O_RDWR if write else os.O_RDONLY)
+    try:
+        if clamp:
+            length = max(0, min(length, os.fstat(fd).st_size - offset))
+            if length == 0:
+                raise ValueError("nothing left of the region's file")
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if write else 0)
+        m = mmap.mmap(fd, length + offset - start, mmap.MAP_SHARED, prot, offset=start)
+    finally:
+        os.close(fd)
+    return m, memoryview(m)[offset - start : offset - start + length]
+
+
+class ShmMR:
+    """A registered region of this device."""
+
+    def __init__(self, dev: ShmDevice, idx: int, rkey: int, buf, access: Access, owned=None):
+        self.device = dev
+        self.index = idx
+        self.rkey = self.lkey = rkey
+        self.buf = memoryview(buf).cast("B")
+        self.length = len(self.buf)
+        self.addr = rkey << ADDR_SHIFT
+        self.access = access
+        self._owned = owned  # the mapping alloc_mr created, closed on deregister
+
+    def remote(self) -> RemoteRegion:
+        return RemoteRegion(self.addr, self.rkey, self.length)
+
+    def deregister(self) -> None:
+        if self.rkey:
+            self.device._dereg(self)
+            self.rkey = 0
+
+
+class _Ring:
+    """A multi-producer, single-consumer ring of fixed slots in a shared file."""
+
+    def __init__(self, path: str, nslots: int, slot_size: int, create: bool):
+        self.path, self.nslots, self.slot_size = path, nslots, slot_size
+        size = RING_HDR + nslots * slot_size
+        if create:
+            with open(path, "wb") as f:
+                f.truncate(size)
+        self._map, self.buf = _map_file(path, 0, size, True)
+        self.head = load(self.buf, 64)  # consumer-local copy of the head index
+
+    def slot_off(self, seq: int) -> int:
+        return RING_HDR + (seq % self.nslots) * self.slot_size
+
+    def push(self, kind: int, qp_num: int, imm: int, byte_len: int, payload=None, wait=1.0) -> bool:
+        """Claim a slot (CAS on reserve), fill it, publish it; False if the ring stayed full."""
+        buf, n = self.buf, self.nslots
+        deadline = 0.0
+        while True:
+            s = load(buf, 0)
+            if s - load(buf, 64) >= n:  # full: the consumer is behind (a CQ overrun on an RNIC)
+                now = time.monotonic()
+                if not deadline:
+                    deadline = now + wait
+                elif now > deadline:
+                    return False
+                time.sleep(0)
+                continue
+            if compare_swap(buf, 0, s, s + 1) == s:
+                break
+        off = self.slot_off(s)
+        _SLOT.pack_into(buf, off + 8, kind, qp_num, imm, byte_len)
+        if payload is not None:
+            buf[off + SLOT_HDR : off + SLOT_HDR + len(payload)] = payload
+        store(buf, off, s + 1)
+        return True
+
+    def _need_doorbell(self) -> bool:
+        # An RMW is a full barrier between publishing and reading `waiting` (Dekker with wait()).
+        return fetch_add(self.buf, 128, 0) != 0
+
+    def pop(self):
+        """(kind, qp_num, imm, byte_len, payload view) of the next published slot, or None."""
+        h = self.head
+        off = self.slot_off(h)
+        if load(self.buf, off) != h + 1:
+            return None
+        kind, qpn, imm, blen = _SLOT.unpack_from(self.buf, off + 8)
+        payload = (
+            bytes(self.buf[off + SLOT_HDR : off + SLOT_HDR + blen]) if kind == KIND_SEND else None
+        )
+        self.head = h + 1
+        store(self.buf, 64, h + 1)
+        return kind, qpn, imm, blen, payload
+
+    def ready(self) -> bool:
+        return load(self.buf, self.slot_off(self.head)) == self.head + 1
+
+    def spin(self, spin_ns: int) -> bool:
+        """Spin without the GIL until the next slot is published or spin_ns pass."""
+        off = self.slot_off(self.head)
+        cur = load(self.buf, off)
+        if cur == self.head + 1:
+            return True
+        return wait_change(self.buf, off, cur, spin_ns) == self.head + 1
+
+    def close(self) -> None:
+        self.buf.release()
+        try:
+            self._map.close()
+        except BufferError:  # a view handed out is still alive; the GC closes it later
+            pass
+
+
+class ShmCQ:
+    """Completion queue: in-process completions plus the shared ring peers notify through."""
+
+    def __init__(self, dev: ShmDevice, depth: int, slot_size: int):
+        self.device = dev
+        self.id = next(_ids)
+        self._local: deque[WorkCompletion] = deque()
+        self.ring = _Ring(os.path.join(dev.dir, f"cq-{self.id}"), depth, slot_size, True)
+        self.doorbell_path = os.path.join(dev.dir, f"cq-{self.id}.sock")
+        self._bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._bell.bind(self.doorbell_path)
+        self._bell.setblocking(False)
+        self._sleeping = False
+        self.spin_ns = 200_000  # busy-poll this long before sleeping on the doorbell
+
+    def describe(self) -> dict:
+        r = self.ring
+        return {"ring": r.path, "nslots": r.nslots, "slot": r.slot_size, "bell": self.doorbell_path}
+
+    def _push_local(self, wc: WorkCompletion) -> None:
+        self._local.append(wc)
+        if self._sleeping:  # another thread sleeps in wait(): wake it
+            _ring_bell(self.doorbell_path)
+
+    def poll(self, max_entries: int = 16) -> list[WorkCompletion]:
+        out: list[WorkCompletion] = []
+        local = self._local
+        while local and len(out) < max_entries:
+            out.append(local.popleft())
+        ring, qps = self.ring, self.device._qps
+        while len(out) < max_entries:
+            e = ring.pop()
+            if e is None:
+                break
+            qp = qps.get(e[1])
+            if qp is not None:
+                qp._incoming(e, out)
+        return out
+
+    def wait(self, timeout: float | None, max_entries: int = 16) -> list[WorkCompletion]:
+        out = self.poll(max_entries)
+        if out:
+            return out
+        deadline = None if timeout is None else time.monotonic() + timeout
+        spin = self.spin_ns if timeout is None else min(self.spin_ns, int(timeout * 1e9))
+        if spin > 0 and self.ring.spin(spin):
+            out = self.poll(max_entries)
+            if out:
+                return out
+        ring = self.ring
+        while True:
+            self._sleeping = True
+            store(ring.buf, 128, 1)
+            fetch_add(ring.buf, 128, 0)  # full barrier before re-checking (pairs with push)
+            if not ring.ready() and not self._local:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                select.select([self._bell], [], [], left)
+            store(ring.buf, 128, 0)
+            self._sleeping = False
+            _drain(self._bell)
+            out = self.poll(max_entries)
+            if out or (deadline is not None and time.monotonic() >= deadline):
+                return out
+
+    def close(self) -> None:
+        self._bell.close()
+        self.ring.close()
+
+
+def _drain(sock: socket.socket) -> None:
+    try:
+        while sock.recv(64):
+            pass
+    except (BlockingIOError, OSError):
+        pass
+
+
+_bell_sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+_bell_sender.setblocking(False)
+
+
+def _ring_bell(path: str) -> None:
+    try:
+        _bell_sender.sendto(b"\x01", path)
+    except OSError:  # full (already rung) or the peer is gone
+        pass
+
+
+class _Peer:
+    """The peer device's region table, mapped once per connection, and its mapped regions."""
+
+    def __init__(self, dir_: str):
+        self.dir = dir_
+        self._map, self.table = _map_file(
+            os.path.join(dir_, "mrtable"), 0, MR_ENTRIES * MR_ENTRY, False
+        )
+        self.regions: dict[int, tuple[memoryview, int, int, object]] = {}
+
+    def region(self, rkey: int, need: Access) -> memoryview | None:
+        """The live view of the region named by rkey, or None when unknown/revoked/no access."""
+        idx = rkey & (MR_ENTRIES - 1)
+        eoff = idx * MR_ENTRY
+        if load(self.table, eoff) != rkey or rkey == 0:
+            self.regions.pop(rkey, None)
+            return None
+        r = self.regions.get(rkey)
+        if r is None:
+            length, access, foff, plen = struct.unpack_from("<QQQQ", self.table, eoff + 8)
+            path = bytes(self.table[eoff + 40 : eoff + 40 + plen]).decode()
+            write = bool(access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC))
+            try:
+                m, view = _map_file(path, foff, length, write, clamp=True)
+            except (OSError, ValueError):  # the file is gone (retention) or shorter than registered
+                return None
+            r = self.regions[rkey] = (view, access, length, m)
+        if (r[1] & need) != need:
+            return None
+        return r[0]
+
+    def close(self) -> None:
+        self.regions.clear()
+        self.table.release()
+        self._map.close()
+
+
+class ShmQP:
+    """A connected queue pair; one-sided operations run here, in the initiator's thread."""
+
+    def __init__(
+        self, dev: ShmDevice, sock: socket.socket, send_cq: ShmCQ, recv_cq: ShmCQ, peer: dict
+    ):
+        self.device = dev
+        self.qp_num = next(_ids)
+        self.send_cq, self.recv_cq = send_cq, recv_cq
+        self.sock = sock
+        self._recvs: deque[tuple[int, ShmMR, int, int]] = deque()
+        self._rnr: deque[tuple] = deque()  # arrivals waiting for a posted receive
+        self.peer_qp_num = 0
+        self._peer: _Peer | None = None
+        self._peer_ring: _Ring | None = None
+        self._peer_bell = ""
+        self._lock = threading.Lock()  # posting threads share the peer ring claim path only
+        self.closed = False
+        dev._qps[self.qp_num] = self
+        if peer:
+            self._attach(peer)
+
+    def hello(self) -> dict:
+        return {"dir": self.device.dir, "qp": self.qp_num, **self.recv_cq.describe()}
+
+    def _attach(self, peer: dict) -> None:
+        self.peer_qp_num = peer["qp"]
+        self._peer = _Peer(peer["dir"])
+        self._peer_ring = _Ring(peer["ring"], peer["nslots"], peer["slot"], False)
+        self._peer_bell = peer["bell"]
+
+    # -- posting ----------------------------------------------------------------------------------
+    def _complete(self, wr_id: int, status: Status, op: Opcode, n: int, signaled: bool) -> None:
+        if status == Status.REM_ACCESS_ERR and self.closed:
+            status = Status.WR_FLUSH_ERR  # a QP in the error state flushes what is posted to it
+        if signaled or status != Status.SUCCESS:
+            self.send_cq._push_local(WorkCompletion(wr_id, status, op, n, None, self.qp_num))
+
+    def _remote(
+        self, raddr: int, rkey: int, length: int, need: Access
+    ) -> tuple[memoryview | None, int]:
+        if self.closed or self._peer is None:
+            return None, -1
+        view = self._peer.region(rkey, need)
+        off = raddr - (rkey << ADDR_SHIFT)
+        if view is None or off < 0 or length < 0 or off + length > len(view):
+            return None, 0
+        return view, off
+
+    def _local(self, mr: ShmMR, offset: int, length: int) -> bool:
+        return mr.rkey != 0 and 0 <= offset and 0 <= length and offset + length <= mr.length
+
+    def _notify(self, kind: int, imm: int, byte_len: int, payload=None) -> bool:
+        ring = self._peer_ring
+        with self._lock:
+            ok = ring.push(kind, self.peer_qp_num, imm, byte_len, payload)
+        if ok and ring._need_doorbell():
+            _ring_bell(self._peer_bell)
+        return ok
+
+    def post_write(self, wr_id, mr, offset, length, remote_addr, rkey, imm=None, signaled=True):
+        if not self._local(mr, offset, length):
+            return self._complete(wr_id, Status.LOC_PROT_ERR, Opcode.WRITE, 0, True)
+        if length == 0 and not self.closed and self._peer is not None:
+            view, roff = None, 0  # a zero-length WRITE touches no memory: no key check (IB spec)
+        else:
+            view, roff = self._remote(remote_addr, rkey, length, Access.REMOTE_WRITE)
+            if view is None:
+                return self._complete(wr_id, Status.REM_ACCESS_ERR, Opcode.WRITE, 0, True)
+        if length and not copy(view, roff, mr.buf, offset, length):  # the file shrank under us (SIGBUS)
+            return self._complete(wr_id, Status.REM_ACCESS_ERR, Opcode.WRITE, 0, True)
+        if imm is not None and (
+            self.closed or not self._notify(KIND_WRITE_IMM, imm & 0xFFFFFFFF, length)
+        ):
+            return self._complete(wr_id, Status.RNR_RETRY_EXC_ERR, Opcode.WRITE, 0, True)
+        self._complete(wr_id, Status.SUCCESS, Opcode.WRITE, length, signaled)
+
+    def post_read(self, wr_id, mr, offset, length, remote_addr, rkey, signaled=True):
+        if not self._local(mr, offset, length) or not mr.access & Access.LOCAL_WRITE:
+            return self._complete(wr_id, Status.LOC_PROT_ERR, Opcode.READ, 0, True)
+        view, roff = self._remote(remote_addr, rkey, length, Access.REMOTE_READ)
+        if view is None:
+            return self._complete(wr_id, Status.REM_ACCESS_ERR, Opcode.READ, 0, True)
+        if not copy(mr.buf, offset, view, roff, length):
+            return self._complete(wr_id, Status.REM_ACCESS_ERR, Opcode.READ, 0, True)
+        self._complete(wr_id, Status.SUCCESS, Opcode.READ, length, signaled)
+
+    def read_now(self, mr, offset, length, remote_addr, rkey) -> Status:
+        """A READ whose completion is returned instead of queued (the consumer's fast path)."""
+        view, roff = self._remote(remote_addr, rkey, length, Access.REMOTE_READ)
+        if view is None or not self._local(mr, offset, length):
+            return Status.REM_ACCESS_ERR
+        return Status.SUCCESS if copy(mr.buf, offset, view, roff, length) else Status.REM_ACCESS_ERR
+
+    def map_remote(self, remote_addr: int, rkey: int, length: int) -> memoryview | None:
+        """A live read-only view of peer memory: reading it is a READ that completes at once."""
+        view, roff = self._remote(remote_addr, rkey, length, Access.REMOTE_READ)
+        return None if view is None else view[roff : roff + length].toreadonly()
+
+    def _atomic(self, wr_id, mr, offset, remote_addr, rkey, op, a, b):
+        if not self._local(mr, offset, 8) or not mr.access & Access.LOCAL_WRITE:
+            return self._complete(wr_id, Status.LOC_PROT_ERR, op, 0, True)
+        view, roff = self._remote(remote_addr, rkey, 8, Access.REMOTE_ATOMIC)
+        if view is None or remote_addr % 8:
+            st = Status.REM_ACCESS_ERR if view is None else Status.REM_INV_REQ_ERR
+            return self._complete(wr_id, st, op, 0, True)
+        if op == Opcode.FETCH_AND_ADD:
+            old = fetch_add(view, roff, a & 0xFFFFFFFFFFFFFFFF)
+        else:
+            old = compare_swap(view, roff, a, b)
+        struct.pack_into("<Q", mr.buf, offset, old)
+        self._complete(wr_id, Status.SUCCESS, op, 8, True)
+
+    def post_fetch_add(self, wr_id, mr, offset, remote_addr, rkey, add):
+        self._atomic(wr_id, mr, offset, remote_addr, rkey, Opcode.FETCH_AND_ADD, add, 0)
+
+    def post_cmp_swap(self, wr_id, mr, offset, remote_addr, rkey, compare, swap):
+        self._atomic(wr_id, mr, offset, remote_addr, rkey, Opcode.CMP_AND_SWAP, compare, swap)
+
+    def post_send(self, wr_id, mr, offset, length, signaled=True):
+        if self.closed:
+            return self._complete(wr_id, Status.WR_FLUSH_ERR, Opcode.SEND, 0, True)
+        if not self._local(mr, offset, length):
+            return self._complete(wr_id, Status.LOC_PROT_ERR, Opcode.SEND, 0, True)
+        if length > self._peer_ring.slot_size - SLOT_HDR:
+            return self._complete(wr_id, Status.LOC_LEN_ERR, Opcode.SEND, 0, True)
+        if not self._notify(KIND_SEND, 0, length, mr.buf[offset : offset + length]):
+            return self._complete(wr_id, Status.RNR_RETRY_EXC_ERR, Opcode.SEND, 0, True)
+        self._complete(wr_id, Status.SUCCESS, Opcode.SEND, length, signaled)
+
+    def post_recv(self, wr_id, mr, offset, length):
+        if self.closed:
+            raise TransportError("queue pair is closed")
+        self._recvs.append((wr_id, mr, offset, length))
+        while self._rnr and self._recvs:
+            out: list[WorkCompletion] = []
+            self._incoming(self._rnr.popleft(), out)
+            for wc in out:
+                self.recv_cq._push_local(wc)
+
+    # -- receiving (called from the CQ's poll) ----------------------------------------------------
+    def _incoming(self, e: tuple, out: list[WorkCompletion]) -> None:
+        kind, _, imm, blen, payload = e
+        if kind == KIND_DISCONNECT:
+            self._flush(out)
+            return
+        if not self._recvs:
+            self._rnr.append(e)  # the sender's RNR retry, without the retry traffic
+            return
+        wr_id, mr, off, ln = self._recvs.popleft()
+        if kind == KIND_WRITE_IMM:
+            out.append(
+                WorkCompletion(
+                    wr_id, Status.SUCCESS, Opcode.RECV_RDMA_WITH_IMM, blen, imm, self.qp_num
+                )
+            )
+        elif blen > ln:
+            out.append(WorkCompletion(wr_id, Status.LOC_LEN_ERR, Opcode.RECV, 0, None, self.qp_num))
+        else:
+            mr.buf[off : off + blen] = payload
+            out.append(WorkCompletion(wr_id, Status.SUCCESS, Opcode.RECV, blen, None, self.qp_num))
+
+    def _flush(self, out: list[WorkCompletion]) -> None:
+        self.closed = True
+        while self._recvs:
+            wr_id = self._recvs.popleft()[0]
+            out.append(
+                WorkCompletion(wr_id, Status.WR_FLUSH_ERR, Opcode.RECV, 0, None, self.qp_num)
+            )
+
+    def peer_alive(self) -> bool:
+        """False once the peer closed its end (or died): the connection socket reads EOF."""
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        if self._peer_ring is not None and not self.closed:
+            self._notify(KIND_DISCONNECT, 0, 0)
+        self.closed = True
+        self.device._qps.pop(self.qp_num, None)
+        self.sock.close()
+        if self._peer is not None:
+            self._peer.close()
+            self._peer_ring.close()
+            self._peer = self._peer_ring = None
+
+
+class ShmListener:
+    def __init__(self, dev: ShmDevice):
+        self.device = dev
+        self.address = os.path.join(dev.dir, f"listen-{next(_ids)}.sock")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.address)
+        self.sock.listen(64)
+
+    def accept(self, send_cq, recv_cq=None, timeout=None) -> ShmQP:
+        self.sock.settimeout(timeout)
+        try:
+            conn, _ = self.sock.accept()
+        except TimeoutError as e:
+            raise TransportError("no connection request") from e
+        conn.settimeout(5.0)
+        peer = _recv_json(conn)
+        qp = ShmQP(self.device, conn, send_cq, recv_cq or send_cq, peer)
+        _send_json(conn, qp.hello())
+        return qp
+
+    def close(self) -> None:
+        self.sock.close()
+        try:
+            os.unlink(self.address)
+        except FileNotFoundError:
+            pass
+
+
+def _send_json(sock: socket.socket, obj: dict) -> None:
+    sock.sendall(json.dumps(obj).encode() + b"\n")
+
+
+def _recv_json(sock: socket.socket) -> dict:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise TransportError("peer closed during connection setup")
+        data += chunk
+        if len(data) > 65536:
+            raise TransportError("oversized connection request")
+    return json.loads(data)
+
+
+class ShmDevice:
+    """This process's shm endpoint: a directory of shared files (see the module docstring)."""
+
+    name = "shm"
+
+    def __init__(self, root: str | None = None, max_send: int = 488):
+        base = root or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
+        self.dir = tempfile.mkdtemp(prefix=f"rdmalog-{os.getpid()}-", dir=base)
+        self.slot_size = SLOT_HDR + max_send
+        with open(os.path.join(self.dir, "mrtable"), "wb") as f:
+            f.truncate(MR_ENTRIES * MR_ENTRY)
+        self._tmap, self._table = _map_file(
+            os.path.join(self.dir, "mrtable"), 0, MR_ENTRIES * MR_ENTRY, True
+        )
+        self._free = list(range(MR_ENTRIES - 1, 0, -1))  # entry 0 unused: rkey 0 means "none"
+        self._gen = itertools.count(1)
+        self._qps: dict[int, ShmQP] = {}
+        self._mrs: dict[int, ShmMR] = {}
+        self._lock = threading.Lock()
+
+    def _register(self, buf, access: Access, path: str | None, foff: int, owned=None) -> ShmMR:
+        remote = access & (Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
+        if remote and path is None:
+            raise TransportError("shm regions peers can reach must be file mappings (give path)")
+        pbytes = os.path.abspath(path).encode() if path else b""
+        if len(pbytes) > MR_PATH_MAX:
+            raise TransportError("region file path too long")
+        with self._lock:
+            if not self._free:
+                raise TransportError("region table full")
+            idx = self._free.pop()
+            rkey = ((next(self._gen) << 10) | idx) & 0xFFFFFFFF
+            mr = ShmMR(self, idx, rkey, buf, access, owned)
+            eoff = idx * MR_ENTRY
+            struct.pack_into(
+                "<QQQQ", self._table, eoff + 8, mr.length, int(access), foff, len(pbytes)
+            )
+            self._table[eoff + 40 : eoff + 40 + len(pbytes)] = pbytes
+            store(self._table, eoff, rkey)  # publish last: peers check this word
+            self._mrs[rkey] = mr
+        return mr
+
+    def _dereg(self, mr: ShmMR) -> None:
+        with self._lock:
+            store(self._table, mr.index * MR_ENTRY, 0)
+            self._mrs.pop(mr.rkey, None)
+            self._free.append(mr.index)
+        if mr._owned is not None:
+            m, path = mr._owned
+            mr.buf.release()
+            try:
+                m.close()
+            except BufferError:
+                pass
+            os.unlink(path)
+
+    def alloc_mr(self, length: int, access: Access) -> ShmMR:
+        path = os.path.join(self.dir, f"mr-{next(_ids)}")
+        with open(path, "wb") as f:
+            f.truncate(max(length, 1))
+        m, view = _map_file(path, 0, max(length, 1), True)
+        return self._register(view[:length], access, path, 0, owned=(m, path))
+
+    def reg_mr(self, buf, access: Access, path: str | None = None, file_offset: int = 0) -> ShmMR:
+        return self._register(buf, access, path, file_offset)
+
+    def create_cq(self, depth: int = 1024) -> ShmCQ:
+        return ShmCQ(self, depth, self.slot_size)
+
+    def listen(self, host: str = "127.0.0.1", port: int = 0) -> ShmListener:
+        return ShmListener(self)
+
+    def connect(
+        self, address: str, send_cq: ShmCQ, recv_cq: ShmCQ | None = None, timeout=5.0
+    ) -> ShmQP:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(address)
+        except OSError as e:
+            sock.close()
+            raise TransportError(f"cannot connect to {address}: {e}") from e
+        qp = ShmQP(self, sock, send_cq, recv_cq or send_cq, {})
+        _send_json(sock, qp.hello())
+        qp._attach(_recv_json(sock))
+        return qp
+
+    def close(self) -> None:
+        for qp in list(self._qps.values()):
+            qp.close()
+        self._table.release()
+        self._tmap.close()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,539 @@
+"""A software RNIC over TCP, for hosts without RDMA hardware (what siw does in the kernel).
+
+Each queue pair is one TCP connection carrying 48-byte work-request frames (plus WRITE/SEND
+payloads). The target side executes one-sided operations on its registered regions directly in
+an engine thread: a WRITE payload is received straight into the region's mapping, a READ is sent
+straight out of it, atomics use the same 64-bit atomics as local code, so a broker that reserves
+space in its own mapping stays coherent with remote FETCH_AND_ADDs. No request handling above the
+engine runs for them. Responses come back in order (RC semantics), so the initiator matches them
+to its posted work requests with a FIFO.
+
+The connecting side runs no thread: its completion queue's poll/wait drives the connection
+(responses, incoming SENDs, and any one-sided operation the peer targets at it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import select
+import selectors
+import socket
+import struct
+import threading
+import time
+from collections import deque
+
+from rdmalog.rdma._atomic64 import compare_swap, fetch_add
+from rdmalog.rdma.transport import (
+    Access,
+    Opcode,
+    RemoteRegion,
+    Status,
+    TransportError,
+    WorkCompletion,
+)
+
+ADDR_SHIFT = 32
+_HDR = struct.Struct("<BBHIQQIIQQ")  # op, status, flags, rkey, wr_id, addr, length, imm, a, b
+HDR = _HDR.size
+OP_WRITE, OP_WRITE_IMM, OP_READ, OP_FAA, OP_CAS, OP_SEND, OP_DISCONNECT = range(1, 8)
+RESP = 0x80
+_WC_OP = {
+    OP_WRITE: Opcode.WRITE,
+    OP_WRITE_IMM: Opcode.WRITE,
+    OP_READ: Opcode.READ,
+    OP_FAA: Opcode.FETCH_AND_ADD,
+    OP_CAS: Opcode.CMP_AND_SWAP,
+    OP_SEND: Opcode.SEND,
+}
+MAX_SEND = 64 * 1024
+_ids = itertools.count(1)
+_SYNC = object()  # marks a read_now request: its result is returned, not queued
+
+
+class TcpMR:
+    def __init__(self, dev: TcpDevice, rkey: int, buf, access: Access, owner=None):
+        self.device = dev
+        self.rkey = self.lkey = rkey
+        self.buf = memoryview(buf).cast("B")
+        self.length = len(self.buf)
+        self.addr = rkey << ADDR_SHIFT
+        self.access = access
+        self._owner = owner
+
+    def remote(self) -> RemoteRegion:
+        return RemoteRegion(self.addr, self.rkey, self.length)
+
+    def deregister(self) -> None:
+        self.device._mrs.pop(self.rkey, None)
+        self.rkey = 0
+
+
+class TcpCQ:
+    """Completions from the engine thread or from driving the connections attached to it."""
+
+    def __init__(self, dev: TcpDevice):
+        self.device = dev
+        self._local: deque[WorkCompletion] = deque()
+        self._pumped: list[TcpQP] = []  # connect-side QPs whose socket this CQ drives
+        self._efd = os.eventfd(0, os.EFD_NONBLOCK)
+        self._sleeping = False
+
+    def _push_local(self, wc: WorkCompletion) -> None:
+        self._local.append(wc)
+        if self._sleeping:
+            os.eventfd_write(self._efd, 1)
+
+    def poll(self, max_entries: int = 16) -> list[WorkCompletion]:
+        for qp in self._pumped:
+            qp._pump(block=False)
+        out: list[WorkCompletion] = []
+        local = self._local
+        while local and len(out) < max_entries:
+            out.append(local.popleft())
+        return out
+
+    def wait(self, timeout: float | None, max_entries: int = 16) -> list[WorkCompletion]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            out = self.poll(max_entries)
+            if out:
+                return out
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return out
+            self._sleeping = True
+            try:
+                if not self._local:
+                    fds = [self._efd] + [qp.sock for qp in self._pumped if not qp.closed]
+                    select.select(fds, [], [], left)
+            finally:
+                self._sleeping = False
+            try:
+                os.eventfd_read(self._efd)
+            except BlockingIOError:
+                pass
+
+    def close(self) -> None:
+        os.close(self._efd)
+
+
+class TcpQP:
+    def __init__(self, dev: TcpDevice, sock: socket.socket, send_cq: TcpCQ, recv_cq: TcpCQ):
+        self.device = dev
+        self.qp_num = next(_ids)
+        self.sock = sock
+        self.send_cq, self.recv_cq = send_cq, recv_cq
+        self.closed = False
+        self.peer_qp_num = 0
+        self._send_lock = threading.Lock()
+        self._recv_lock = threading.Lock()  # one reader of the socket at a time
+        self._pending: deque[tuple] = deque()  # our requests awaiting responses, in order
+        self._recvs: deque[tuple[int, TcpMR, int, int]] = deque()
+        self._rnr: deque[tuple] = deque()
+        self._hdr = bytearray(HDR)
+        self._scratch = bytearray(64 * 1024)
+        self._sync_status: Status | None = None
+        self.max_outstanding = 4096
+        # A stalled peer must not wedge the engine forever mid-frame.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 10, 0))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    # -- sending -----------------------------------------------------------------------------------
+    def _send(self, op, status, rkey, wr_id, addr, length, imm, a, b, payload=None) -> None:
+        hdr = _HDR.pack(op, status, 0, rkey, wr_id, addr, length, imm, a, b)
+        with self._send_lock:
+            if payload is None or len(payload) == 0:
+                self.sock.sendall(hdr)
+                return
+            bufs = [memoryview(hdr), payload]
+            while bufs:
+                n = self.sock.sendmsg(bufs)
+                while bufs and n >= len(bufs[0]):
+                    n -= len(bufs[0])
+                    bufs.pop(0)
+                if bufs and n:
+                    bufs[0] = bufs[0][n:]
+
+    def _post(self, entry: tuple, op, rkey, addr, length, imm, a, b, payload=None) -> None:
+        if self.closed:  # a QP in the error state flushes what is posted to it
+            if entry[0] is _SYNC:
+                self._sync_status = Status.WR_FLUSH_ERR
+            else:
+                self._fail(entry[0], _WC_OP[entry[1]], Status.WR_FLUSH_ERR)
+            return
+        if len(self._pending) >= 256 and self not in self.device._served:
+            # Nobody else reads a connecting QP's socket: collect finished responses here.
+            self._pump(block=False)
+            while len(self._pending) >= self.max_outstanding and not self.closed:
+                self._pump(block=True, timeout=1.0)
+        if len(self._pending) >= self.max_outstanding:
+            raise TransportError("send queue full")
+        self._pending.append(entry)
+        try:
+            self._send(op, 0, rkey, 0, addr, length, imm, a, b, payload)
+        except OSError:
+            self._broken()  # flushes the entry just queued with the rest
+
+    def _fail(self, wr_id: int, op: Opcode, status: Status) -> None:
+        self.send_cq._push_local(WorkCompletion(wr_id, status, op, 0, None, self.qp_num))
+
+    @staticmethod
+    def _local_ok(mr: TcpMR, offset: int, length: int) -> bool:
+        return mr.rkey != 0 and 0 <= offset and 0 <= length and offset + length <= mr.length
+
+    def post_write(self, wr_id, mr, offset, length, remote_addr, rkey, imm=None, signaled=True):
+        if not self._local_ok(mr, offset, length):
+            return self._fail(wr_id, Opcode.WRITE, Status.LOC_PROT_ERR)
+        op = OP_WRITE if imm is None else OP_WRITE_IMM
+        entry = (wr_id, OP_WRITE, None, 0, length, signaled)
+        payload = mr.buf[offset : offset + length]
+        self._post(entry, op, rkey, remote_addr, length, (imm or 0) & 0xFFFFFFFF, 0, 0, payload)
+
+    def post_read(self, wr_id, mr, offset, length, remote_addr, rkey, signaled=True):
+        if not self._local_ok(mr, offset, length) or not mr.access & Access.LOCAL_WRITE:
+            return self._fail(wr_id, Opcode.READ, Status.LOC_PROT_ERR)
+        self._post(
+            (wr_id, OP_READ, mr, offset, length, signaled),
+            OP_READ,
+            rkey,
+            remote_addr,
+            length,
+            0,
+            0,
+            0,
+        )
+
+    def read_now(self, mr, offset, length, remote_addr, rkey) -> Status:
+        """A READ whose completion is returned instead of queued (the consumer's fast path)."""
+        if not self._local_ok(mr, offset, length):
+            return Status.LOC_PROT_ERR
+        self._sync_status = None
+        self._post(
+            (_SYNC, OP_READ, mr, offset, length, False), OP_READ, rkey, remote_addr, length, 0, 0, 0
+        )
+        deadline = time.monotonic() + 10.0
+        while self._sync_status is None:
+            if self.closed or time.monotonic() > deadline:
+                return Status.RETRY_EXC_ERR
+            self._pump(block=True, timeout=1.0)
+        return self._sync_status
+
+    def map_remote(self, remote_addr: int, rkey: int, length: int) -> None:
+        return None  # no shared memory here: every look is a READ
+
+    def post_fetch_add(self, wr_id, mr, offset, remote_addr, rkey, add):
+        if not self._local_ok(mr, offset, 8) or not mr.access & Access.LOCAL_WRITE:
+            return self._fail(wr_id, Opcode.FETCH_AND_ADD, Status.LOC_PROT_ERR)
+        add &= 0xFFFFFFFFFFFFFFFF
+        self._post((wr_id, OP_FAA, mr, offset, 8, True), OP_FAA, rkey, remote_addr, 8, 0, add, 0)
+
+    def post_cmp_swap(self, wr_id, mr, offset, remote_addr, rkey, compare, swap):
+        if not self._local_ok(mr, offset, 8) or not mr.access & Access.LOCAL_WRITE:
+            return self._fail(wr_id, Opcode.CMP_AND_SWAP, Status.LOC_PROT_ERR)
+        entry = (wr_id, OP_CAS, mr, offset, 8, True)
+        self._post(entry, OP_CAS, rkey, remote_addr, 8, 0, compare, swap)
+
+    def post_send(self, wr_id, mr, offset, length, signaled=True):
+        if not self._local_ok(mr, offset, length):
+            return self._fail(wr_id, Opcode.SEND, Status.LOC_PROT_ERR)
+        if length > MAX_SEND:
+            return self._fail(wr_id, Opcode.SEND, Status.LOC_LEN_ERR)
+        entry = (wr_id, OP_SEND, None, 0, length, signaled)
+        self._post(entry, OP_SEND, 0, 0, length, 0, 0, 0, mr.buf[offset : offset + length])
+
+    def post_recv(self, wr_id, mr, offset, length):
+        if self.closed:
+            raise TransportError("queue pair is closed")
+        with self._recv_lock:
+            self._recvs.append((wr_id, mr, offset, length))
+            while self._rnr and self._recvs:
+                self._deliver(*self._rnr.popleft())
+
+    # -- receiving ---------------------------------------------------------------------------------
+    def _recv_exact(self, view: memoryview) -> None:
+        while len(view):
+            n = self.sock.recv_into(view)
+            if n == 0:
+                raise ConnectionError("peer closed")
+            view = view[n:]
+
+    def _pump(self, block: bool, timeout: float | None = None) -> None:
+        """Process every frame already arrived (waiting up to `timeout` for one if block)."""
+        if self.closed or not self._recv_lock.acquire(blocking=block):
+            return
+        try:
+            if block and not select.select([self.sock], [], [], timeout)[0]:
+                return
+            while self._serve_one():
+                pass
+        except (OSError, ConnectionError):
+            self._broken()
+        finally:
+            self._recv_lock.release()
+
+    def _serve_one(self) -> bool:
+        """Handle one incoming frame if one has started to arrive; False if none."""
+        hdr = memoryview(self._hdr)
+        try:
+            n = self.sock.recv_into(hdr, HDR, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False
+        if n == 0:
+            raise ConnectionError("peer closed")
+        self._recv_exact(hdr[n:])
+        op, status, _, rkey, wr_id, addr, length, imm, a, b = _HDR.unpack(self._hdr)
+        if op & RESP:
+            self._response(op & 0x7F, status, length, a)
+        elif op in (OP_WRITE, OP_WRITE_IMM):
+            st = self._exec_write(rkey, addr, length)
+            if op == OP_WRITE_IMM and st == Status.SUCCESS:
+                self._deliver(OP_WRITE_IMM, imm, length, None)
+            self._send(op | RESP, st, 0, wr_id, 0, 0, 0, 0, 0)
+        elif op == OP_READ:
+            view = self._target(rkey, addr, length, Access.REMOTE_READ)
+            st = Status.REM_ACCESS_ERR if view is None else Status.SUCCESS
+            self._send(op | RESP, st, 0, wr_id, 0, 0 if view is None else length, 0, 0, 0, view)
+        elif op in (OP_FAA, OP_CAS):
+            st, old = self._exec_atomic(op, rkey, addr, a, b)
+            self._send(op | RESP, st, 0, wr_id, 0, 0, 0, old, 0)
+        elif op == OP_SEND:
+            data = bytearray(length)
+            self._recv_exact(memoryview(data))
+            self._deliver(OP_SEND, 0, length, data)
+            self._send(op | RESP, Status.SUCCESS, 0, wr_id, 0, 0, 0, 0, 0)
+        elif op == OP_DISCONNECT:
+            raise ConnectionError("peer disconnected")
+        else:
+            raise ConnectionError(f"bad frame op {op}")
+        return True
+
+    def _target(self, rkey: int, addr: int, length: int, need: Access) -> memoryview | None:
+        mr = self.device._mrs.get(rkey)
+        off = addr - (rkey << ADDR_SHIFT)
+        if mr is None or (mr.access & need) != need or off < 0 or off + length > mr.length:
+            return None
+        return mr.buf[off : off + length]
+
+    def _exec_write(self, rkey: int, addr: int, length: int) -> Status:
+        if length == 0:
+            return Status.SUCCESS  # a zero-length WRITE touches no memory: no key check (IB spec)
+        view = self._target(rkey, addr, length, Access.REMOTE_WRITE)
+        if view is not None:
+            self._recv_exact(view)  # zero-copy: the payload lands in the mapping
+            return Status.SUCCESS
+        left = length  # refused: discard the payload, keep the stream in sync
+        scratch = memoryview(self._scratch)
+        while left:
+            k = min(left, len(scratch))
+            self._recv_exact(scratch[:k])
+            left -= k
+        return Status.REM_ACCESS_ERR
+
+    def _exec_atomic(self, op: int, rkey: int, addr: int, a: int, b: int) -> tuple[Status, int]:
+        mr = self.device._mrs.get(rkey)
+        off = addr - (rkey << ADDR_SHIFT)
+        if mr is None or not mr.access & Access.REMOTE_ATOMIC or off < 0 or off + 8 > mr.length:
+            return Status.REM_ACCESS_ERR, 0
+        if addr % 8:
+            return Status.REM_INV_REQ_ERR, 0
+        try:
+            if op == OP_FAA:
+                return Status.SUCCESS, fetch_add(mr.buf, off, a)
+            return Status.SUCCESS, compare_swap(mr.buf, off, a, b)
+        except ValueError:  # the mapping itself is misaligned
+            return Status.REM_INV_REQ_ERR, 0
+
+    def _response(self, op: int, status: int, length: int, value: int) -> None:
+        if not self._pending:
+            raise ConnectionError("response without request")
+        wr_id, kind, mr, off, ln, signaled = self._pending.popleft()
+        st = Status(status)
+        if kind == OP_READ and length:
+            self._recv_exact(mr.buf[off : off + length])
+        elif kind in (OP_FAA, OP_CAS) and st == Status.SUCCESS:
+            struct.pack_into("<Q", mr.buf, off, value)
+        if wr_id is _SYNC:
+            self._sync_status = st
+        elif signaled or st != Status.SUCCESS:
+            n = ln if st == Status.SUCCESS else 0
+            self.send_cq._push_local(WorkCompletion(wr_id, st, _WC_OP[kind], n, None, self.qp_num))
+
+    def _deliver(self, kind: int, imm: int, length: int, data) -> None:
+        if not self._recvs:
+            self._rnr.append((kind, imm, length, data))
+            return
+        wr_id, mr, off, ln = self._recvs.popleft()
+        if kind == OP_WRITE_IMM:
+            wc = WorkCompletion(
+                wr_id, Status.SUCCESS, Opcode.RECV_RDMA_WITH_IMM, length, imm, self.qp_num
+            )
+        elif length > ln:
+            wc = WorkCompletion(wr_id, Status.LOC_LEN_ERR, Opcode.RECV, 0, None, self.qp_num)
+        else:
+            mr.buf[off : off + length] = data
+            wc = WorkCompletion(wr_id, Status.SUCCESS, Opcode.RECV, length, None, self.qp_num)
+        self.recv_cq._push_local(wc)
+
+    def _broken(self) -> None:
+        """The connection is gone: flush everything outstanding with error completions."""
+        if self.closed:
+            return
+        self.closed = True
+        self.device._unserve(self)
+        while self._pending:
+            wr_id, kind, *_ = self._pending.popleft()
+            if wr_id is _SYNC:
+                self._sync_status = Status.WR_FLUSH_ERR
+            else:
+                self._fail(wr_id, _WC_OP[kind], Status.WR_FLUSH_ERR)
+        while self._recvs:
+            wr_id = self._recvs.popleft()[0]
+            self.recv_cq._push_local(
+                WorkCompletion(wr_id, Status.WR_FLUSH_ERR, Opcode.RECV, 0, None, self.qp_num)
+            )
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def peer_alive(self) -> bool:
+        return not self.closed
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._send(OP_DISCONNECT, 0, 0, 0, 0, 0, 0, 0, 0)
+            except OSError:
+                pass
+            self._broken()
+        for cq in {self.send_cq, self.recv_cq}:
+            if self in cq._pumped:
+                cq._pumped.remove(self)
+
+
+class TcpListener:
+    def __init__(self, dev: TcpDevice, host: str, port: int):
+        self.device = dev
+        self.sock = socket.create_server((host, port))
+        host, port = self.sock.getsockname()[:2]
+        self.address = f"{host}:{port}"
+
+    def accept(self, send_cq, recv_cq=None, timeout=None) -> TcpQP:
+        self.sock.settimeout(timeout)
+        try:
+            conn, _ = self.sock.accept()
+        except TimeoutError as e:
+            raise TransportError("no connection request") from e
+        conn.settimeout(5.0)
+        peer = _recv_json(conn)
+        conn.settimeout(None)
+        qp = TcpQP(self.device, conn, send_cq, recv_cq or send_cq)
+        qp.peer_qp_num = peer["qp"]
+        conn.sendall(json.dumps({"qp": qp.qp_num}).encode() + b"\n")
+        self.device._serve(qp)  # from here on the engine executes what arrives
+        return qp
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _recv_json(sock: socket.socket) -> dict:
+    data = b""
+    while not data.endswith(b"\n"):
+        c = sock.recv(1)  # byte-wise: nothing after the newline may be consumed here
+        if not c:
+            raise TransportError("peer closed during connection setup")
+        data += c
+        if len(data) > 4096:
+            raise TransportError("oversized connection request")
+    return json.loads(data)
+
+
+class TcpDevice:
+    """This process's software RNIC: registered regions plus the engine thread serving them."""
+
+    name = "tcp"
+
+    def __init__(self):
+        self._mrs: dict[int, TcpMR] = {}
+        self._rkeys = itertools.count(1)
+        self._sel = selectors.DefaultSelector()
+        self._engine: threading.Thread | None = None
+        self._stop = False
+        self._served: set[TcpQP] = set()
+        self._lock = threading.Lock()
+
+    def alloc_mr(self, length: int, access: Access) -> TcpMR:
+        import mmap
+
+        m = mmap.mmap(-1, max(length, 1))
+        return self.reg_mr(memoryview(m)[:length], access, owner=m)
+
+    def reg_mr(
+        self, buf, access: Access, path: str | None = None, file_offset: int = 0, owner=None
+    ) -> TcpMR:
+        rkey = next(self._rkeys) & 0xFFFFFFFF
+        mr = TcpMR(self, rkey, buf, access, owner)
+        self._mrs[rkey] = mr
+        return mr
+
+    def create_cq(self, depth: int = 1024) -> TcpCQ:
+        return TcpCQ(self)
+
+    def listen(self, host: str = "127.0.0.1", port: int = 0) -> TcpListener:
+        return TcpListener(self, host, port)
+
+    def connect(
+        self, address: str, send_cq: TcpCQ, recv_cq: TcpCQ | None = None, timeout=5.0
+    ) -> TcpQP:
+        host, _, port = address.rpartition(":")
+        try:
+            sock = socket.create_connection((host, int(port)), timeout=timeout)
+        except OSError as e:
+            raise TransportError(f"cannot connect to {address}: {e}") from e
+        qp = TcpQP(self, sock, send_cq, recv_cq or send_cq)
+        sock.sendall(json.dumps({"qp": qp.qp_num}).encode() + b"\n")
+        qp.peer_qp_num = _recv_json(sock)["qp"]
+        sock.settimeout(None)
+        for cq in {send_cq, qp.recv_cq}:
+            cq._pumped.append(qp)
+        return qp
+
+    # -- the engine ------------------------------------------------------------------------------
+    def _serve(self, qp: TcpQP) -> None:
+        with self._lock:
+            self._sel.register(qp.sock, selectors.EVENT_READ, qp)
+            self._served.add(qp)
+            if self._engine is None:
+                self._engine = threading.Thread(
+                    target=self._run, name="rdma-tcp-engine", daemon=True
+                )
+                self._engine.start()
+
+    def _unserve(self, qp: TcpQP) -> None:
+        with self._lock:
+            try:
+                self._served.discard(qp)
+                self._sel.unregister(qp.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                events = self._sel.select(timeout=0.2)
+            except OSError:
+                continue
+            for key, _ in events:
+                key.data._pump(block=False)
+
+    def close(self) -> None:
+        self._stop = True
+        for key in list(self._sel.get_map().values()):
+            key.data.close()
+        if self._engine is not None:
+            self._engine.join(timeout=2)
+        self._sel.close()

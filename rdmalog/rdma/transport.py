@@ -1,0 +1,237 @@
+"""The verbs-shaped transport interface every datapath is written against.
+
+Three implementations: `verbs` (pyverbs, RC QPs, rdmacm), `shm` (same host, shared file mappings)
+and `tcp` (a software RNIC). Names and numbers follow libibverbs so the `verbs` mapping stays thin:
+a region is registered with access flags and gets an rkey, a queue pair posts work requests whose
+outcome arrives as work completions on a completion queue. One-sided operations address the peer
+by (remote address, rkey); an out-of-bounds or wrong-key access is an error completion, never a
+crash of either side.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class Access(enum.IntFlag):
+    """ibv_access_flags."""
+
+    LOCAL_WRITE = 1
+    REMOTE_WRITE = 2
+    REMOTE_READ = 4
+    REMOTE_ATOMIC = 8
+
+
+class Opcode(enum.IntEnum):
+    """ibv_wc_opcode (receive-side values have bit 7 set, as in libibverbs)."""
+
+    SEND = 0
+    WRITE = 1
+    READ = 2
+    CMP_AND_SWAP = 3
+    FETCH_AND_ADD = 4
+    RECV = 128
+    RECV_RDMA_WITH_IMM = 129
+    # Work-request opcode only: a WRITE_WITH_IMM completes as WRITE at the initiator and as
+    # RECV_RDMA_WITH_IMM at the target, like IBV_WR_RDMA_WRITE_WITH_IMM.
+    WRITE_WITH_IMM = 64
+
+
+class Status(enum.IntEnum):
+    """ibv_wc_status (the subset these transports produce)."""
+
+    SUCCESS = 0
+    LOC_LEN_ERR = 1
+    LOC_PROT_ERR = 4
+    WR_FLUSH_ERR = 5
+    REM_INV_REQ_ERR = 9
+    REM_ACCESS_ERR = 10
+    REM_OP_ERR = 11
+    RETRY_EXC_ERR = 12
+    RNR_RETRY_EXC_ERR = 13
+    GENERAL_ERR = 21
+
+
+class TransportError(Exception):
+    """Setup failures (connect, register) and posting to a broken queue pair."""
+
+
+ATOMIC_SIZE = 8  # atomics work on one naturally aligned 64-bit word
+
+
+@dataclass(slots=True)
+class WorkCompletion:
+    """ibv_wc: `imm_data` is the host-order value of the 32-bit immediate (None without one)."""
+
+    wr_id: int
+    status: Status
+    opcode: Opcode
+    byte_len: int = 0
+    imm_data: int | None = None
+    qp_num: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.SUCCESS
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteRegion:
+    """What a peer needs to address a region one-sidedly: sent over the control channel."""
+
+    addr: int
+    rkey: int
+    length: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"addr": self.addr, "rkey": self.rkey, "length": self.length}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RemoteRegion:
+        return cls(int(d["addr"]), int(d["rkey"]), int(d["length"]))
+
+
+class MemoryRegion(Protocol):
+    """A registered buffer: `buf` is the local view, (`addr`, `rkey`) name it for peers."""
+
+    buf: memoryview
+    addr: int
+    rkey: int
+    lkey: int
+    length: int
+    access: Access
+
+    def remote(self) -> RemoteRegion: ...
+
+    def deregister(self) -> None: ...
+
+
+class CompletionQueue(Protocol):
+    def poll(self, max_entries: int = 16) -> list[WorkCompletion]:
+        """Return up to `max_entries` completions without blocking."""
+        ...
+
+    def wait(self, timeout: float | None, max_entries: int = 16) -> list[WorkCompletion]:
+        """Poll, blocking up to `timeout` seconds for at least one completion."""
+        ...
+
+
+class QueuePair(Protocol):
+    """A connected reliable queue pair. Local buffers are (MemoryRegion, offset, length)."""
+
+    qp_num: int
+    send_cq: CompletionQueue
+    recv_cq: CompletionQueue
+
+    def post_send(
+        self, wr_id: int, mr: MemoryRegion, offset: int, length: int, signaled: bool = True
+    ) -> None: ...
+
+    def post_recv(self, wr_id: int, mr: MemoryRegion, offset: int, length: int) -> None: ...
+
+    def post_write(
+        self,
+        wr_id: int,
+        mr: MemoryRegion,
+        offset: int,
+        length: int,
+        remote_addr: int,
+        rkey: int,
+        imm: int | None = None,
+        signaled: bool = True,
+    ) -> None:
+        """RDMA WRITE; with `imm` it is WRITE_WITH_IMM and consumes a receive at the target."""
+        ...
+
+    def post_read(
+        self,
+        wr_id: int,
+        mr: MemoryRegion,
+        offset: int,
+        length: int,
+        remote_addr: int,
+        rkey: int,
+        signaled: bool = True,
+    ) -> None: ...
+
+    def post_fetch_add(
+        self, wr_id: int, mr: MemoryRegion, offset: int, remote_addr: int, rkey: int, add: int
+    ) -> None:
+        """The old 64-bit value lands in mr at offset (host byte order)."""
+        ...
+
+    def post_cmp_swap(
+        self,
+        wr_id: int,
+        mr: MemoryRegion,
+        offset: int,
+        remote_addr: int,
+        rkey: int,
+        compare: int,
+        swap: int,
+    ) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Device(Protocol):
+    """One endpoint of a transport in this process: a protection domain plus connection setup."""
+
+    name: str
+
+    def alloc_mr(self, length: int, access: Access) -> MemoryRegion:
+        """Allocate and register memory the peer can address (shm backs it with a shared file)."""
+        ...
+
+    def reg_mr(
+        self, buf, access: Access, path: str | None = None, file_offset: int = 0
+    ) -> MemoryRegion:
+        """Register an existing buffer; `path`/`file_offset` name its file when it maps one."""
+        ...
+
+    def create_cq(self, depth: int = 1024) -> CompletionQueue: ...
+
+    def listen(self, host: str = "127.0.0.1", port: int = 0) -> Listener: ...
+
+    def connect(
+        self, address: str, send_cq: CompletionQueue, recv_cq: CompletionQueue | None = None
+    ) -> QueuePair: ...
+
+    def close(self) -> None: ...
+
+
+class Listener(Protocol):
+    address: str
+
+    def accept(
+        self,
+        send_cq: CompletionQueue,
+        recv_cq: CompletionQueue | None = None,
+        timeout: float | None = None,
+    ) -> QueuePair: ...
+
+    def close(self) -> None: ...
+
+
+def check_bounds(length_of_region: int, offset: int, length: int) -> bool:
+    """True when [offset, offset+length) lies inside a region of `length_of_region` bytes."""
+    return 0 <= offset and 0 <= length and offset + length <= length_of_region
+
+
+def open_device(kind: str, **kwargs) -> Device:
+    """Create the transport endpoint named `kind`: "shm", "tcp" or "verbs"."""
+    if kind == "shm":
+        from rdmalog.rdma.shm import ShmDevice
+
+        return ShmDevice(**kwargs)
+    if kind == "tcp":
+        from rdmalog.rdma.tcp import TcpDevice
+
+        return TcpDevice(**kwargs)
+    if kind == "verbs":
+        from rdmalog.rdma.verbs import VerbsDevice
+
+        return VerbsDevice(**kwargs)
+    raise ValueError(f"unknown transport {kind!r}")

@@ -1,0 +1,328 @@
+"""Real RDMA through pyverbs: RC queue pairs, rdmacm connection setup. A thin mapping.
+
+Requirements: an RDMA device and Debian's ``python3-pyverbs`` (PyPI's pyverbs does not build
+against Debian's rdma-core). Without hardware, Soft-RoCE gives one on any Ethernet interface::
+
+    modprobe rdma_rxe && rdma link add rxe0 type rxe netdev eth0   # then: ibv_devices
+
+One device context and one protection domain per `VerbsDevice`, so a region registered once (a
+segment file's mapping) can be addressed through every queue pair. rdmacm (synchronous endpoints)
+resolves addresses and exchanges QP numbers; the QPs themselves are "external" QPs on our PD,
+moved to RTS with the attributes rdmacm computes, plus REMOTE_ATOMIC access. Immediate data
+travels in network byte order as on the wire; WorkCompletion.imm_data is host order.
+pyverbs is imported lazily so the rest of the package never needs it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import socket
+import sys
+import time
+
+from rdmalog.rdma.transport import (
+    Access,
+    Opcode,
+    RemoteRegion,
+    Status,
+    TransportError,
+    WorkCompletion,
+)
+
+_UNAVAILABLE: str | None = None
+
+
+DEBIAN_PYVERBS = "/usr/lib/python3/dist-packages/pyverbs"
+
+
+def _import_pyverbs() -> None:
+    """Import pyverbs; in a virtualenv, load Debian's package alone (same CPython ABI)."""
+    try:
+        import pyverbs  # noqa: F401
+    except ImportError:
+        init = os.path.join(DEBIAN_PYVERBS, "__init__.py")
+        if not os.path.exists(init):
+            raise
+        spec = importlib.util.spec_from_file_location(
+            "pyverbs", init, submodule_search_locations=[DEBIAN_PYVERBS]
+        )
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["pyverbs"] = mod
+        spec.loader.exec_module(mod)
+
+
+def unavailable_reason() -> str | None:
+    """Why this transport cannot run here (None when pyverbs and a device are present)."""
+    global _UNAVAILABLE
+    if _UNAVAILABLE is not None:
+        return _UNAVAILABLE or None
+    try:
+        _import_pyverbs()
+        import pyverbs.device as d
+    except ImportError:
+        _UNAVAILABLE = "pyverbs is not installed (apt-get install python3-pyverbs)"
+        return _UNAVAILABLE
+    try:
+        devs = d.get_device_list()
+    except Exception as e:  # the kernel has no InfiniBand/RDMA support at all
+        _UNAVAILABLE = f"no RDMA device: {e} (/sys/class/infiniband is empty or absent)"
+        return _UNAVAILABLE
+    if not devs:
+        _UNAVAILABLE = "no RDMA device (try Soft-RoCE: rdma link add rxe0 type rxe netdev eth0)"
+        return _UNAVAILABLE
+    _UNAVAILABLE = ""
+    return None
+
+
+def _address_of(buf) -> int:
+    """The virtual address of a writable buffer (an mmap, bytearray or memoryview of one)."""
+    view = memoryview(buf)
+    if view.readonly:
+        raise TransportError("RDMA regions must be writable mappings")
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
+
+
+class VerbsMR:
+    def __init__(self, dev: VerbsDevice, buf, access: Access, owner=None):
+        from pyverbs.mr import MR
+
+        self.buf = memoryview(buf).cast("B")
+        self.length = len(self.buf)
+        self.addr = _address_of(self.buf)
+        self.access = access
+        self._owner = owner
+        self.mr = MR(dev.pd, self.length, int(access), address=self.addr)
+        self.rkey, self.lkey = self.mr.rkey, self.mr.lkey
+
+    def remote(self) -> RemoteRegion:
+        return RemoteRegion(self.addr, self.rkey, self.length)
+
+    def deregister(self) -> None:
+        self.mr.close()  # ibv_dereg_mr: later remote accesses fail with REM_ACCESS_ERR
+        self.rkey = 0
+
+
+class VerbsCQ:
+    def __init__(self, dev: VerbsDevice, depth: int):
+        from pyverbs.cq import CQ
+
+        self.cq = CQ(dev.ctx, depth, None, None, 0)
+
+    def poll(self, max_entries: int = 16) -> list[WorkCompletion]:
+        n, wcs = self.cq.poll(max_entries)
+        out = []
+        for wc in wcs[:n]:
+            op = Opcode(wc.opcode)
+            imm = socket.ntohl(wc.imm_data) if op == Opcode.RECV_RDMA_WITH_IMM else None
+            out.append(WorkCompletion(wc.wr_id, Status(wc.status), op, wc.byte_len, imm, wc.qp_num))
+        return out
+
+    def wait(self, timeout: float | None, max_entries: int = 16) -> list[WorkCompletion]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        spins = 0
+        while True:  # busy poll first (latency), then back off (CPU)
+            out = self.poll(max_entries)
+            if out or (deadline is not None and time.monotonic() >= deadline):
+                return out
+            spins += 1
+            if spins > 2000:
+                time.sleep(50e-6)
+
+    def close(self) -> None:
+        self.cq.close()
+
+
+class VerbsQP:
+    def __init__(self, dev: VerbsDevice, cmid, send_cq: VerbsCQ, recv_cq: VerbsCQ, depth: int):
+        import pyverbs.enums as e
+        from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+
+        self.device, self.cmid = dev, cmid
+        self.send_cq, self.recv_cq = send_cq, recv_cq
+        cap = QPCap(max_send_wr=depth, max_recv_wr=depth, max_send_sge=1, max_recv_sge=1)
+        init = QPInitAttr(qp_type=e.IBV_QPT_RC, scq=send_cq.cq, rcq=recv_cq.cq, cap=cap)
+        self.qp = QP(dev.pd, init, QPAttr())
+        self.qp_num = self.qp.qp_num
+        self.closed = False
+
+    def to_rts(self) -> None:
+        """Move the external QP INIT -> RTR -> RTS with rdmacm's attributes (+ atomics)."""
+        import pyverbs.enums as e
+
+        for state in (e.IBV_QPS_INIT, e.IBV_QPS_RTR, e.IBV_QPS_RTS):
+            attr, mask = self.cmid.init_qp_attr(state)
+            if state == e.IBV_QPS_INIT:
+                attr.qp_access_flags = int(
+                    Access.LOCAL_WRITE
+                    | Access.REMOTE_WRITE
+                    | Access.REMOTE_READ
+                    | Access.REMOTE_ATOMIC
+                )
+            self.qp.modify(attr, mask)
+
+    def _wr(self, wr_id, opcode, mr, offset, length, signaled=True, imm=None):
+        import pyverbs.enums as e
+        from pyverbs.wr import SGE, SendWR
+
+        if not (0 <= offset and offset + length <= mr.length):
+            raise TransportError("local buffer out of bounds")
+        flags = e.IBV_SEND_SIGNALED if signaled else 0
+        sge = SGE(mr.addr + offset, length, mr.lkey)
+        kw = {"imm_data": socket.htonl(imm & 0xFFFFFFFF)} if imm is not None else {}
+        return SendWR(wr_id=wr_id, opcode=opcode, num_sge=1, sg=[sge], send_flags=flags, **kw)
+
+    def post_write(self, wr_id, mr, offset, length, remote_addr, rkey, imm=None, signaled=True):
+        import pyverbs.enums as e
+
+        op = e.IBV_WR_RDMA_WRITE if imm is None else e.IBV_WR_RDMA_WRITE_WITH_IMM
+        wr = self._wr(wr_id, op, mr, offset, length, signaled, imm)
+        wr.set_wr_rdma(rkey, remote_addr)
+        self.qp.post_send(wr)
+
+    def post_read(self, wr_id, mr, offset, length, remote_addr, rkey, signaled=True):
+        import pyverbs.enums as e
+
+        wr = self._wr(wr_id, e.IBV_WR_RDMA_READ, mr, offset, length, signaled)
+        wr.set_wr_rdma(rkey, remote_addr)
+        self.qp.post_send(wr)
+
+    def read_now(self, mr, offset, length, remote_addr, rkey) -> Status:
+        """READ and wait for it (the send CQ must not be shared with other posters)."""
+        self.post_read(0xFFFF_FFFF_FFFF_FFFF, mr, offset, length, remote_addr, rkey)
+        for wc in self.send_cq.wait(10.0, 1):
+            return wc.status
+        return Status.RETRY_EXC_ERR
+
+    def map_remote(self, remote_addr: int, rkey: int, length: int) -> None:
+        return None
+
+    def _atomic(self, wr_id, op, mr, offset, remote_addr, rkey, a, b):
+        if remote_addr % 8:
+            raise TransportError("remote atomic address must be 8-byte aligned")
+        wr = self._wr(wr_id, op, mr, offset, 8)
+        wr.set_wr_atomic(rkey, remote_addr, a, b)
+        self.qp.post_send(wr)
+
+    def post_fetch_add(self, wr_id, mr, offset, remote_addr, rkey, add):
+        import pyverbs.enums as e
+
+        self._atomic(wr_id, e.IBV_WR_ATOMIC_FETCH_AND_ADD, mr, offset, remote_addr, rkey, add, 0)
+
+    def post_cmp_swap(self, wr_id, mr, offset, remote_addr, rkey, compare, swap):
+        import pyverbs.enums as e
+
+        self._atomic(
+            wr_id, e.IBV_WR_ATOMIC_CMP_AND_SWP, mr, offset, remote_addr, rkey, compare, swap
+        )
+
+    def post_send(self, wr_id, mr, offset, length, signaled=True):
+        import pyverbs.enums as e
+
+        self.qp.post_send(self._wr(wr_id, e.IBV_WR_SEND, mr, offset, length, signaled))
+
+    def post_recv(self, wr_id, mr, offset, length):
+        from pyverbs.wr import SGE, RecvWR
+
+        sg = [SGE(mr.addr + offset, length, mr.lkey)] if length else []
+        self.qp.post_recv(RecvWR(wr_id=wr_id, num_sge=len(sg), sg=sg))
+
+    def peer_alive(self) -> bool:
+        return not self.closed
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            try:
+                self.cmid.disconnect()
+            except Exception:
+                pass
+            self.qp.close()
+            self.cmid.close()
+
+
+def _conn_param(qp_num: int):
+    from pyverbs.cmid import ConnParam
+
+    # resources/depth: outstanding READs/atomics each way (the device clips them)
+    return ConnParam(resources=16, depth=16, retry=7, rnr_retry=7, qp_num=qp_num)
+
+
+class VerbsListener:
+    def __init__(self, dev: VerbsDevice, host: str, port: int):
+        import pyverbs.cm_enums as ce
+        from pyverbs.cmid import CMID, AddrInfo
+
+        self.device = dev
+        port = port or _free_port(host)
+        ai = AddrInfo(
+            src=host, src_service=str(port), port_space=ce.RDMA_PS_TCP, flags=ce.RAI_PASSIVE
+        )
+        self.cmid = CMID(creator=ai)
+        self.cmid.listen(backlog=64)
+        self.address = f"{host}:{port}"
+
+    def accept(self, send_cq, recv_cq=None, timeout=None) -> VerbsQP:
+        child = self.cmid.get_request()  # blocks: synchronous rdmacm endpoint
+        qp = VerbsQP(self.device, child, send_cq, recv_cq or send_cq, self.device.depth)
+        qp.to_rts()
+        child.accept(_conn_param(qp.qp_num))
+        return qp
+
+    def close(self) -> None:
+        self.cmid.close()
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class VerbsDevice:
+    name = "verbs"
+
+    def __init__(self, device_name: str | None = None, depth: int = 1024):
+        reason = unavailable_reason()
+        if reason:
+            raise TransportError(reason)
+        import pyverbs.device as d
+        from pyverbs.pd import PD
+
+        names = [dev.name.decode() for dev in d.get_device_list()]
+        self.ctx = d.Context(name=device_name or names[0])
+        self.pd = PD(self.ctx)
+        self.depth = depth
+
+    def alloc_mr(self, length: int, access: Access) -> VerbsMR:
+        import mmap
+
+        m = mmap.mmap(-1, max(length, 1))
+        return VerbsMR(self, memoryview(m)[:length], access, owner=m)
+
+    def reg_mr(self, buf, access: Access, path: str | None = None, file_offset: int = 0) -> VerbsMR:
+        return VerbsMR(self, buf, access)
+
+    def create_cq(self, depth: int = 1024) -> VerbsCQ:
+        return VerbsCQ(self, depth)
+
+    def listen(self, host: str = "127.0.0.1", port: int = 0) -> VerbsListener:
+        return VerbsListener(self, host, port)
+
+    def connect(self, address: str, send_cq: VerbsCQ, recv_cq: VerbsCQ | None = None) -> VerbsQP:
+        import pyverbs.cm_enums as ce
+        from pyverbs.cmid import CMID, AddrInfo
+
+        host, _, port = address.rpartition(":")
+        ai = AddrInfo(dst=host, dst_service=port, port_space=ce.RDMA_PS_TCP)
+        cmid = CMID(creator=ai)
+        qp = VerbsQP(self, cmid, send_cq, recv_cq or send_cq, self.depth)
+        cmid.connect(_conn_param(qp.qp_num))
+        qp.to_rts()
+        cmid.establish()
+        return qp
+
+    def close(self) -> None:
+        self.pd.close()
+        self.ctx.close()

@@ -1,0 +1,160 @@
+"""The `shm`/`tcp` transports: executors move records with rdmalog's native client.
+
+Data goes through `rdmalog.rdma.Consumer`/`Producer` at the broker's RDMA control address
+(`rdmalog.control`); the driver's offset lookups and partition metadata still use the Kafka
+protocol at `rdmalog.bootstrap`, which only the driver (and a writer, once per topic) touches.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Iterator
+
+from rdmalog.spark.kafka_client import KafkaOffsets
+from rdmalog.spark.offsets import report_data_loss
+from rdmalog.spark.options import ConnectionOptions, OptionError, TopicPartition
+from rdmalog.spark.schema import CREATE_TIME, NO_TIMESTAMP_TYPE
+
+POLL_STEP_S = 0.5
+POLL_RECORDS = 5000
+WRITE_CHUNK = 500  # records per native batch
+CLIENT_TIMEOUT_S = 30.0
+
+NativeOffsets = KafkaOffsets  # the driver's lookups go through the Kafka protocol
+
+
+def available() -> bool:
+    """True when rdmalog.rdma provides the native Consumer and Producer."""
+    try:
+        from rdmalog.rdma.consumer import Consumer  # noqa: F401
+        from rdmalog.rdma.producer import Producer  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _control(conn: ConnectionOptions) -> str:
+    if not conn.control:
+        raise OptionError(
+            f"option 'rdmalog.control' must be set to the broker's RDMA control address "
+            f"(host:port) when rdmalog.transport={conn.transport}"
+        )
+    return conn.control
+
+
+def read_range(
+    conn: ConnectionOptions,
+    tp: TopicPartition,
+    start: int,
+    end: int,
+    fail_on_data_loss: bool,
+    poll_timeout_ms: int,
+) -> Iterator[tuple[bytes | None, bytes | None, int, int | None, int, list | None]]:
+    """Records of [start, end) read one-sidedly from the partition's segment files."""
+    from rdmalog.rdma.consumer import Consumer
+    from rdmalog.rdma.control import ControlError
+
+    if start >= end:
+        return
+    topic, part = tp
+    consumer = Consumer(_control(conn), transport=conn.transport, timeout=CLIENT_TIMEOUT_S)
+    try:
+        try:
+            consumer.assign([(topic, part)], offset=start)
+        except ControlError as exc:
+            # the native client cannot skip to the log start: always an error
+            report_data_loss(True, f"{topic}-{part}: cannot read from offset {start}: {exc}")
+        last_progress = time.monotonic()
+        while consumer.position(topic, part) < end:
+            records = consumer.poll(timeout=POLL_STEP_S, max_records=POLL_RECORDS)
+            if not records:
+                if time.monotonic() - last_progress > poll_timeout_ms / 1000.0:
+                    raise TimeoutError(
+                        f"no records from {topic}-{part} at offset "
+                        f"{consumer.position(topic, part)} (reading up to {end}) within "
+                        f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms}"
+                    )
+                continue
+            last_progress = time.monotonic()
+            for r in records:
+                if r.offset < start:
+                    continue
+                if r.offset >= end:
+                    return
+                ts_type = NO_TIMESTAMP_TYPE if r.timestamp is None else CREATE_TIME
+                yield r.key, r.value, r.offset, r.timestamp, ts_type, r.headers or None
+    finally:
+        consumer.close()
+
+
+class NativeSink:
+    """Shared-mode native producer (several tasks may write one partition at once)."""
+
+    def __init__(self, conn: ConnectionOptions) -> None:
+        from rdmalog.rdma.producer import Producer
+
+        self._conn = conn
+        self._producer = Producer(
+            _control(conn), transport=conn.transport, mode="shared", timeout=CLIENT_TIMEOUT_S
+        )
+        self._pending: dict[TopicPartition, list] = {}
+        self._partitions: dict[str, int] = {}
+        self._round_robin = itertools.count(random.randrange(1 << 16))
+        self._deliveries: list = []
+        self.sent = 0
+
+    def _partition_count(self, topic: str) -> int:
+        if topic not in self._partitions:
+            offsets = KafkaOffsets(self._conn)
+            try:
+                counts = {t: len(p) for t, p in offsets.topic_partitions().items()}
+            finally:
+                offsets.close()
+            if topic not in counts:
+                raise ValueError(f"topic {topic!r} does not exist")
+            self._partitions.update(counts)
+        return self._partitions[topic]
+
+    def _choose(self, topic: str, key: bytes | None) -> int:
+        """Kafka's default partitioner for keyed records (murmur2); round-robin otherwise."""
+        n = self._partition_count(topic)
+        if key is None:
+            return next(self._round_robin) % n
+        from kafka.partitioner.default import murmur2
+
+        return (murmur2(key) & 0x7FFFFFFF) % n
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        headers: list[tuple[str, bytes | None]] | None,
+    ) -> None:
+        """Buffer one record; full chunks go out as one native batch."""
+        from rdmalog.records import Record
+
+        part = partition if partition is not None else self._choose(topic, key)
+        chunk = self._pending.setdefault((topic, part), [])
+        chunk.append(Record(key, value, headers or [], None))
+        self.sent += 1
+        if len(chunk) >= WRITE_CHUNK:
+            self._send_chunk((topic, part))
+
+    def _send_chunk(self, tp: TopicPartition) -> None:
+        records = self._pending.pop(tp, [])
+        if records:
+            self._deliveries.append(self._producer.send_records(tp[0], tp[1], records))
+
+    def close(self) -> None:
+        """Send what is buffered and wait until the broker acknowledged every batch."""
+        try:
+            for tp in list(self._pending):
+                self._send_chunk(tp)
+            for delivery in self._deliveries:
+                delivery.wait(CLIENT_TIMEOUT_S)
+        finally:
+            self._producer.close()

@@ -1,0 +1,498 @@
+"""All partition logs of a broker: topics, topic ids, configs kept with topics, checkpoints, and the
+background maintenance thread (time-based flush, time-based roll, retention, checkpoints).
+
+A data dir is a Kafka log dir and can be imported from one as it is:
+
+    meta.properties                      version=1, cluster.id, node.id (Kafka's format)
+    rdmalog-producer-id-block            end of the producer id block in use (InitProducerId)
+    recovery-point-offset-checkpoint     Kafka's offset checkpoint format (also log-start-offset-,
+    log-start-offset-checkpoint          replication-offset-checkpoint)
+    .kafka_cleanshutdown                 present only after a clean close; without it logs are recovered
+    .lock                                flock held while a Store has the directory open
+    <topic>-<partition>/                 segments (<20-digit base>.log/.index/.timeindex), partition.metadata
+    __rdmalog_metadata/topics/<topic id, canonical uuid>.json
+        {"name", "topic_id" (canonical uuid), "partitions", "configs" (the topic's overrides, Kafka names),
+         "created_ms"} -- rdmalog's own topic record (named by id: a 249-character topic name plus a
+         suffix would not fit in a file name). Remove this folder before handing the directory
+         back to Kafka, which refuses non-partition directories in a log dir.
+
+Partition directories without a topic record (a Kafka log dir) are adopted at open: the topic id comes
+from `partition.metadata` (or is new), the partition count from the directories, configs are defaults.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rdmalog import checkpoints as ck
+from rdmalog.config import BrokerConfig, TopicConfig
+from rdmalog.errors import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    KafkaStorageError,
+    TopicExistsError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
+from rdmalog.log import PartitionLog, parse_partition_dir, wall_clock_ms
+from rdmalog.producer_ids import FILE_NAME as PRODUCER_ID_FILE
+from rdmalog.producer_ids import ProducerIdAllocator
+
+log = logging.getLogger(__name__)
+
+METADATA_DIR = "__rdmalog_metadata"
+LOCK_FILE = ".lock"
+MAX_TOPIC_NAME = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+_DELETED_DIR = re.compile(r".*\.[0-9a-f]{32}-delete$")
+_SKIPPED_DIRS = ("__cluster_metadata-0",)
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's topic name rules; raises InvalidTopicError."""
+    if not name:
+        raise InvalidTopicError("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicError('Topic name cannot be "." or ".."')
+    if len(name) > MAX_TOPIC_NAME:
+        raise InvalidTopicError(
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters, topic name: {name}"
+        )
+    if not _LEGAL.fullmatch(name):
+        raise InvalidTopicError(
+            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        )
+
+
+@dataclass
+class Topic:
+    """A topic: its id, config and one PartitionLog per partition."""
+
+    name: str
+    topic_id: uuid.UUID
+    config: TopicConfig
+    partitions: list[PartitionLog] = field(default_factory=list)
+    created_ms: int = 0
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name in ("__consumer_offsets", "__transaction_state")
+
+
+class Store:
+    """The broker's log store. Create, `open()`, use from one event loop thread, `close()`."""
+
+    def __init__(
+        self,
+        data_dir: Path | None,
+        config: BrokerConfig,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.dir = Path(data_dir) if data_dir is not None else config.log_dirs[0]
+        self.config = config
+        self.clock = clock
+        self.topics: dict[str, Topic] = {}
+        self._by_id: dict[uuid.UUID, Topic] = {}
+        self.lock = threading.RLock()
+        self._checkpoint_lock = threading.Lock()
+        self.cluster_id = ""
+        self.producer_ids: ProducerIdAllocator | None = None
+        self.node_id = config.node_id
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_retention = 0
+        self._last_checkpoint = 0
+        self.opened = False
+        self._lock_fd = -1
+
+    # --- life cycle ----------------------------------------------------------------------------------
+
+    def open(self, start_maintenance: bool = True) -> Store:
+        """Recover every log (validating unflushed data after an unclean shutdown); start maintenance."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock_dir()
+        try:
+            self._open()
+        except BaseException:
+            self._unlock_dir()
+            raise
+        if start_maintenance:
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._maintenance_loop, name="rdmalog-maintenance", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def _open(self) -> None:
+        (self.dir / METADATA_DIR / "topics").mkdir(parents=True, exist_ok=True)
+        self._load_meta_properties()
+        self.producer_ids = ProducerIdAllocator(self.dir / PRODUCER_ID_FILE)
+        marker = self.dir / ck.CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery = ck.read_offset_checkpoint(self.dir / ck.RECOVERY_POINT_CHECKPOINT)
+        starts = ck.read_offset_checkpoint(self.dir / ck.LOG_START_OFFSET_CHECKPOINT)
+        records = self._load_topic_records()
+        self._adopt_partition_dirs(records)
+        for rec in records.values():
+            if rec.get("deleted"):  # a deletion the previous run did not finish
+                self._finish_deletion(rec)
+                continue
+            cfg = TopicConfig.from_overrides(self.config, rec.get("configs") or {})
+            topic = Topic(
+                rec["name"], uuid.UUID(rec["topic_id"]), cfg, created_ms=rec.get("created_ms", 0)
+            )
+            for p in range(int(rec["partitions"])):
+                key = (topic.name, p)
+                topic.partitions.append(
+                    self._open_log(topic, p, recovery.get(key, 0), starts.get(key, 0), clean)
+                )
+            self.topics[topic.name] = topic
+            self._by_id[topic.topic_id] = topic
+        marker.unlink(missing_ok=True)
+        self.opened = True
+        self.checkpoint()
+        now = self.clock()
+        self._last_retention = self._last_checkpoint = now
+
+    def close(self) -> None:
+        """Stop maintenance, flush and close every log, write checkpoints and the clean-shutdown marker."""
+        if not self.opened:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self.lock:
+            for topic in self.topics.values():
+                for plog in topic.partitions:
+                    plog.close()
+            self.checkpoint()
+            ck.write_atomic(self.dir / ck.CLEAN_SHUTDOWN_FILE, "")
+            self.opened = False
+        self._unlock_dir()
+
+    def _lock_dir(self) -> None:
+        """Kafka's `.lock`: one broker process per log dir."""
+        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise KafkaStorageError(
+                f"{self.dir} is in use by another broker (its .lock is held)"
+            ) from None
+        self._lock_fd = fd
+
+    def _unlock_dir(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = -1
+
+    def __enter__(self) -> Store:
+        return self if self.opened else self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _load_meta_properties(self) -> None:
+        props = ck.read_meta_properties(self.dir)
+        if props is None:
+            self.cluster_id = ck.uuid_to_kafka(uuid.uuid4())
+            ck.write_meta_properties(self.dir, self.cluster_id, self.node_id)
+            return
+        self.cluster_id = props.get("cluster.id", "") or ck.uuid_to_kafka(uuid.uuid4())
+        stored = props.get("node.id", props.get("broker.id"))
+        explicit = self.config.is_set("node.id") or self.config.is_set("broker.id")
+        if stored is not None and int(stored) != self.node_id:
+            if explicit:
+                raise KafkaStorageError(
+                    f"{self.dir / ck.META_PROPERTIES} belongs to node {stored}, this broker is node {self.node_id}"
+                )
+            log.info("adopting node id %s of %s", stored, self.dir)
+            self.node_id = int(stored)
+        if "cluster.id" not in props:
+            ck.write_meta_properties(self.dir, self.cluster_id, self.node_id)
+
+    def _topic_file(self, topic_id: uuid.UUID | str) -> Path:
+        return self.dir / METADATA_DIR / "topics" / f"{topic_id}.json"
+
+    def _load_topic_records(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for path in sorted((self.dir / METADATA_DIR / "topics").glob("*.json")):
+            try:
+                rec = json.loads(path.read_text(encoding="utf-8"))
+                other = out.get(rec["name"])
+                if other is not None and (rec.get("deleted") or not other.get("deleted")):
+                    if rec.get("deleted"):  # a live topic of the same name owns the directories
+                        path.unlink()
+                    continue
+                if other is not None:
+                    self._topic_file(other["topic_id"]).unlink(missing_ok=True)
+                out[rec["name"]] = rec
+            except (ValueError, KeyError) as e:
+                raise KafkaStorageError(f"malformed topic record {path}: {e}") from None
+        return out
+
+    def _adopt_partition_dirs(self, records: dict[str, dict[str, Any]]) -> None:
+        """Give partition directories without a topic record one (importing a Kafka log dir)."""
+        found: dict[str, list[int]] = {}
+        for d in sorted(self.dir.iterdir()):
+            if not d.is_dir() or d.name == METADATA_DIR or d.name in _SKIPPED_DIRS:
+                continue
+            if _DELETED_DIR.match(d.name):  # Kafka's topic deletion in progress: finish it
+                shutil.rmtree(d, ignore_errors=True)
+                continue
+            parsed = parse_partition_dir(d.name)
+            if parsed is None:
+                log.warning("ignoring %s: not a <topic>-<partition> directory", d)
+                continue
+            found.setdefault(parsed[0], []).append(parsed[1])
+        for name, parts in found.items():
+            rec = records.get(name)
+            if rec is not None:
+                if max(parts) >= int(rec["partitions"]):
+                    log.warning(
+                        "%s: partition directories beyond the topic's %s partitions",
+                        name,
+                        rec["partitions"],
+                    )
+                continue
+            try:
+                validate_topic_name(name)
+            except InvalidTopicError:
+                log.warning("ignoring partition directories of illegal topic name %r", name)
+                continue
+            topic_id = None
+            for p in sorted(parts):
+                topic_id = topic_id or ck.read_partition_metadata(self.dir / f"{name}-{p}")
+            rec = {
+                "name": name,
+                "topic_id": str(topic_id or uuid.uuid4()),
+                "partitions": max(parts) + 1,
+                "configs": {},
+                "created_ms": self.clock(),
+            }
+            log.info(
+                "adopting topic %s (%d partitions) found in %s", name, rec["partitions"], self.dir
+            )
+            self._write_topic_record(rec)
+            records[name] = rec
+
+    def _finish_deletion(self, rec: Mapping[str, Any]) -> None:
+        for p in range(int(rec["partitions"])):
+            shutil.rmtree(self.dir / f"{rec['name']}-{p}", ignore_errors=True)
+        self._topic_file(rec["topic_id"]).unlink(missing_ok=True)
+
+    def _write_topic_record(self, rec: Mapping[str, Any]) -> None:
+        ck.write_atomic(
+            self._topic_file(rec["topic_id"]), json.dumps(rec, indent=2, sort_keys=True) + "\n"
+        )
+
+    def _record_of(self, topic: Topic) -> dict[str, Any]:
+        return {
+            "name": topic.name,
+            "topic_id": str(topic.topic_id),
+            "partitions": len(topic.partitions),
+            "configs": topic.config.overrides,
+            "created_ms": topic.created_ms,
+        }
+
+    def _open_log(
+        self, topic: Topic, p: int, recovery: int, start: int, clean: bool
+    ) -> PartitionLog:
+        d = self.dir / f"{topic.name}-{p}"
+        d.mkdir(parents=True, exist_ok=True)
+        stored = ck.read_partition_metadata(d)
+        if stored is None:
+            ck.write_partition_metadata(d, topic.topic_id)
+        elif stored != topic.topic_id:
+            raise KafkaStorageError(f"{d} belongs to topic id {stored}, not {topic.topic_id}")
+        plog = PartitionLog(
+            d, topic.name, p, topic.config,
+            recovery_point=recovery, log_start_offset=start, clean_shutdown=clean, clock=self.clock,
+        )  # fmt: skip
+        return plog.open()
+
+    # --- topics --------------------------------------------------------------------------------------
+
+    def validate_new_topic(
+        self, name: str, num_partitions: int | None = None, configs: Mapping[str, Any] | None = None
+    ) -> TopicConfig:
+        """Check a CreateTopics request without creating anything; return the topic's config."""
+        validate_topic_name(name)
+        with self.lock:
+            if name in self.topics:
+                raise TopicExistsError(f"Topic '{name}' already exists.")
+            collide = name.replace(".", "_")
+            for other in self.topics:
+                if other.replace(".", "_") == collide:
+                    raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}")
+        if num_partitions is not None and num_partitions != -1 and num_partitions < 1:
+            raise InvalidPartitionsError("Number of partitions must be larger than 0.")
+        return TopicConfig.from_overrides(self.config, configs or {})
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int | None = None,
+        configs: Mapping[str, Any] | None = None,
+        *,
+        topic_id: uuid.UUID | None = None,
+    ) -> Topic:
+        """Create a topic (`num_partitions` None or -1: `num.partitions`); its configs are persisted."""
+        with self.lock:
+            cfg = self.validate_new_topic(name, num_partitions, configs)
+            count = (
+                self.config.get("num.partitions")
+                if num_partitions in (None, -1)
+                else num_partitions
+            )
+            topic = Topic(name, topic_id or uuid.uuid4(), cfg, created_ms=self.clock())
+            rec = self._record_of(topic)
+            rec["partitions"] = count
+            self._write_topic_record(rec)  # first: a crash leaves a record, never stray directories
+            for p in range(count):
+                topic.partitions.append(self._open_log(topic, p, 0, 0, clean=True))
+            self.topics[name] = topic
+            self._by_id[topic.topic_id] = topic
+            return topic
+
+    def create_partitions(self, name: str, total: int) -> Topic:
+        """Grow a topic to `total` partitions (CreatePartitions)."""
+        with self.lock:
+            topic = self.topic(name)
+            if total <= len(topic.partitions):
+                raise InvalidPartitionsError(
+                    f"Topic currently has {len(topic.partitions)} partitions, {total} would not be an increase."
+                )
+            rec = self._record_of(topic)
+            rec["partitions"] = total
+            self._write_topic_record(rec)
+            for p in range(len(topic.partitions), total):
+                topic.partitions.append(self._open_log(topic, p, 0, 0, clean=True))
+            return topic
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and its data (open FileSlices stay readable until released). The topic
+        record is marked first and removed last, so a crash mid-way finishes the deletion at open."""
+        with self.lock:
+            topic = self.topic(name)
+            rec = self._record_of(topic)
+            rec["deleted"] = True
+            self._write_topic_record(rec)
+            del self.topics[name]
+            self._by_id.pop(topic.topic_id, None)
+            for plog in topic.partitions:
+                tomb = self.dir / f"{plog.dir.name}.{topic.topic_id.hex}-delete"  # Kafka's marker
+                try:
+                    plog.dir.rename(tomb)
+                    plog.dir = tomb
+                except OSError:  # a 249-character name leaves no room for the suffix
+                    pass
+                plog.delete()
+            self._topic_file(topic.topic_id).unlink(missing_ok=True)
+
+    def alter_topic_config(
+        self, name: str, configs: Mapping[str, Any], replace: bool = False
+    ) -> TopicConfig:
+        """Set (value None: revert) topic configs, or replace them all; validated, persisted, applied."""
+        with self.lock:
+            topic = self.topic(name)
+            cfg = topic.config.altered(configs, replace=replace)
+            topic.config = cfg
+            self._write_topic_record(self._record_of(topic))
+            for plog in topic.partitions:
+                plog.config = cfg
+            return cfg
+
+    def topic(self, name: str) -> Topic:
+        try:
+            return self.topics[name]
+        except KeyError:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name}") from None
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> Topic:
+        try:
+            return self._by_id[topic_id]
+        except KeyError:
+            raise UnknownTopicIdError(f"unknown topic id {topic_id}") from None
+
+    def partition(self, topic: str, index: int) -> PartitionLog:
+        t = self.topics.get(topic)
+        if t is None or not 0 <= index < len(t.partitions):
+            raise UnknownTopicOrPartitionError(f"unknown topic-partition {topic}-{index}")
+        return t.partitions[index]
+
+    def logs(self) -> list[PartitionLog]:
+        with self.lock:
+            return [p for t in self.topics.values() for p in t.partitions]
+
+    # --- durability and maintenance ------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Write the recovery point, log start offset and high watermark checkpoints (files are
+        written outside the store lock, so the event loop never waits on their fsyncs)."""
+        logs = self.logs()
+        recovery = {(g.topic, g.partition): g.recovery_point for g in logs}
+        starts = {
+            (g.topic, g.partition): g.log_start_offset
+            for g in logs
+            if g.segments and g.log_start_offset > g.segments[0].base_offset
+        }
+        hws = {(g.topic, g.partition): g.high_watermark for g in logs}
+        with self._checkpoint_lock:
+            ck.write_offset_checkpoint(self.dir / ck.RECOVERY_POINT_CHECKPOINT, recovery)
+            ck.write_offset_checkpoint(self.dir / ck.LOG_START_OFFSET_CHECKPOINT, starts)
+            ck.write_offset_checkpoint(self.dir / ck.REPLICATION_CHECKPOINT, hws)
+
+    def flush_all(self) -> None:
+        for plog in self.logs():
+            plog.flush()
+
+    def maintain_once(self, now: int | None = None, force_retention: bool = False) -> None:
+        """One maintenance pass: per-log flush by `flush.ms`, time-based roll, retention (every
+        `log.retention.check.interval.ms`), checkpoints (every `log.flush.offset.checkpoint.interval.ms`)."""
+        now = self.clock() if now is None else now
+        retention = force_retention or now - self._last_retention >= self.config.get(
+            "log.retention.check.interval.ms"
+        )
+        for plog in self.logs():
+            try:
+                plog.maintain(now, retention=retention)
+            except Exception:
+                log.exception("maintenance of %s failed", plog.name)
+        if retention:
+            self._last_retention = now
+        if retention or now - self._last_checkpoint >= self.config.get(
+            "log.flush.offset.checkpoint.interval.ms"
+        ):
+            self._last_checkpoint = now
+            self.checkpoint()
+
+    def _maintenance_loop(self) -> None:
+        cfg = self.config
+        tick_ms = min(
+            1000,
+            cfg.get("log.retention.check.interval.ms"),
+            cfg.get("log.flush.scheduler.interval.ms"),
+            cfg.get("log.flush.offset.checkpoint.interval.ms") or 1000,
+        )
+        tick = max(tick_ms, 10) / 1000
+        while not self._stop.wait(tick):
+            try:
+                self.maintain_once()
+            except Exception:
+                log.exception("store maintenance failed")

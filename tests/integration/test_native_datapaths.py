@@ -1,0 +1,320 @@
+"""KafkaDirect's datapaths end to end over a real Store, on shm and tcp.
+
+Native producers write Kafka v2 batches straight into the head segment file; native consumers read
+the files one-sidedly. Every test checks the partition through the store's own read path too, so
+what the RDMA side committed is what a Kafka client would fetch.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from rdmalog.config import BrokerConfig
+from rdmalog.errors import CorruptRecordError, PolicyViolationError
+from rdmalog.rdma import Consumer, Producer
+from rdmalog.rdma.client import Endpoint
+from rdmalog.rdma.control import ControlError
+from rdmalog.rdma.service import RdmaService
+from rdmalog.rdma.transport import Access, RemoteRegion, Status
+from rdmalog.rdma.wire import imm_encode, reservation_add, word_decode
+from rdmalog.records import build_batch, decode_all
+from rdmalog.store import Store
+
+KINDS = ["shm", "tcp"]
+
+
+@pytest.fixture(params=KINDS)
+def kind(request):
+    return request.param
+
+
+@pytest.fixture
+def broker(tmp_path, kind):
+    st = Store(Path(tmp_path), BrokerConfig.from_sources(None, {"log.dirs": str(tmp_path)}))
+    st.open(start_maintenance=False)
+    svc = RdmaService(st, kind, order_timeout=0.3).start()
+    yield st, svc
+    svc.stop()
+    st.close()
+
+
+def store_records(st: Store, topic: str, partition: int = 0):
+    """What the store serves over the Kafka path: every committed record."""
+    plog = st.partition(topic, partition)
+    out, off = [], plog.log_start_offset
+    while off < plog.high_watermark:
+        fs = plog.read(off, 1 << 20)
+        recs = decode_all(fs.read())
+        out += [r for r in recs if r.offset >= off]
+        off = recs[-1].offset + 1
+    return out
+
+
+def consume(c: Consumer, n: int, rounds: int = 400):
+    got = []
+    for _ in range(rounds):
+        got += c.poll(0.02)
+        if len(got) >= n:
+            break
+    return got
+
+
+def wait_for(pred, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.01)
+    return pred()
+
+
+def test_exclusive_produce_and_consume(broker):
+    st, svc = broker
+    st.create_topic("t", 1)
+    p = Producer(svc.control_address)
+    assert p.produce("t", 0, b"v0", key=b"k0") == (0, 0)
+    ds = [p.send("t", 0, b"v%d" % i, headers=[("h", b"x")]) for i in range(1, 50)]
+    p.flush()
+    assert [d.result for d in ds] == [(i, i) for i in range(1, 50)]
+    recs = store_records(st, "t")
+    assert [r.value for r in recs] == [b"v%d" % i for i in range(50)]
+    assert recs[0].key == b"k0" and recs[1].headers == [("h", b"x")]
+    c = Consumer(svc.control_address)
+    c.assign([("t", 0)])
+    got = consume(c, 50)
+    assert [(r.offset, r.value) for r in got] == [(i, b"v%d" % i) for i in range(50)]
+    assert got[0].key == b"k0" and got[1].headers == [("h", b"x")]
+    assert c.poll(0) == []
+    p.produce("t", 0, b"late")  # the head file's slot shows the new last readable byte
+    assert [r.value for r in consume(c, 1)] == [b"late"]
+    c.seek("t", 0, 10)
+    assert consume(c, 41)[0].offset == 10
+    c.close()
+    p.close()
+
+
+def test_rolls_follow_files(broker):
+    st, svc = broker
+    st.create_topic("r", 1, {"segment.bytes": "2048"})
+    c = Consumer(svc.control_address, fetch_size=300)
+    c.assign([("r", 0)])
+    for mode in ("exclusive", "shared"):
+        p = Producer(svc.control_address, mode=mode)
+        for i in range(60):
+            p.send("r", 0, b"%s-%03d" % (mode.encode(), i) + b"." * 40)
+        p.flush()
+        p.close()
+    plog = st.partition("r", 0)
+    assert len(plog.segments) > 4
+    want = [
+        b"%s-%03d" % (m.encode(), i) + b"." * 40 for m in ("exclusive", "shared") for i in range(60)
+    ]
+    assert [r.value for r in store_records(st, "r")] == want
+    got = consume(c, 120)
+    assert [r.value for r in got] == want
+    assert [r.offset for r in got] == list(range(120))
+    assert wait_for(lambda: svc.stats()["readers"] == 1)  # read files were released behind it
+    c.close()
+
+
+def test_partial_batches_and_big_batches(broker):
+    st, svc = broker
+    st.create_topic("b", 1)
+    p = Producer(svc.control_address)
+    big = os.urandom(50_000)
+    p.send_records("b", 0, [(b"k", big), (None, b"small")]).wait()
+    for i in range(20):
+        p.send("b", 0, b"%d" % i * 100)
+    p.flush()
+    c = Consumer(svc.control_address, fetch_size=64)  # every batch spans several READs
+    c.assign([("b", 0)])
+    got = consume(c, 22)
+    assert got[0].value == big and got[1].value == b"small"
+    assert [r.value for r in got[2:]] == [b"%d" % i * 100 for i in range(20)]
+    c.close()
+    p.close()
+
+
+def _shared_producer(addr: str, kind: str, tag: bytes, n: int, q) -> None:
+    p = Producer(addr, kind, mode="shared")
+    for i in range(n):
+        p.send("s", 0, tag + b"-%04d" % i)
+    p.flush(30)
+    p.close()
+    q.put("ok")
+
+
+def test_shared_mode_two_processes_and_the_gateway(broker, kind):
+    st, svc = broker
+    st.create_topic("s", 1, {"segment.bytes": "8192"})
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    n = 150
+    procs = [
+        ctx.Process(target=_shared_producer, args=(svc.control_address, kind, t, n, q))
+        for t in (b"A", b"B")
+    ]
+    for pr in procs:
+        pr.start()
+    gw = []
+    for i in range(40):  # the gateway's TCP produce path reserves through the same word
+        r = svc.append("s", 0, build_batch([(None, b"G-%04d" % i)]))
+        gw.append(r.base_offset)
+    assert [q.get(timeout=120) for _ in procs] == ["ok", "ok"]
+    for pr in procs:
+        pr.join(30)
+    recs = store_records(st, "s")
+    assert [r.offset for r in recs] == list(range(2 * n + 40))  # no hole, nothing twice
+    vals = [r.value for r in recs]
+    for tag, cnt in ((b"A", n), (b"B", n), (b"G", 40)):
+        mine = [v for v in vals if v.startswith(tag)]
+        assert mine == [tag + b"-%04d" % i for i in range(cnt)]  # each writer's order kept
+    assert gw == sorted(gw)
+    assert len(st.partition("s", 0).segments) > 1
+
+
+def test_exclusive_grant_excludes_others(broker):
+    st, svc = broker
+    st.create_topic("x", 1)
+    p = Producer(svc.control_address)
+    p.produce("x", 0, b"mine")
+    with pytest.raises(PolicyViolationError):
+        svc.append("x", 0, build_batch([(None, b"gateway")]))
+    p2 = Producer(svc.control_address, mode="shared")
+    with pytest.raises(Exception, match="busy"):
+        p2.produce("x", 0, b"other")
+    p2.close()
+    p.close()
+    assert wait_for(lambda: svc.stats()["grants"] == 0)  # released with the session
+    assert svc.append("x", 0, build_batch([(None, b"gateway")])).base_offset == 1
+
+
+def test_corrupt_batch_is_refused(broker):
+    st, svc = broker
+    st.create_topic("c", 1)
+    p = Producer(svc.control_address)
+    p.produce("c", 0, b"good0")
+    bad = build_batch([(None, b"evil")])
+    bad[-1] ^= 0xFF  # breaks the CRC
+    d = p.send_batch("c", 0, bad)
+    with pytest.raises(CorruptRecordError):
+        d.wait(5)
+    assert p.produce("c", 0, b"good1") == (1, 1)  # a new grant continues at the committed end
+    assert [r.value for r in store_records(st, "c")] == [b"good0", b"good1"]
+    p.close()
+
+
+def _reserve_and_die(addr: str, kind: str, q) -> None:
+    ep = Endpoint(addr, kind)
+    g = ep.ctl.request("produce_access", topic="h", partition=0, mode="shared")
+    word = RemoteRegion.from_dict(g["word"])
+    atom = ep.device.alloc_mr(8, Access.LOCAL_WRITE)
+    ep.qp.post_fetch_add(1, atom, 0, word.addr, word.rkey, reservation_add(200))
+    wc = ep.cq.wait(10)[0]
+    q.put((wc.status == Status.SUCCESS, word_decode(struct.unpack_from("<Q", atom.buf, 0)[0])))
+    q.close()
+    q.join_thread()  # the queue's feeder thread would die with us
+    os._exit(0)  # dies holding a reservation it never fills
+
+
+def test_producer_that_reserves_and_dies_leaves_no_hole(broker, kind):
+    st, svc = broker
+    st.create_topic("h", 1)
+    p = Producer(svc.control_address, mode="shared")
+    p.produce("h", 0, b"before")
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    pr = ctx.Process(target=_reserve_and_die, args=(svc.control_address, kind, q))
+    pr.start()
+    ok, (order, pos) = q.get(timeout=60)
+    pr.join(30)
+    assert ok and order == 1
+    ds = [p.send("h", 0, b"after-%d" % i) for i in range(5)]
+    p.flush(20)  # stuck behind the hole, aborted after the timeout, resent under a new grant
+    assert all(d.result for d in ds)
+    recs = store_records(st, "h")
+    assert [r.value for r in recs] == [b"before"] + [b"after-%d" % i for i in range(5)]
+    assert [r.offset for r in recs] == list(range(6))
+    c = Consumer(svc.control_address)
+    c.assign([("h", 0)])
+    assert len(consume(c, 6)) == 6
+    c.close()
+    p.close()
+
+
+def _consume_and_die(addr: str, kind: str, q) -> None:
+    c = Consumer(addr, kind)
+    c.assign([("d", 0), ("d", 1)])
+    q.put(len(consume(c, 2)))
+    q.close()
+    q.join_thread()
+    os._exit(0)  # no release, no close: the broker sees the session drop
+
+
+def test_consumer_that_dies_frees_its_slots(broker, kind):
+    st, svc = broker
+    st.create_topic("d", 2)
+    p = Producer(svc.control_address)
+    p.produce("d", 0, b"a")
+    p.produce("d", 1, b"b")
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    pr = ctx.Process(target=_consume_and_die, args=(svc.control_address, kind, q))
+    pr.start()
+    assert q.get(timeout=60) == 2
+    pr.join(30)
+    assert wait_for(lambda: svc.stats()["slots"] == 0 and svc.stats()["readers"] == 0)
+    p.close()
+
+
+def test_out_of_bounds_refused(broker):
+    st, svc = broker
+    st.create_topic("o", 1)
+    p = Producer(svc.control_address)
+    p.produce("o", 0, b"x")
+    with pytest.raises(ControlError, match="offset_out_of_range"):
+        p.ctl.request("read_access", topic="o", partition=0, offset=5)
+    with pytest.raises(ControlError):
+        p.ctl.request("produce_access", topic="nope", partition=0, mode="exclusive")
+    g = p.grants[("o", 0)]
+    p.stage.buf[:8] = b"garbage!"
+    p.qp.post_write(
+        99, p.stage, 0, 8, g.region.addr + g.length - 4, g.region.rkey, imm=imm_encode(g.file_id, 9)
+    )
+    wcs = p.cq.wait(5)
+    assert wcs and wcs[0].status != Status.SUCCESS  # past the end of the file: refused
+    c = Consumer(svc.control_address)
+    c.assign([("o", 0)])
+    a = c.parts[("o", 0)]
+    assert (
+        c.qp.read_now(a.mr, 0, 64, a.region.addr + a.region.length, a.region.rkey) != Status.SUCCESS
+    )
+    assert [r.value for r in consume(c, 1)] == [b"x"]
+    c.close()
+    p.close()
+    assert st.partition("o", 0).log_end_offset == 1
+
+
+def test_only_committed_data_is_served(broker):
+    st, svc = broker
+    st.create_topic("u", 1)
+    p = Producer(svc.control_address)
+    p.produce("u", 0, b"one")
+    c = Consumer(svc.control_address)
+    c.assign([("u", 0)])
+    assert [r.value for r in consume(c, 1)] == [b"one"]
+    g = p.grants[("u", 0)]
+    batch = build_batch([(None, b"uncommitted")])
+    p.stage.buf[: len(batch)] = batch
+    p.qp.post_write(7, p.stage, 0, len(batch), g.region.addr + g.position, g.region.rkey)  # no imm
+    assert p.cq.wait(5)[0].status == Status.SUCCESS
+    assert c.poll(0.1) == []  # written but never committed: invisible
+    assert store_records(st, "u")[-1].value == b"one"
+    c.close()
+    p.close()

@@ -1,0 +1,148 @@
+"""Option validation and offset planning of the `rdmalog` Spark source (no Spark session needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pyspark", minversion="4.0")
+
+from rdmalog.spark.offsets import OffsetRange, from_json, plan_ranges, rate_limit, to_json  # noqa: E402
+from rdmalog.spark.options import (  # noqa: E402
+    EARLIEST,
+    LATEST,
+    OptionError,
+    parse_read,
+    parse_write,
+)
+
+BS = {"rdmalog.bootstrap": "127.0.0.1:9092"}
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "named"),
+    [
+        ({"subscribe": "t"} | {}, False, None),
+        ({"subscribe": "t", "kafka.bootstrap.servers": "h:1"}, False, None),
+        ({"subscribe": "t", "rdmalog.bootstrap": ""}, False, "rdmalog.bootstrap"),
+        ({}, False, "subscribe"),
+        ({"subscribe": "a", "subscribePattern": "b.*"}, False, "subscribePattern"),
+        ({"subscribePattern": "(unclosed"}, False, "subscribePattern"),
+        ({"assign": '{"t": "0"}'}, False, "assign"),
+        ({"assign": "[1]"}, False, "assign"),
+        ({"subscribe": "t", "startingOffsets": "latest"}, False, "startingOffsets"),
+        ({"subscribe": "t", "startingOffsets": '{"t":{"0":-1}}'}, False, "startingOffsets"),
+        ({"subscribe": "t", "startingOffsets": '{"t":{"0":-3}}'}, False, "startingOffsets"),
+        ({"subscribe": "t", "startingOffsets": '{"t":{"x":1}}'}, False, "startingOffsets"),
+        ({"subscribe": "t", "endingOffsets": "earliest"}, False, "endingOffsets"),
+        ({"subscribe": "t", "endingOffsets": '{"t":{"0":-2}}'}, False, "endingOffsets"),
+        ({"subscribe": "t", "endingOffsets": "latest"}, True, "endingOffsets"),
+        ({"subscribe": "t", "endingTimestamp": "5"}, True, "endingTimestamp"),
+        ({"subscribe": "t", "startingTimestamp": "soon"}, True, "startingTimestamp"),
+        (
+            {"subscribe": "t", "startingOffsetsByTimestamp": "{}x"},
+            True,
+            "startingOffsetsByTimestamp",
+        ),
+        ({"subscribe": "t", "maxOffsetsPerTrigger": "-5"}, True, "maxOffsetsPerTrigger"),
+        ({"subscribe": "t", "minPartitions": "zero"}, False, "minPartitions"),
+        ({"subscribe": "t", "includeHeaders": "1"}, False, "includeHeaders"),
+        ({"subscribe": "t", "failOnDataLoss": "no"}, True, "failOnDataLoss"),
+        (
+            {"subscribe": "t", "kafkaConsumer.pollTimeoutMs": "0"},
+            True,
+            "kafkaConsumer.pollTimeoutMs",
+        ),
+        ({"subscribe": "t", "rdmalog.transport": "udp"}, True, "rdmalog.transport"),
+        ({"subscribe": "t", "rdmalog.transport": "tcp"}, True, "rdmalog.control"),
+        ({"subscribe": "t", "rdmalog.transport": "shm", "rdmalog.control": "h:1"}, True, None),
+        (
+            {"subscribe": "t", "kafka.group.id": "g", "kafka.enable.auto.commit": "true"},
+            True,
+            "kafka.enable.auto.commit",
+        ),
+        ({"subscribe": "t", "minOffsetsPerTrigger": "5"}, True, "minOffsetsPerTrigger"),
+        (
+            {"subscribe": "t", "startingOffsetsByTimestampStrategy": "x"},
+            True,
+            "startingOffsetsByTimestampStrategy",
+        ),
+    ],
+)
+def test_read_options(options: dict, streaming: bool, named: str | None) -> None:
+    if "rdmalog.bootstrap" not in options and "kafka.bootstrap.servers" not in options:
+        options = BS | options
+    if named is None:
+        parse_read(options, streaming)
+        return
+    with pytest.raises(OptionError, match=f"'{named}'"):
+        parse_read(options, streaming)
+
+
+def test_read_defaults_and_priorities() -> None:
+    batch = parse_read(BS | {"SUBSCRIBE": "a, b"}, streaming=False)  # names are case-insensitive
+    assert batch.subscription.topics == ("a", "b")
+    assert batch.starting.kind == "earliest" and batch.ending.kind == "latest"
+    assert batch.fail_on_data_loss and not batch.include_headers
+    stream = parse_read(
+        BS
+        | {
+            "subscribe": "t",
+            "startingOffsets": "earliest",
+            "startingOffsetsByTimestamp": '{"t":{"0":5}}',
+            "startingTimestamp": "7",
+            "maxOffsetsPerTrigger": "100",
+        },
+        streaming=True,
+    )
+    assert stream.starting.kind == "timestamp" and stream.starting.timestamp == 7  # wins
+    assert stream.ending is None and stream.max_offsets_per_trigger == 100
+    assert parse_read(BS | {"subscribe": "t"}, True).starting.kind == "latest"
+    spec = parse_read(BS | {"subscribe": "t", "startingOffsets": '{"t":{"0":-2,"1":4}}'}, False)
+    assert spec.starting.offsets == {("t", 0): EARLIEST, ("t", 1): 4}
+    spec = parse_read(BS | {"subscribe": "t", "endingOffsets": '{"t":{"0":-1}}'}, False)
+    assert spec.ending.offsets == {("t", 0): LATEST}
+    assign = parse_read(BS | {"assign": '{"b":[1,0],"a":[2]}'}, False).subscription
+    assert assign.assigned == (("a", 2), ("b", 0), ("b", 1))
+
+
+def test_write_options() -> None:
+    assert parse_write(BS | {"topic": "t"}).topic == "t"
+    assert parse_write(BS).topic is None
+    with pytest.raises(OptionError, match="'rdmalog.bootstrap'"):
+        parse_write({"topic": "t"})
+    with pytest.raises(OptionError, match="'kafka.value.serializer'"):
+        parse_write(BS | {"kafka.value.serializer": "x"})
+    assert parse_write(BS | {"kafka.acks": "1"}).conn.client_conf == {"acks": "1"}
+
+
+def test_offset_json_is_spark_sql_kafka_shape() -> None:
+    offsets = {("b", 10): 3, ("b", 2): 7, ("a", 0): 0}
+    assert to_json(offsets) == {"a": {"0": 0}, "b": {"2": 7, "10": 3}}
+    assert list(to_json(offsets)["b"]) == ["2", "10"]  # numeric partition order
+    assert from_json(to_json(offsets)) == offsets
+
+
+def test_rate_limit_like_spark_sql_kafka() -> None:
+    start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 5}
+    end = {("t", 0): 33, ("t", 1): 10, ("t", 2): 5}
+    # prorated by backlog; a partition's share below 1 is rounded up, otherwise down
+    assert rate_limit(8, start, end) == {("t", 0): 6, ("t", 1): 1, ("t", 2): 5}
+    assert rate_limit(1, start, end) == {("t", 0): 1, ("t", 1): 1, ("t", 2): 5}
+    assert rate_limit(1000, start, end) == end
+    assert rate_limit(8, end, end) == end
+
+
+def test_plan_ranges_and_min_partitions() -> None:
+    start = {("t", 0): 0, ("t", 1): 5, ("t", 2): 9}
+    end = {("t", 0): 100, ("t", 1): 5, ("t", 2): 19}
+    assert plan_ranges(start, end, None) == [
+        OffsetRange("t", 0, 0, 100),
+        OffsetRange("t", 2, 9, 19),
+    ]
+    split = plan_ranges(start, end, 6)
+    assert len(split) >= 6
+    assert sum(r.size for r in split) == 110
+    for tp in (0, 2):
+        parts = [r for r in split if r.partition == tp]
+        assert parts[0].start == start[("t", tp)] and parts[-1].end == end[("t", tp)]
+        assert all(a.end == b.start for a, b in zip(parts, parts[1:], strict=False))

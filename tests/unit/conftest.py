@@ -1,0 +1,82 @@
+"""Helpers for the store's unit tests: configs, logs on tmp dirs, a settable clock, crash simulation."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rdmalog.config import BrokerConfig, TopicConfig
+from rdmalog.log import PartitionLog
+from rdmalog.records import Record, build_batch
+
+T0 = 1_700_000_000_000  # a fixed "now" in ms
+
+
+class Clock:
+    """A settable millisecond clock passed to logs and stores in place of the wall clock."""
+
+    def __init__(self, now: int = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> int:
+        self.now += ms
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def broker_config(**overrides: object) -> BrokerConfig:
+    """A BrokerConfig from keyword overrides (`log_segment_bytes=1000` -> `log.segment.bytes`)."""
+    return BrokerConfig.from_sources(
+        None, {k.replace("_", "."): str(v) for k, v in overrides.items()}
+    )
+
+
+def topic_config(broker: BrokerConfig | None = None, **overrides: object) -> TopicConfig:
+    return TopicConfig.from_overrides(
+        broker or broker_config(), {k.replace("_", "."): str(v) for k, v in overrides.items()}
+    )
+
+
+def open_log(directory: Path, clock=None, clean: bool = False, **overrides: object) -> PartitionLog:
+    """Open (or reopen) the log `directory` with topic config overrides."""
+    kwargs = {"clock": clock} if clock is not None else {}
+    return PartitionLog(
+        directory, "t", 0, topic_config(**overrides), clean_shutdown=clean, **kwargs
+    ).open()
+
+
+def batch(
+    n: int = 1, ts: int = T0, size: int = 10, key: bytes | None = b"k", **kw: object
+) -> bytearray:
+    """A batch of `n` records with values of `size` bytes and timestamps ts, ts+1, ..."""
+    return build_batch(
+        [Record(key, bytes([65 + i % 26]) * size, timestamp=ts + i) for i in range(n)], **kw
+    )
+
+
+def crash(plog: PartitionLog) -> None:
+    """Drop a log as a killed process would: close descriptors without trimming or flushing."""
+    for seg in plog.segments:
+        for idx in (seg.offset_index, seg.time_index):
+            if idx._mm is not None:
+                idx._mm.close()
+                idx._mm = None
+            os.close(idx._fd)
+            idx._fd = -1
+        if seg.mmap is not None:
+            try:
+                seg.mmap.close()
+            except BufferError:
+                pass
+        os.close(seg.fd)
+        seg.fd = -1
+    plog.closed = True

@@ -1,0 +1,329 @@
+"""Every verb of the transport interface, on shm and tcp (verbs skips without a device)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import struct
+import threading
+
+import pytest
+
+from rdmalog.rdma.transport import Access, Opcode, Status, TransportError, open_device
+from rdmalog.rdma.verbs import unavailable_reason
+
+ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
+KINDS = ["shm", "tcp"]
+
+
+class Pair:
+    """A server device with one accepted QP and a client device with its connected QP."""
+
+    def __init__(self, kind: str):
+        self.srv, self.cli = open_device(kind), open_device(kind)
+        self.listener = self.srv.listen()
+        self.scq, self.ccq = self.srv.create_cq(), self.cli.create_cq()
+        got = {}
+        t = threading.Thread(
+            target=lambda: got.setdefault("qp", self.listener.accept(self.scq, timeout=5))
+        )
+        t.start()
+        self.cqp = self.cli.connect(self.listener.address, self.ccq)
+        t.join(5)
+        self.sqp = got["qp"]
+        self.region = self.srv.alloc_mr(4096, ALL)
+        self.rr = self.region.remote()
+        self.local = self.cli.alloc_mr(4096, Access.LOCAL_WRITE)
+
+    def one(self, cq):
+        wcs = cq.wait(5.0)
+        assert len(wcs) == 1, wcs
+        return wcs[0]
+
+    def close(self):
+        self.cqp.close()
+        self.sqp.close()
+        self.listener.close()
+        self.cli.close()
+        self.srv.close()
+
+
+@pytest.fixture(params=KINDS)
+def pair(request):
+    p = Pair(request.param)
+    yield p
+    p.close()
+
+
+def test_write_and_read(pair):
+    p = pair
+    p.local.buf[:5] = b"hello"
+    p.cqp.post_write(1, p.local, 0, 5, p.rr.addr + 100, p.rr.rkey)
+    wc = p.one(p.ccq)
+    assert (wc.wr_id, wc.status, wc.opcode, wc.byte_len) == (1, Status.SUCCESS, Opcode.WRITE, 5)
+    assert bytes(p.region.buf[100:105]) == b"hello"
+    p.region.buf[200:203] = b"xyz"
+    p.cqp.post_read(2, p.local, 10, 3, p.rr.addr + 200, p.rr.rkey)
+    wc = p.one(p.ccq)
+    assert (wc.wr_id, wc.status, wc.opcode, wc.byte_len) == (2, Status.SUCCESS, Opcode.READ, 3)
+    assert bytes(p.local.buf[10:13]) == b"xyz"
+    assert p.cqp.read_now(p.local, 20, 3, p.rr.addr + 200, p.rr.rkey) == Status.SUCCESS
+    assert bytes(p.local.buf[20:23]) == b"xyz"
+
+
+def test_write_with_imm_consumes_a_receive(pair):
+    p = pair
+    p.sqp.post_recv(77, p.region, 0, 0)
+    p.local.buf[:4] = b"data"
+    p.cqp.post_write(3, p.local, 0, 4, p.rr.addr + 64, p.rr.rkey, imm=0xFEED0001)
+    assert p.one(p.ccq).status == Status.SUCCESS
+    wc = p.one(p.scq)
+    assert (wc.wr_id, wc.opcode, wc.byte_len, wc.imm_data) == (
+        77,
+        Opcode.RECV_RDMA_WITH_IMM,
+        4,
+        0xFEED0001,
+    )
+    assert bytes(p.region.buf[64:68]) == b"data"
+
+
+def test_write_with_imm_waits_for_a_posted_receive(pair):
+    p = pair
+    p.cqp.post_write(4, p.local, 0, 8, p.rr.addr, p.rr.rkey, imm=5, signaled=False)
+    p.cqp.post_write(5, p.local, 0, 8, p.rr.addr, p.rr.rkey, imm=6)
+    assert p.one(p.ccq).wr_id == 5  # unsignaled success: no completion for 4
+    assert p.scq.wait(0.05) == []  # no receive posted yet (RNR)
+    p.sqp.post_recv(1, p.region, 0, 0)
+    p.sqp.post_recv(2, p.region, 0, 0)
+    got = []
+    for _ in range(10):
+        got += p.scq.wait(1.0)
+        if len(got) == 2:
+            break
+    assert [(w.wr_id, w.imm_data) for w in got] == [(1, 5), (2, 6)]  # in order
+
+
+def test_send_recv_both_directions(pair):
+    p = pair
+    p.sqp.post_recv(10, p.region, 1000, 64)
+    p.local.buf[:3] = b"abc"
+    p.cqp.post_send(11, p.local, 0, 3)
+    assert p.one(p.ccq).opcode == Opcode.SEND
+    wc = p.one(p.scq)
+    assert (wc.wr_id, wc.opcode, wc.byte_len) == (10, Opcode.RECV, 3)
+    assert bytes(p.region.buf[1000:1003]) == b"abc"
+    p.cqp.post_recv(12, p.local, 100, 64)
+    p.sqp.post_send(13, p.region, 1000, 3)
+    wc = p.one(p.ccq)  # the client drives its connection while it waits
+    assert (wc.wr_id, wc.opcode, wc.byte_len) == (12, Opcode.RECV, 3)
+    assert bytes(p.local.buf[100:103]) == b"abc"
+    assert p.one(p.scq).wr_id == 13
+
+
+def test_recv_too_small_is_an_error(pair):
+    p = pair
+    p.sqp.post_recv(1, p.region, 0, 2)
+    p.cqp.post_send(2, p.local, 0, 8)
+    p.one(p.ccq)
+    assert p.one(p.scq).status == Status.LOC_LEN_ERR
+
+
+def test_atomics(pair):
+    p = pair
+    struct.pack_into("<Q", p.region.buf, 8, 40)
+    p.cqp.post_fetch_add(1, p.local, 0, p.rr.addr + 8, p.rr.rkey, 2)
+    wc = p.one(p.ccq)
+    assert (wc.opcode, wc.status) == (Opcode.FETCH_AND_ADD, Status.SUCCESS)
+    assert struct.unpack_from("<Q", p.local.buf, 0)[0] == 40
+    assert struct.unpack_from("<Q", p.region.buf, 8)[0] == 42
+    p.cqp.post_cmp_swap(2, p.local, 8, p.rr.addr + 8, p.rr.rkey, 41, 7)  # fails: 42 != 41
+    assert p.one(p.ccq).opcode == Opcode.CMP_AND_SWAP
+    assert struct.unpack_from("<Q", p.local.buf, 8)[0] == 42
+    p.cqp.post_cmp_swap(3, p.local, 8, p.rr.addr + 8, p.rr.rkey, 42, 7)
+    p.one(p.ccq)
+    assert struct.unpack_from("<Q", p.region.buf, 8)[0] == 7
+    p.cqp.post_fetch_add(4, p.local, 0, p.rr.addr + 8, p.rr.rkey, -1)  # wraps like the hardware
+    p.one(p.ccq)
+    assert struct.unpack_from("<Q", p.region.buf, 8)[0] == 6
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        "write_oob",
+        "read_oob",
+        "read_neg",
+        "bad_rkey",
+        "atomic_oob",
+        "atomic_misaligned",
+        "write_imm_oob",
+    ],
+)
+def test_out_of_bounds_is_an_error_completion(pair, op):
+    p = pair
+    a, k = p.rr.addr, p.rr.rkey
+    before = bytes(p.region.buf)
+    if op == "write_oob":
+        p.cqp.post_write(1, p.local, 0, 16, a + 4090, k)
+    elif op == "read_oob":
+        p.cqp.post_read(1, p.local, 0, 16, a + 4090, k)
+    elif op == "read_neg":
+        p.cqp.post_read(1, p.local, 0, 16, a - 8, k)
+    elif op == "bad_rkey":
+        p.cqp.post_read(1, p.local, 0, 16, a, k ^ 0x5A5A0000)
+    elif op == "atomic_oob":
+        p.cqp.post_fetch_add(1, p.local, 0, a + 4096, k, 1)
+    elif op == "atomic_misaligned":
+        p.cqp.post_fetch_add(1, p.local, 0, a + 4, k, 1)
+    else:
+        p.sqp.post_recv(9, p.region, 0, 0)
+        p.cqp.post_write(1, p.local, 0, 16, a + 4090, k, imm=1)
+    wc = p.one(p.ccq)
+    assert wc.wr_id == 1 and wc.status in (Status.REM_ACCESS_ERR, Status.REM_INV_REQ_ERR)
+    assert bytes(p.region.buf) == before
+    assert p.scq.poll() == []  # a refused WRITE_WITH_IMM notifies nobody
+    # the queue pair keeps working afterwards
+    p.cqp.post_read(2, p.local, 0, 8, a, k)
+    assert p.one(p.ccq).status == Status.SUCCESS
+
+
+def test_access_flags_and_deregistration(pair):
+    p = pair
+    ro = p.srv.alloc_mr(64, Access.LOCAL_WRITE | Access.REMOTE_READ)
+    r = ro.remote()
+    p.cqp.post_write(1, p.local, 0, 8, r.addr, r.rkey)
+    assert p.one(p.ccq).status == Status.REM_ACCESS_ERR
+    p.cqp.post_fetch_add(2, p.local, 0, r.addr, r.rkey, 1)
+    assert p.one(p.ccq).status == Status.REM_ACCESS_ERR
+    p.cqp.post_read(3, p.local, 0, 8, r.addr, r.rkey)
+    assert p.one(p.ccq).status == Status.SUCCESS
+    ro.deregister()
+    p.cqp.post_read(4, p.local, 0, 8, r.addr, r.rkey)
+    assert p.one(p.ccq).status == Status.REM_ACCESS_ERR
+
+
+def test_local_bounds(pair):
+    p = pair
+    p.cqp.post_write(1, p.local, 4090, 16, p.rr.addr, p.rr.rkey)
+    assert p.one(p.ccq).status == Status.LOC_PROT_ERR
+
+
+def test_connect_refused():
+    for kind in KINDS:
+        dev = open_device(kind)
+        try:
+            cq = dev.create_cq()
+            bad = "/nonexistent/sock" if kind == "shm" else "127.0.0.1:1"
+            with pytest.raises(TransportError):
+                dev.connect(bad, cq)
+        finally:
+            dev.close()
+
+
+def test_peer_close_is_seen(pair):
+    p = pair
+    p.sqp.post_recv(5, p.region, 0, 0)
+    p.cqp.close()
+    assert not p.sqp.peer_alive() or p.scq.wait(1.0)[0].status == Status.WR_FLUSH_ERR
+    for _ in range(50):
+        wcs = p.scq.wait(0.1)
+        if wcs or not p.sqp.peer_alive():
+            break
+    assert not p.sqp.peer_alive()
+
+
+def _hammer(kind: str, address: str, addr: int, rkey: int, n: int, q) -> None:
+    dev = open_device(kind)
+    cq = dev.create_cq()
+    qp = dev.connect(address, cq)
+    local = dev.alloc_mr(8, Access.LOCAL_WRITE)
+    olds = []
+    for i in range(n):
+        qp.post_fetch_add(i, local, 0, addr, rkey, 1)
+        wcs = cq.wait(5.0)
+        assert wcs and wcs[0].status == Status.SUCCESS
+        olds.append(struct.unpack_from("<Q", local.buf, 0)[0])
+    # then CAS increments: each success is exactly one increment
+    wins = 0
+    while wins < n // 4:
+        qp.post_fetch_add(0, local, 0, addr, rkey, 0)
+        cq.wait(5.0)
+        cur = struct.unpack_from("<Q", local.buf, 0)[0]
+        qp.post_cmp_swap(1, local, 0, addr, rkey, cur, cur + 1)
+        cq.wait(5.0)
+        wins += struct.unpack_from("<Q", local.buf, 0)[0] == cur
+    qp.close()
+    dev.close()
+    q.put(olds)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_atomics_from_two_processes(kind):
+    srv = open_device(kind)
+    listener = srv.listen()
+    scq = srv.create_cq()
+    region = srv.alloc_mr(64, ALL)
+    r = region.remote()
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    n = 2000
+    procs = [
+        ctx.Process(target=_hammer, args=(kind, listener.address, r.addr + 16, r.rkey, n, q))
+        for _ in range(2)
+    ]
+    for pr in procs:
+        pr.start()
+    qps = [listener.accept(scq, timeout=30) for _ in procs]
+    results = [q.get(timeout=120) for _ in procs]
+    for pr in procs:
+        pr.join(30)
+        assert pr.exitcode == 0
+    olds = results[0] + results[1]
+    assert len(set(olds)) == 2 * n  # every fetch-and-add saw a distinct value
+    total = 2 * n + 2 * (n // 4)
+    assert struct.unpack_from("<Q", region.buf, 16)[0] == total
+    for qp in qps:
+        qp.close()
+    listener.close()
+    srv.close()
+
+
+@pytest.mark.skipif(unavailable_reason() is not None, reason=f"verbs: {unavailable_reason()}")
+def test_verbs_write_read_atomic():
+    p = Pair("verbs")
+    try:
+        p.local.buf[:4] = b"rdma"
+        p.sqp.post_recv(1, p.region, 0, 0)
+        p.cqp.post_write(1, p.local, 0, 4, p.rr.addr, p.rr.rkey, imm=0x00010002)
+        assert p.one(p.ccq).status == Status.SUCCESS
+        assert p.one(p.scq).imm_data == 0x00010002
+        p.cqp.post_fetch_add(2, p.local, 8, p.rr.addr + 8, p.rr.rkey, 1)
+        assert p.one(p.ccq).status == Status.SUCCESS
+    finally:
+        p.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_region_file_truncated_under_a_write(kind, tmp_path):
+    """A segment file trimmed while registered: the access fails, neither side crashes."""
+    import mmap
+    import os
+
+    p = Pair(kind)
+    try:
+        path = tmp_path / "seg.log"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT)
+        os.ftruncate(fd, 1 << 16)
+        m = mmap.mmap(fd, 1 << 16)
+        mr = p.srv.reg_mr(m, ALL, path=str(path))
+        r = mr.remote()
+        p.cqp.post_write(1, p.local, 0, 64, r.addr + 40000, r.rkey)
+        assert p.one(p.ccq).status == Status.SUCCESS
+        os.ftruncate(fd, 4096)
+        p.cqp.post_write(2, p.local, 0, 64, r.addr + 40000, r.rkey)
+        assert p.one(p.ccq).status != Status.SUCCESS
+        p.cqp.post_read(3, p.local, 0, 64, r.addr + 40000, r.rkey)
+        wcs = p.ccq.wait(2.0)
+        assert not wcs or wcs[0].status != Status.SUCCESS
+        os.close(fd)
+    finally:
+        p.close()
