@@ -186,8 +186,8 @@ def bench_throughput(addr: str, transport: str, total_bytes: int) -> None:
     p.close()
 
 
-def run(transport: str, quick: bool) -> None:
-    with tempfile.TemporaryDirectory(prefix="rdmalog-bench-") as d:
+def run(transport: str, quick: bool, data_root: str | None) -> None:
+    with tempfile.TemporaryDirectory(prefix="rdmalog-bench-", dir=data_root) as d:
         broker = subprocess.Popen(
             [sys.executable, __file__, "--serve", transport, d],
             stdin=subprocess.PIPE,
@@ -211,13 +211,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sample sizes (under a minute)")
     ap.add_argument("--transport", choices=["shm", "tcp"], action="append")
+    ap.add_argument("--data-root", help="where the broker's data dir goes (default: $TMPDIR)")
     ap.add_argument("--serve", nargs=2, metavar=("TRANSPORT", "DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
         serve(*args.serve)
         return
     for t in args.transport or ["shm", "tcp"]:
-        run(t, args.quick)
+        run(t, args.quick, args.data_root)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from gateway.protocol import (
 )
 from gateway.protocol.schema import entity_spec, message_class
 from rdmalog.config import BrokerConfig
+from rdmalog.errors import KafkaError
 
 log = logging.getLogger("gateway.server")
 
@@ -517,8 +518,13 @@ def run(config: BrokerConfig, listen: tuple[str, int] | None = None) -> None:
             loop.add_signal_handler(sig, _stop, task, sig)
         await serve(config, listen)
 
-    with contextlib.suppress(asyncio.CancelledError):
+    try:
         asyncio.run(main())
+    except asyncio.CancelledError:
+        pass
+    except (OSError, KafkaError) as exc:  # cannot listen, or the store refuses its directory
+        log.error("broker failed to start: %s", exc)
+        raise SystemExit(1) from None
 
 
 def _stop(task: asyncio.Task, sig: signal.Signals) -> None:

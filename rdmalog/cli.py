@@ -82,6 +82,7 @@ def _admin(bootstrap: str):
 
 
 def _topics(args: argparse.Namespace) -> int:
+    logging.getLogger("kafka").setLevel(logging.WARNING)  # the client's INFO chatter is not output
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError
 
@@ -117,17 +118,18 @@ def _topics(args: argparse.Namespace) -> int:
 
 
 def _print_topic(topic: dict) -> None:
-    """Print one topic the way kafka-topics.sh --describe does."""
+    """Print one topic (a kafka-python Metadata topic dict) the way kafka-topics.sh --describe does."""
+    name = topic["name"]
     if topic.get("error_code"):
-        print(f"Topic: {topic['topic']}\tError: {topic['error_code']}")
+        print(f"Topic: {name}\tError: {topic['error_code']}")
         return
-    parts = sorted(topic["partitions"], key=lambda p: p["partition"])
-    print(f"Topic: {topic['topic']}\tPartitionCount: {len(parts)}")
+    parts = sorted(topic["partitions"], key=lambda p: p["partition_index"])
+    print(f"Topic: {name}\tTopicId: {topic.get('topic_id')}\tPartitionCount: {len(parts)}")
     for p in parts:
-        replicas = ",".join(map(str, p["replicas"]))
-        isr = ",".join(map(str, p["isr"]))
+        replicas = ",".join(map(str, p["replica_nodes"]))
+        isr = ",".join(map(str, p["isr_nodes"]))
         print(
-            f"\tTopic: {topic['topic']}\tPartition: {p['partition']}\tLeader: {p['leader']}"
+            f"\tTopic: {name}\tPartition: {p['partition_index']}\tLeader: {p['leader_id']}"
             f"\tReplicas: {replicas}\tIsr: {isr}"
         )
 

@@ -95,10 +95,8 @@ class LeaderEpochCache:
         """Write the checkpoint atomically (temp file, fsync, rename), as Kafka does."""
         if self.path is None:
             return
-        body = "0\n%d\n%s" % (
-            len(self.entries),
-            "".join(f"{e} {o}\n" for e, o in self.entries),
-        )
+        lines = "".join(f"{e} {o}\n" for e, o in self.entries)
+        body = f"0\n{len(self.entries)}\n{lines}"
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w") as f:
             f.write(body)

@@ -20,7 +20,8 @@ RDMA access: `log.active_segment` is the head LogSegment: `.mmap` (shared, writa
 preallocated file, to register), `.base_offset`, `.size` (committed byte position: bytes below it are
 whole validated batches), `.capacity` (mapped length). A transport that wrote batches into the mapping
 at `.size` commits them with `log.commit_written(length)`, which validates and patches them in place.
-`add_roll_listener(cb)` reports `cb(log, old_segment, new_segment)` when the head changes.
+`add_roll_listener(cb)` reports `cb(log, old_segment, new_segment)` when the head changes, before the
+old file is trimmed to its data (a trim waits while the old mapping is still exported).
 """
 
 from __future__ import annotations
@@ -490,13 +491,13 @@ class PartitionLog:
             old = self.active_segment
             if old.size == 0:
                 return old
-            old.seal()
             new = self._segment(self.log_end_offset)
             new.preallocate()
             self.segments.append(new)
             self._bases.append(new.base_offset)
-            for cb in list(self._roll_listeners):
+            for cb in list(self._roll_listeners):  # before the trim: transports revoke access first
                 cb(self, old, new)
+            old.seal()
             return new
 
     # --- reads ---------------------------------------------------------------------------------------
@@ -708,6 +709,9 @@ class PartitionLog:
             seg = self.active_segment
             if seg.size and now - seg.created_ms > cfg.segment_ms:
                 self.roll()
+            for seg in self.segments[:-1]:
+                if seg.trim_pending:
+                    seg.try_trim()
         if retention:
             self.apply_retention(now)
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rdmalog.errors import KafkaStorageError
 from rdmalog.index import IndexCorruptError, OffsetIndex, TimeIndex
 from rdmalog.records import (
     BATCH_OVERHEAD,
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 # baseTimestamp, maxTimestamp: the header fields a read or a reload walk needs.
 _WALK = struct.Struct(">qi11xiqq")
 _MAGIC_AT = 16
+_LENGTH = struct.Struct(">i")
 INT_MAX = 2**31 - 1
 
 
@@ -123,6 +125,7 @@ class LogSegment:
         self.mmap: mmap.mmap | None = None
         self.capacity = 0
         self.deleted = False
+        self.trim_pending = False
 
     # --- mapping and capacity ---
     def _remap(self, length: int) -> None:
@@ -152,11 +155,28 @@ class LogSegment:
     def seal(self) -> None:
         """Trim files to their data (on roll and close); record the final time index entry."""
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-        if self.capacity != self.size:
-            os.ftruncate(self.fd, self.size)
-            self._remap(self.size)
         self.offset_index.trim()
         self.time_index.trim()
+        self.try_trim()
+
+    def try_trim(self) -> bool:
+        """Shrink the log file to its data unless its mapping is still exported (registered by a
+        transport): cutting a file under a live mapping would fault on the next touch past the end.
+        Then `trim_pending` stays set and the log retries from maintenance and at close."""
+        if self.capacity == self.size or self.fd < 0:
+            self.trim_pending = False
+            return True
+        if self.mmap is not None:
+            try:
+                self.mmap.close()
+            except BufferError:
+                self.trim_pending = True
+                return False
+            self.mmap = None
+        os.ftruncate(self.fd, self.size)
+        self._remap(self.size)
+        self.trim_pending = False
+        return True
 
     @property
     def is_full(self) -> bool:
@@ -260,6 +280,7 @@ class LogSegment:
             batches.append((pos, size, base + lod, max_ts))
             expected = base + lod + 1
             pos += size
+        self._check_not_legacy_format(mm, pos, file_size)
         self._index_batches(0, batches)
         self.size = pos
         corrupt = pos < file_size and any(mm[pos : min(file_size, pos + LOG_OVERHEAD)])  # type: ignore[index]
@@ -270,6 +291,24 @@ class LogSegment:
         self.flushed_size = 0
         self._load_first_timestamp()
         return pos, corrupt
+
+    def _check_not_legacy_format(self, mm: mmap.mmap | None, pos: int, file_size: int) -> None:
+        """Refuse, rather than truncate, a message set in the v0/v1 formats (an old Kafka log).
+
+        Those records are whole and valid, only older than magic v2; cutting them as a torn tail would
+        lose acknowledged data. Kafka 4 does not read them either: convert the log with a Kafka 3.x
+        broker (or re-produce it) before importing.
+        """
+        if mm is None or file_size - pos < LOG_OVERHEAD + 5:
+            return
+        length = _LENGTH.unpack_from(mm, pos + 8)[0]
+        magic = mm[pos + _MAGIC_AT]
+        if magic in (0, 1) and 14 <= length <= file_size - pos - LOG_OVERHEAD:
+            raise KafkaStorageError(
+                f"{self.path} holds messages in the v{magic} format at byte {pos}; "
+                "rdmalog reads magic v2 record batches only (as Kafka 4 does). Convert the log "
+                "with a Kafka 3.x broker before importing it; nothing was truncated."
+            )
 
     def _cut(self, size: int) -> None:
         # Truncate then re-grow: stale bytes past the end become zeros, never an old batch.

@@ -162,3 +162,35 @@ def volume(bootstrap: str) -> None:
         bootstrap, topic, PARTITIONS, len(sent), max_partition_fetch_bytes=16384
     )
     compare(sent, got)
+
+
+@scenario("multi-topic-produce-and-fetch", "roundtrip")
+def multi_topic(bootstrap: str) -> None:
+    """One producer writes two topics at once (Produce requests carrying both), one consumer
+    assigned to both reads them back (Fetch requests carrying both)."""
+    topics = [unique_topic("multi-a"), unique_topic("multi-b")]
+    for t in topics:
+        create_topic(bootstrap, t, 2)
+    sent = {t: make_records(20, 2, t) for t in topics}
+    producer = clients.ck_producer(bootstrap, **{"linger.ms": 50})
+    errors: list[object] = []
+    for i in range(20):
+        for t in topics:
+            r = sent[t][i]
+            producer.produce(t, value=r.value, key=r.key, partition=r.partition,
+                             headers=list(r.headers), timestamp=r.timestamp,
+                             on_delivery=lambda e, m: e and errors.append(e))  # fmt: skip
+    assert producer.flush(TIMEOUT_S) == 0 and not errors, errors
+    consumer = clients.ck_consumer(bootstrap)
+    try:
+        consumer.assign([TopicPartition(t, p, 0) for t in topics for p in range(2)])
+        got: dict[str, list[Rec]] = {t: [] for t in topics}
+        deadline = Deadline()
+        while sum(map(len, got.values())) < 40 and deadline:
+            for m in consumer.consume(num_messages=50, timeout=0.5):
+                if not m.error():
+                    got[m.topic()].append(clients.ck_rec(m))
+    finally:
+        consumer.close()
+    for t in topics:
+        compare(sent[t], got[t])

@@ -88,6 +88,19 @@ def response_encoder(api_key: int, version: int):
     return compile_encoder(entity_spec(message_class(api_key, version, False)))
 
 
+@functools.cache
+def _response_plan(api_key: int, version: int) -> tuple[bool, object]:
+    return bool(response_header_version(api_key, version)), response_encoder(api_key, version)
+
+
+@functools.cache
+def _request_header_version(api_key: int, version: int) -> int:
+    try:
+        return request_header_version(api_key, version)
+    except KeyError:
+        return -1
+
+
 def parse_request_header(frame: memoryview) -> RequestHeader:
     """Parse the request header (v0, v1 or v2 by the API version) at the start of a frame.
 
@@ -97,10 +110,7 @@ def parse_request_header(frame: memoryview) -> RequestHeader:
     """
     try:
         api_key, version, corr = _HEAD.unpack_from(frame, 0)
-        try:
-            hv = request_header_version(api_key, version)
-        except KeyError:
-            hv = -1
+        hv = _request_header_version(api_key, version)
         if hv == 0:
             return RequestHeader(api_key, version, corr, None, 8)
         n = _I16.unpack_from(frame, 8)[0]
@@ -145,11 +155,12 @@ def encode_response(
     Returns (buffer, parts): `parts` lists `(position in buffer, slice)` for records sent from
     files; the size prefix already counts their lengths.
     """
+    flexible_header, encoder = _response_plan(api_key, version)
     out = bytearray(8)
-    if response_header_version(api_key, version):
+    if flexible_header:
         out.append(0)
     parts: list = []
-    response_encoder(api_key, version)(out, body, parts)
+    encoder(out, body, parts)
     size = len(out) - 4
     for _, sl in parts:
         size += sl.length

@@ -83,11 +83,12 @@ def _struct(codes: str) -> struct.Struct:
 
 
 def _is_fixed(f: FieldSpec) -> bool:
+    """Fixed-width, untagged: part of a run packed by one Struct (null uuid = zero, null time = -1)."""
     return (
         f.kind == "prim"
         and f.tag is None
         and f.ktype in FIXED
-        and not (f.nullable and f.ktype != "uuid")
+        and (not f.nullable or f.ktype in ("uuid", "datetime_i64"))
     )
 
 
@@ -349,13 +350,20 @@ def _enc_entity(s: _Src, ind: int, ent: EntitySpec, val: str, buf: str) -> None:
             args = []
             for g in run:
                 get = f"{val}.get({g.name!r}, {s.literal(g.default)})"
-                args.append(f"({get} or _ZU).bytes" if g.ktype == "uuid" else get)
+                if g.ktype == "uuid":
+                    get = f"({get} or _ZU).bytes"
+                elif g.nullable:  # datetime: null is -1 on the wire
+                    t = s.var("t")
+                    get = f"(-1 if ({t} := {get}) is None else {t})"
+                args.append(get)
             codes = "".join(FIXED[g.ktype] for g in run)
             s.w(ind, f"{buf} += {s.struct_of(codes)}.pack({', '.join(args)})")
             continue
         loc = s.var("v")
         if f.kind == "struct" and f.default is MISSING:
             s.w(ind, f"{loc} = {val}.get({f.name!r})")
+        elif f.default == []:
+            s.w(ind, f"{loc} = {val}.get({f.name!r}, ())")
         else:
             s.w(ind, f"{loc} = {val}.get({f.name!r}, {s.literal(f.default)})")
         _enc_field(s, ind, f, ent.flexible, loc, buf)

@@ -20,7 +20,16 @@ from rdmalog.rdma.client import Endpoint
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport import Access, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import LRB_MASK, SLOT_MUTABLE, SLOT_SIZE, SLOT_VALID
-from rdmalog.records import BATCH_OVERHEAD, LOG_OVERHEAD, RecordBatch, decode_records
+from rdmalog.records import (
+    BATCH_OVERHEAD,
+    CODEC_MASK,
+    CONTROL_BIT,
+    HEADER,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_BIT,
+    RecordBatch,
+    decode_records,
+)
 
 _LEN = struct.Struct(">i")
 _SLOT = struct.Struct("<QQ")
@@ -209,7 +218,12 @@ class Consumer(Endpoint):
             buf = a.mr.buf
         st = self.qp.read_now(a.mr, a.have, n, a.region.addr + a.pos, a.region.rkey)
         if st != Status.SUCCESS:
-            raise TransportError(f"READ of {a.topic}-{a.partition} failed: {st.name}")
+            # The file went away under us (retention, a revoked registration): ask again from
+            # the next offset; if that offset is gone too, the caller gets offset_out_of_range.
+            if st == Status.WR_FLUSH_ERR:
+                raise TransportError(f"READ of {a.topic}-{a.partition} failed: {st.name}")
+            self.seek(a.topic, a.partition, a.offset)
+            return
         a.pos += n
         end = a.have + n
         p = 0
@@ -217,22 +231,28 @@ class Consumer(Endpoint):
             size = _LEN.unpack_from(buf, p + 8)[0] + LOG_OVERHEAD
             if size > end - p:
                 break
-            batch = RecordBatch(buf[p : p + size])
-            if batch.last_offset >= a.offset:
-                for r in decode_records(batch):
-                    if r.offset >= a.offset:
-                        out.append(
-                            ConsumerRecord(
-                                a.topic,
-                                a.partition,
-                                r.offset,
-                                r.timestamp,
-                                r.key,
-                                r.value,
-                                r.headers,
+            h = HEADER.unpack_from(buf, p)
+            last = h[0] + h[6]
+            if last >= a.offset:
+                if h[5] & CONTROL_BIT:
+                    pass  # transaction markers are not records for the application
+                elif h[5] & CODEC_MASK == 0:
+                    _decode_plain(buf, p, size, h, a, out)
+                else:
+                    for r in decode_records(RecordBatch(buf[p : p + size])):
+                        if r.offset >= a.offset:
+                            out.append(
+                                ConsumerRecord(
+                                    a.topic,
+                                    a.partition,
+                                    r.offset,
+                                    r.timestamp,
+                                    r.key,
+                                    r.value,
+                                    r.headers,
+                                )
                             )
-                        )
-                a.offset = batch.last_offset + 1
+                a.offset = last + 1
             p += size
         if p:
             buf[: end - p] = buf[p:end]  # keep the partial batch at the front
@@ -248,3 +268,58 @@ class Consumer(Endpoint):
         for a in self.parts.values():
             self._release(a)
         super().close()
+
+
+def _varint(buf, p: int) -> tuple[int, int]:
+    """A zigzag varint at p: (value, next position)."""
+    b = buf[p]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), p + 1
+    shift = result = 0
+    while True:
+        b = buf[p]
+        p += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), p
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _bytes(buf, p: int) -> tuple[bytes | None, int]:
+    n, p = _varint(buf, p)
+    if n < 0:
+        return None, p
+    return bytes(buf[p : p + n]), p + n
+
+
+def _decode_plain(buf, pos: int, size: int, h: tuple, a: _Assignment, out: list) -> None:
+    """Records of an uncompressed batch, straight from the read buffer (the consume hot path;
+    records.decode_records handles compressed batches)."""
+    base, base_ts, max_ts, count = h[0], h[7], h[8], h[12]
+    log_append = h[5] & TIMESTAMP_TYPE_BIT
+    p, end = pos + BATCH_OVERHEAD, pos + size
+    topic, part, want = a.topic, a.partition, a.offset
+    for _ in range(count):
+        length, p = _varint(buf, p)
+        rec_end = p + length
+        if length < 0 or rec_end > end:
+            raise ValueError("record extends past its batch")
+        ts_delta, q = _varint(buf, p + 1)  # skip the attributes byte
+        off_delta, q = _varint(buf, q)
+        key, q = _bytes(buf, q)
+        value, q = _bytes(buf, q)
+        nh, q = _varint(buf, q)
+        headers = []
+        for _ in range(nh):
+            hk, q = _bytes(buf, q)
+            hv, q = _bytes(buf, q)
+            headers.append(((hk or b"").decode("utf-8", "replace"), hv))
+        if q != rec_end:
+            raise ValueError("record length does not match its fields")
+        p = rec_end
+        off = base + off_delta
+        if off >= want:
+            ts = max_ts if log_append else base_ts + ts_delta
+            out.append(ConsumerRecord(topic, part, off, ts, key, value, headers))

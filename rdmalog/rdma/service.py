@@ -239,9 +239,9 @@ class RdmaService:
             return
         if wc.status != Status.SUCCESS:
             return  # flushed: the client is gone; its session cleans up
-        cqp.repost(wc.wr_id)
         if wc.opcode == Opcode.RECV:  # hello: bind this QP to the control session
             token = HELLO.unpack_from(cqp.recv_mr.buf, wc.wr_id * 64)[0]
+            cqp.repost(wc.wr_id)
             with self.lock:
                 s = self._tokens.pop(token, None)
                 if s is not None:
@@ -249,6 +249,7 @@ class RdmaService:
                     cqp.session = s.id
                     self._bound.notify_all()
             return
+        cqp.repost(wc.wr_id)
         file_id, order = imm_decode(wc.imm_data)
         f = self.files.get(file_id)
         if f is None or cqp.session not in f.sessions:
@@ -345,7 +346,10 @@ class RdmaService:
             raise PolicyViolationError("partition is held by an exclusive RDMA producer")
         data = memoryview(buf)
         n = len(data)
-        order, pos = word_decode(fetch_add(f.word_mr.buf, 0, reservation_add(n)))
+        try:
+            order, pos = word_decode(fetch_add(f.word_mr.buf, 0, reservation_add(n)))
+        except ValueError:  # the word was just revoked (its buffer released): the head changed
+            return self.append(topic, partition, buf, leader_epoch)
         done = threading.Event()
         result: list = []
 

@@ -52,6 +52,9 @@ KIND_SEND, KIND_WRITE_IMM, KIND_DISCONNECT = 1, 2, 3
 _SLOT = struct.Struct("<IIII")  # kind, qp_num, imm, byte_len (after the seq word)
 
 PAGE = mmap.ALLOCATIONGRANULARITY
+# plain ints on the hot path: IntFlag arithmetic costs microseconds
+_RW, _RR, _RA = int(Access.REMOTE_WRITE), int(Access.REMOTE_READ), int(Access.REMOTE_ATOMIC)
+_LW = int(Access.LOCAL_WRITE)
 _ids = itertools.count(1)
 
 
@@ -84,7 +87,7 @@ class ShmMR:
         self.buf = memoryview(buf).cast("B")
         self.length = len(self.buf)
         self.addr = rkey << ADDR_SHIFT
-        self.access = access
+        self.access = int(access)
         self._owned = owned  # the mapping alloc_mr created, closed on deregister
 
     def remote(self) -> RemoteRegion:
@@ -285,7 +288,7 @@ class _Peer:
                 m, view = _map_file(path, foff, length, write, clamp=True)
             except (OSError, ValueError):  # the file is gone (retention) or shorter than registered
                 return None
-            r = self.regions[rkey] = (view, access, length, m)
+            r = self.regions[rkey] = (view, int(access), length, m)
         if (r[1] & need) != need:
             return None
         return r[0]
@@ -362,10 +365,12 @@ class ShmQP:
         if length == 0 and not self.closed and self._peer is not None:
             view, roff = None, 0  # a zero-length WRITE touches no memory: no key check (IB spec)
         else:
-            view, roff = self._remote(remote_addr, rkey, length, Access.REMOTE_WRITE)
+            view, roff = self._remote(remote_addr, rkey, length, _RW)
             if view is None:
                 return self._complete(wr_id, Status.REM_ACCESS_ERR, Opcode.WRITE, 0, True)
-        if length and not copy(view, roff, mr.buf, offset, length):  # the file shrank under us (SIGBUS)
+        if length and not copy(
+            view, roff, mr.buf, offset, length
+        ):  # the file shrank under us (SIGBUS)
             return self._complete(wr_id, Status.REM_ACCESS_ERR, Opcode.WRITE, 0, True)
         if imm is not None and (
             self.closed or not self._notify(KIND_WRITE_IMM, imm & 0xFFFFFFFF, length)
@@ -374,9 +379,9 @@ class ShmQP:
         self._complete(wr_id, Status.SUCCESS, Opcode.WRITE, length, signaled)
 
     def post_read(self, wr_id, mr, offset, length, remote_addr, rkey, signaled=True):
-        if not self._local(mr, offset, length) or not mr.access & Access.LOCAL_WRITE:
+        if not self._local(mr, offset, length) or not mr.access & _LW:
             return self._complete(wr_id, Status.LOC_PROT_ERR, Opcode.READ, 0, True)
-        view, roff = self._remote(remote_addr, rkey, length, Access.REMOTE_READ)
+        view, roff = self._remote(remote_addr, rkey, length, _RR)
         if view is None:
             return self._complete(wr_id, Status.REM_ACCESS_ERR, Opcode.READ, 0, True)
         if not copy(mr.buf, offset, view, roff, length):
@@ -385,20 +390,20 @@ class ShmQP:
 
     def read_now(self, mr, offset, length, remote_addr, rkey) -> Status:
         """A READ whose completion is returned instead of queued (the consumer's fast path)."""
-        view, roff = self._remote(remote_addr, rkey, length, Access.REMOTE_READ)
+        view, roff = self._remote(remote_addr, rkey, length, _RR)
         if view is None or not self._local(mr, offset, length):
             return Status.REM_ACCESS_ERR
         return Status.SUCCESS if copy(mr.buf, offset, view, roff, length) else Status.REM_ACCESS_ERR
 
     def map_remote(self, remote_addr: int, rkey: int, length: int) -> memoryview | None:
         """A live read-only view of peer memory: reading it is a READ that completes at once."""
-        view, roff = self._remote(remote_addr, rkey, length, Access.REMOTE_READ)
+        view, roff = self._remote(remote_addr, rkey, length, _RR)
         return None if view is None else view[roff : roff + length].toreadonly()
 
     def _atomic(self, wr_id, mr, offset, remote_addr, rkey, op, a, b):
-        if not self._local(mr, offset, 8) or not mr.access & Access.LOCAL_WRITE:
+        if not self._local(mr, offset, 8) or not mr.access & _LW:
             return self._complete(wr_id, Status.LOC_PROT_ERR, op, 0, True)
-        view, roff = self._remote(remote_addr, rkey, 8, Access.REMOTE_ATOMIC)
+        view, roff = self._remote(remote_addr, rkey, 8, _RA)
         if view is None or remote_addr % 8:
             st = Status.REM_ACCESS_ERR if view is None else Status.REM_INV_REQ_ERR
             return self._complete(wr_id, st, op, 0, True)

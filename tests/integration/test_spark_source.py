@@ -257,6 +257,22 @@ def test_batch_offsets_like_spark_sql_kafka(spark: SparkSession, bootstrap: str)
     assert rows(df) == log
 
 
+def test_fail_on_data_loss(spark: SparkSession, bootstrap: str) -> None:
+    topic = new_topic(bootstrap, 1)
+    produce(bootstrap, topic, simple_records(1, 10))
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_records({KpTopicPartition(topic, 0): 4})
+    finally:
+        admin.close()
+    from_zero = {"startingOffsets": json.dumps({topic: {"0": 0}})}
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        source(spark, bootstrap, subscribe=topic, **from_zero).collect()
+    lenient = source(spark, bootstrap, subscribe=topic, failOnDataLoss="false", **from_zero)
+    assert [r[1] for r in rows(lenient)] == list(range(4, 10))
+    assert [r[1] for r in rows(source(spark, bootstrap, subscribe=topic))] == list(range(4, 10))
+
+
 def _run_available_now(spark, bootstrap, topic, out: Path, checkpoint: Path, **options):
     stream = source(spark, bootstrap, streaming=True, subscribe=topic, **options)
     query = (
@@ -310,7 +326,7 @@ def test_streaming_restart_exactly_once(spark: SparkSession, bootstrap: str, tmp
 
     # more records arrive while the query is down; restart from the checkpoint
     produce(bootstrap, topic, simple_records(2, 15, "b"))
-    _run_available_now(spark, bootstrap, topic, out, checkpoint, maxOffsetsPerTrigger="9")
+    _run_available_now(spark, bootstrap, topic, out, checkpoint, maxOffsetsPerTrigger="40")
 
     got = rows(spark.read.parquet(str(out)))
     log = [(p, o, k, v) for p, o, k, v, *_ in read_log(bootstrap, topic)]

@@ -623,3 +623,41 @@ def test_random_crashes_and_corruption_keep_the_log_consistent(tmp_path: Path) -
             pos = offsets_seen[-1] + 1
         assert offsets_seen == list(range(plog.log_start_offset, plog.log_end_offset))
     plog.close()
+
+
+def test_roll_waits_to_trim_a_registered_mapping(tmp_path: Path, clock: Clock) -> None:
+    plog = open_log(tmp_path / "t-0", clock=clock, segment_bytes=4000)
+    seen = []
+    plog.add_roll_listener(lambda lg, old, new: seen.append((old.capacity, new.base_offset)))
+    plog.append(batch(2))
+    head = plog.active_segment
+    registered = memoryview(head.mmap)  # what a transport holds while the region is registered
+    plog.roll()
+    assert seen == [(4000, 2)]  # listeners ran before the trim
+    assert head.trim_pending and os.path.getsize(head.path) == 4000
+    assert bytes(registered[: head.size]) == bytes(plog.read(0, 1 << 20).read())  # still mapped
+    registered.release()
+    plog.maintain(retention=False)
+    assert not head.trim_pending and os.path.getsize(head.path) == head.size
+    plog.close()
+
+
+def test_offset_for_timestamp_matches_a_brute_force_scan(tmp_path: Path, clock: Clock) -> None:
+    import random
+
+    rng = random.Random(99)
+    plog = open_log(tmp_path / "t-0", clock=clock, segment_bytes=1500, index_interval_bytes=150)
+    stamps: list[int] = []
+    for _ in range(120):  # bounded: a few dozen segments of jittery, partly out-of-order timestamps
+        n = rng.randrange(1, 6)
+        ts = [T0 + len(stamps) * 10 + rng.randrange(-40, 40) for _ in range(n)]
+        plog.append(build_batch([Record(None, b"v", timestamp=t) for t in ts],
+                                compression=rng.choice([Codec.NONE, Codec.LZ4])))  # fmt: skip
+        stamps += ts
+    assert len(plog.segments) > 5
+    for target in [T0 - 100, *rng.sample(range(T0 - 50, T0 + len(stamps) * 10 + 50), 60)]:
+        want = next(((t, o) for o, t in enumerate(stamps) if t >= target), None)
+        assert plog.offset_for_timestamp(target) == want, target
+    best = max(stamps)
+    assert plog.max_timestamp() == (best, stamps.index(best))
+    plog.close()

@@ -95,3 +95,18 @@ def test_serve_sigterm_flushes_and_restarts(tmp_path):
     got_corr, resp = c.recv(1, 12)  # answered (empty) on shutdown instead of after 10 minutes
     assert got_corr == corr and resp["responses"][0]["partitions"][0]["high_watermark"] == 14
     c.close()
+
+
+def test_serve_port_in_use_fails_cleanly(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run(
+            [RDMALOG, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 1
+    assert "broker failed to start" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,72 @@
+"""Idempotent-producer sequence rules (rdmalog.producer_state), as Kafka applies them per partition."""
+
+from __future__ import annotations
+
+import pytest
+
+from rdmalog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from rdmalog.producer_state import ProducerStateTable
+
+
+def _append(table: ProducerStateTable, pid, epoch, seq, count, offset) -> None:
+    assert table.check(pid, epoch, seq, count) is None
+    table.update(pid, epoch, seq, count, offset, offset + count - 1, 0)
+
+
+def test_in_order_batches_are_accepted_and_a_retry_is_a_duplicate() -> None:
+    table = ProducerStateTable()
+    _append(table, 7, 0, 0, 3, 100)
+    _append(table, 7, 0, 3, 2, 103)
+    dup = table.check(7, 0, 0, 3)
+    assert dup is not None and (dup.first_offset, dup.last_offset) == (100, 102)
+    assert table.check(7, 0, 3, 2).first_offset == 103
+
+
+def test_only_the_last_five_batches_are_remembered() -> None:
+    table = ProducerStateTable()
+    for i in range(6):
+        _append(table, 1, 0, i, 1, i)
+    assert table.check(1, 0, 5, 1) is not None
+    with pytest.raises(OutOfOrderSequenceError):
+        table.check(1, 0, 0, 1)  # fell out of the cache: now a gap, not a duplicate
+
+
+def test_gap_and_old_epoch_are_refused() -> None:
+    table = ProducerStateTable()
+    _append(table, 1, 2, 0, 1, 0)
+    with pytest.raises(OutOfOrderSequenceError):
+        table.check(1, 2, 5, 1)
+    with pytest.raises(InvalidProducerEpochError):
+        table.check(1, 1, 1, 1)
+
+
+def test_new_epoch_must_start_at_zero() -> None:
+    table = ProducerStateTable()
+    _append(table, 1, 0, 0, 4, 0)
+    with pytest.raises(OutOfOrderSequenceError):
+        table.check(1, 1, 4, 1)
+    _append(table, 1, 1, 0, 1, 4)
+    assert table.producers[1].epoch == 1
+
+
+def test_unknown_producer_may_start_anywhere_and_sequences_wrap() -> None:
+    table = ProducerStateTable()
+    _append(table, 9, 0, 2**31 - 2, 2, 0)  # last sequence is 2**31 - 1
+    _append(table, 9, 0, 0, 1, 2)
+    assert table.check(-1, -1, -1, 5) is None  # non-idempotent batches are not checked
+
+
+def test_truncation_and_snapshot_round_trip(tmp_path) -> None:
+    table = ProducerStateTable()
+    _append(table, 1, 0, 0, 2, 0)
+    _append(table, 2, 0, 0, 2, 2)
+    path = tmp_path / "00000000000000000004.snapshot"
+    table.snapshot(path, 4)
+    restored, end = ProducerStateTable.restore(path)
+    assert end == 4 and restored.check(2, 0, 0, 2).first_offset == 2
+    restored.truncate_before(2)
+    assert 1 not in restored.producers
+    restored.truncate_after(2)
+    assert restored.producers == {}
+    path.write_text("not json")
+    assert ProducerStateTable.restore(path) is None
