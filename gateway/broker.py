@@ -86,6 +86,7 @@ class Broker:
         self.message_max_bytes: int = config.get("message.max.bytes")
         self.auto_create: bool = config.get("auto.create.topics.enable")
         self.num_partitions: int = config.get("num.partitions")
+        self.groups: Any = None  # the GroupService (gateway/groups), started by the server
 
     # --- cluster view ------------------------------------------------------------------------
 

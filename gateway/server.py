@@ -23,6 +23,7 @@ import types
 from pathlib import Path
 
 from gateway.broker import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION, Broker, RequestContext
+from gateway.groups.service import GroupService
 from gateway.handlers.registry import REGISTRY, ApiEntry, load_all
 from gateway.protocol import (
     DecodeError,
@@ -484,9 +485,12 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
     store = open_store(config)
     gateway = Gateway(Broker(config, store))
     try:
+        # groups are loaded from __consumer_offsets before the first client can ask for them
+        gateway.broker.groups = GroupService(store, config, asyncio.get_running_loop()).start()
         host, port = _listen_address(config, listen)
         await gateway.start(host, port)
     except BaseException:
+        await gateway.stop()
         store.close()
         raise
     return gateway
@@ -495,6 +499,8 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
 async def shutdown(gateway: Gateway) -> None:
     """Stop a gateway started by `start` and flush/close its store."""
     await gateway.stop()
+    if gateway.broker.groups is not None:
+        gateway.broker.groups.stop()
     await asyncio.get_running_loop().run_in_executor(None, gateway.broker.store.close)
     log.info("store flushed and closed")
 

@@ -168,6 +168,9 @@ BROKER_DEFS = _defs(
     ("transaction.state.log.replication.factor", "short", 3, _at_least(1)),
     ("transaction.state.log.min.isr", "int", 2, _at_least(1)),
     ("group.initial.rebalance.delay.ms", "int", 3000, _at_least(0)),
+    ("group.max.size", "int", INT_MAX, _at_least(1)),
+    ("offsets.retention.check.interval.ms", "long", 600000, _at_least(1)),
+    ("offset.metadata.max.bytes", "int", 4096, _at_least(0)),
     ("group.min.session.timeout.ms", "int", 6000),
     ("group.max.session.timeout.ms", "int", 1800000),
     ("zookeeper.connect", "string", None),
@@ -287,21 +290,33 @@ def listener_host_port(value: str) -> tuple[str, int]:
 
 
 class _Config:
-    """Shared machinery: parsed values, their sources, typed attribute access."""
+    """Shared machinery: parsed values, their sources, typed attribute access.
+
+    A config is immutable once built (altering a topic config builds a new one), so resolved values
+    are cached: the append path reads a dozen of them per call.
+    """
 
     _defs: Mapping[str, ConfigDef]
 
     def __init__(self) -> None:
         self._values: dict[str, Any] = {}
         self._sources: dict[str, ConfigSource] = {}
+        self._resolved: dict[str, Any] = {}
 
     def get(self, name: str) -> Any:
         """The typed value of `name` (its default when not set)."""
+        try:
+            return self._resolved[name]
+        except KeyError:
+            pass
         if name in self._values:
-            return self._values[name]
-        if name in self._defs:
-            return self._default(name)
-        raise InvalidConfigError(f"Unknown configuration {name}")
+            value = self._values[name]
+        elif name in self._defs:
+            value = self._default(name)
+        else:
+            raise InvalidConfigError(f"Unknown configuration {name}")
+        self._resolved[name] = value
+        return value
 
     def _default(self, name: str) -> Any:
         return self._defs[name].default
@@ -314,7 +329,8 @@ class _Config:
             raise AttributeError(attr)
         name = attr.replace("_", ".")
         if name in self._defs:
-            return self.get(name)
+            value = self.__dict__[attr] = self.get(name)  # later reads skip __getattr__
+            return value
         raise AttributeError(attr)
 
     def describe(self) -> list[ConfigEntry]:
@@ -362,6 +378,7 @@ class BrokerConfig(_Config):
                 continue
             self._values[name] = _parse(name, d.kind, raw, d.validator)
             self._sources[name] = source
+        self._resolved.clear()
 
     def _check(self) -> None:
         parse_listeners(self.get("listeners"))

@@ -15,6 +15,7 @@ import mmap
 import os
 import struct
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 _WALK = struct.Struct(">qi11xiqq")
 _MAGIC_AT = 16
 _LENGTH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
 INT_MAX = 2**31 - 1
 
 
@@ -303,7 +305,12 @@ class LogSegment:
             return
         length = _LENGTH.unpack_from(mm, pos + 8)[0]
         magic = mm[pos + _MAGIC_AT]
-        if magic in (0, 1) and 14 <= length <= file_size - pos - LOG_OVERHEAD:
+        end = pos + LOG_OVERHEAD + length
+        if (
+            magic in (0, 1)
+            and 14 <= length <= file_size - pos - LOG_OVERHEAD
+            and zlib.crc32(mm[pos + _MAGIC_AT : end]) == _CRC.unpack_from(mm, pos + 12)[0]
+        ):
             raise KafkaStorageError(
                 f"{self.path} holds messages in the v{magic} format at byte {pos}; "
                 "rdmalog reads magic v2 record batches only (as Kafka 4 does). Convert the log "

@@ -65,6 +65,12 @@ def spark_session(source: str):
     """local[2] session tuned for small micro-batches."""
     from pyspark.sql import SparkSession
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need pyarrow and rdmalog
+    root = str(Path(__file__).resolve().parents[2])
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH")) if p
+    )
+
     builder = (
         SparkSession.builder.master("local[2]")
         .appName(f"ospbench-{source}")

@@ -1,16 +1,15 @@
 """The group coordinator of one broker: built on first use, fed from and writing to the store.
 
-`group_service(broker)` returns the broker's `GroupService`, creating it on first call: it reads the
+The server starts one `GroupService` per broker at start-up (`broker.groups`): it reads the
 coordinator settings from the broker config, creates/replays `__consumer_offsets` and starts the
-offsets-retention timer on the running loop. When the broker object carries a `groups` attribute
-(a hook gateway/broker.py may add) that is used; otherwise the service is remembered per broker here.
+offsets-retention timer on the running loop. `group_service(broker)` returns it (creating it on first
+use where a broker was built without the server, as in handler tests).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from typing import Any
 
 from gateway.groups.clock import LoopClock
@@ -19,8 +18,6 @@ from gateway.groups.model import GroupConfig
 from gateway.groups.offsets_topic import OffsetsTopic
 
 log = logging.getLogger(__name__)
-
-_SERVICES: weakref.WeakKeyDictionary[Any, GroupService] = weakref.WeakKeyDictionary()
 
 
 def _setting(config: Any, name: str, default: int) -> int:
@@ -101,13 +98,10 @@ class GroupService:
 
 
 def group_service(broker: Any) -> GroupService:
-    """The broker's group service, created and loaded on first use (on the running loop)."""
-    service = getattr(broker, "groups", None)
-    if isinstance(service, GroupService):
-        return service
-    service = _SERVICES.get(broker)
-    if service is None:
-        loop = asyncio.get_running_loop()
-        service = GroupService(broker.store, broker.config, loop).start()
-        _SERVICES[broker] = service
-    return service
+    """The broker's group service (`broker.groups`), created and loaded on first use if the server
+    did not start it already."""
+    if broker.groups is None:
+        broker.groups = GroupService(
+            broker.store, broker.config, asyncio.get_running_loop()
+        ).start()
+    return broker.groups

@@ -31,6 +31,7 @@ from rdmalog.records import (
     decode_records,
 )
 
+EARLIEST, LATEST = -2, -1
 _LEN = struct.Struct(">i")
 _SLOT = struct.Struct("<QQ")
 MAX_SLOTS = 4096
@@ -85,7 +86,8 @@ class Consumer(Endpoint):
         self._active: list[_Assignment] | None = None  # assignments with a slot (cached)
 
     # -- assignment ----------------------------------------------------------------------------------
-    def assign(self, partitions: list[tuple[str, int]], offset: int = 0) -> None:
+    def assign(self, partitions: list[tuple[str, int]], offset: int = EARLIEST) -> None:
+        """Read these partitions from `offset` (EARLIEST = -2: log start, LATEST = -1: the end)."""
         for tp in list(self.parts):
             if tp not in partitions:
                 self._release(self.parts.pop(tp))
@@ -100,6 +102,7 @@ class Consumer(Endpoint):
         self._release(a)
         a.offset = offset
         r = self.ctl.request("read_access", topic=topic, partition=partition, offset=offset)
+        a.offset = r["offset"]
         self._open(a, r)
 
     def position(self, topic: str, partition: int) -> int:

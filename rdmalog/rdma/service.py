@@ -40,6 +40,7 @@ from rdmalog.rdma.wire import (
 
 log = logging.getLogger(__name__)
 
+EARLIEST, LATEST = -2, -1  # read_access offsets, as in Kafka's ListOffsets
 RECV_DEPTH = 256  # receives kept posted per queue pair (bounds a producer's in-flight writes)
 HELLO = struct.Struct("<Q")
 
@@ -339,9 +340,10 @@ class RdmaService:
         place, and commit in order with the RDMA writes. Exclusive grant: refused.
         """
         ps = self._part(topic, partition)
-        f = ps.produce
-        if f is None or f.revoked:
-            return ps.log.append(buf, leader_epoch)
+        with self.lock:  # no grant may appear between this look and a plain append
+            f = ps.produce
+            if f is None or f.revoked:
+                return ps.log.append(buf, leader_epoch)
         if f.mode == "exclusive":
             raise PolicyViolationError("partition is held by an exclusive RDMA producer")
         data = memoryview(buf)
@@ -473,6 +475,10 @@ class RdmaService:
         ps = self._part(topic, partition)
         plog = ps.log
         with self.lock, plog.lock:  # service lock first: the order every path takes
+            if offset == EARLIEST:
+                offset = plog.log_start_offset
+            elif offset == LATEST:
+                offset = plog.high_watermark
             if offset < plog.log_start_offset or offset > plog.log_end_offset:
                 raise ControlError(
                     "offset_out_of_range",
@@ -486,7 +492,7 @@ class RdmaService:
                 if found is not None:
                     seg, start = cand, found[0]
                     break
-            return self._register_reader(s, ps, seg, start)
+            return {**self._register_reader(s, ps, seg, start), "offset": offset}
 
     def _register_reader(self, s: Session, ps: PartState, seg, start: int) -> dict:
         with self.lock:

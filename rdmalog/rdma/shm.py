@@ -29,6 +29,7 @@ import struct
 import tempfile
 import threading
 import time
+import weakref
 from collections import deque
 
 from rdmalog.rdma._atomic64 import compare_swap, copy, fetch_add, load, store, wait_change
@@ -536,14 +537,34 @@ def _recv_json(sock: socket.socket) -> dict:
     return json.loads(data)
 
 
+def _sweep(base: str) -> None:
+    """Remove device directories left by processes that died without closing them."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 3 or parts[0] != "rdmalog" or not parts[1].isdigit():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        except PermissionError:
+            pass  # alive, someone else's
+
+
 class ShmDevice:
     """This process's shm endpoint: a directory of shared files (see the module docstring)."""
 
     name = "shm"
 
     def __init__(self, root: str | None = None, max_send: int = 488):
-        base = root or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
+        base = root or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+        _sweep(base)
         self.dir = tempfile.mkdtemp(prefix=f"rdmalog-{os.getpid()}-", dir=base)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self.dir, True)  # also at exit
         self.slot_size = SLOT_HDR + max_send
         with open(os.path.join(self.dir, "mrtable"), "wb") as f:
             f.truncate(MR_ENTRIES * MR_ENTRY)
@@ -628,4 +649,4 @@ class ShmDevice:
             qp.close()
         self._table.release()
         self._tmap.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self._finalizer()

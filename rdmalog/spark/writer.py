@@ -6,7 +6,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -17,6 +21,11 @@ from pyspark.sql.types import (
 
 from rdmalog.spark.options import OptionError, WriteOptions
 from rdmalog.spark.transport import open_sink
+
+try:  # Arrow batches for streaming writes: pyspark >= 4.1
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+except ImportError:  # pragma: no cover - older pyspark hands over Rows
+    _StreamWriterBase = DataSourceStreamWriter
 
 
 @dataclass
@@ -74,39 +83,60 @@ def _bytes(value: Any) -> bytes | None:
     return bytes(value)
 
 
-def _rows(iterator: Iterator) -> Iterator[dict[str, Any]]:
-    """Rows as dicts with lower-case names, from Spark Rows or Arrow record batches."""
+Row = tuple[str | None, Any, Any, int | None, list | None]  # topic, key, value, partition, headers
+
+
+def _rows(iterator: Iterator) -> Iterator[Row]:
+    """(topic, key, value, partition, headers) from Arrow record batches or Spark Rows."""
     for item in iterator:
-        if hasattr(item, "to_pylist"):  # pyarrow.RecordBatch
-            names = [n.lower() for n in item.schema.names]
-            for row in item.to_pylist():
-                yield dict(zip(names, row.values(), strict=True))
+        if hasattr(item, "num_rows"):  # pyarrow.RecordBatch: convert column by column
+            cols = {n.lower(): item.column(i).to_pylist() for i, n in enumerate(item.schema.names)}
+            none = [None] * item.num_rows
+            yield from zip(
+                cols.get("topic", none),
+                cols.get("key", none),
+                cols["value"],
+                cols.get("partition", none),
+                cols.get("headers", none),
+                strict=True,
+            )
         else:
-            yield {k.lower(): v for k, v in item.asDict(recursive=False).items()}
+            row = {k.lower(): v for k, v in item.asDict(recursive=False).items()}
+            headers = row.get("headers")
+            yield (
+                row.get("topic"),
+                row.get("key"),
+                row.get("value"),
+                row.get("partition"),
+                [(h["key"], h["value"]) for h in headers] if headers else None,
+            )
 
 
 def write_rows(opts: WriteOptions, iterator: Iterator) -> WriteSummary:
     """Produce every row; returns once each record is acknowledged."""
     sink = open_sink(opts.conn)
     try:
-        for row in _rows(iterator):
-            topic = opts.topic or row.get("topic")
+        for topic, key, value, partition, headers in _rows(iterator):
+            topic = opts.topic or topic
             if not topic:
                 raise ValueError("null topic present in the data; use the 'topic' option")
-            headers = row.get("headers")
             sink.send(
                 topic,
-                _bytes(row.get("key")),
-                _bytes(row.get("value")),
-                row.get("partition"),
-                [(h["key"], _bytes(h["value"])) for h in headers] if headers else None,
+                _bytes(key),
+                _bytes(value),
+                partition,
+                [(_header(h)[0], _bytes(_header(h)[1])) for h in headers] if headers else None,
             )
     finally:
         sink.close()
     return WriteSummary(sink.sent)
 
 
-class RdmalogWriter(DataSourceWriter):
+def _header(h: Any) -> tuple[str, Any]:
+    return (h["key"], h["value"]) if isinstance(h, dict) else (h[0], h[1])
+
+
+class RdmalogWriter(DataSourceArrowWriter):
     """Batch write: at-least-once per task, like spark-sql-kafka."""
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
@@ -117,7 +147,7 @@ class RdmalogWriter(DataSourceWriter):
         return write_rows(self.opts, iterator)
 
 
-class RdmalogStreamWriter(DataSourceStreamWriter):
+class RdmalogStreamWriter(_StreamWriterBase):
     """Streaming write: each micro-batch's tasks produce their rows; commit has nothing to do."""
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:

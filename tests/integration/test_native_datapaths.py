@@ -95,6 +95,10 @@ def test_exclusive_produce_and_consume(broker):
     assert [r.value for r in consume(c, 1)] == [b"late"]
     c.seek("t", 0, 10)
     assert consume(c, 41)[0].offset == 10
+    c.seek("t", 0, -1)  # LATEST: only what comes next
+    assert c.poll(0.05) == [] and c.position("t", 0) == 51
+    p.produce("t", 0, b"next")
+    assert [r.offset for r in consume(c, 1)] == [51]
     c.close()
     p.close()
 
@@ -195,10 +199,11 @@ def test_exclusive_grant_excludes_others(broker):
     assert svc.append("x", 0, build_batch([(None, b"gateway")])).base_offset == 1
 
 
-def test_corrupt_batch_is_refused(broker):
+@pytest.mark.parametrize("mode", ["exclusive", "shared"])
+def test_corrupt_batch_is_refused(broker, mode):
     st, svc = broker
     st.create_topic("c", 1)
-    p = Producer(svc.control_address)
+    p = Producer(svc.control_address, mode=mode)
     p.produce("c", 0, b"good0")
     bad = build_batch([(None, b"evil")])
     bad[-1] ^= 0xFF  # breaks the CRC
@@ -318,3 +323,22 @@ def test_only_committed_data_is_served(broker):
     assert store_records(st, "u")[-1].value == b"one"
     c.close()
     p.close()
+
+
+def test_head_rolled_by_the_broker_under_a_producer(broker):
+    """A roll the producer did not ask for (time roll, gateway append) revokes its grant; the
+    next write fails one-sidedly or is answered REVOKED, and is resent to the new head."""
+    st, svc = broker
+    st.create_topic("g", 1)
+    c = Consumer(svc.control_address)
+    c.assign([("g", 0)])
+    for mode in ("exclusive", "shared"):
+        p = Producer(svc.control_address, mode=mode)
+        p.produce("g", 0, b"%s-1" % mode.encode())
+        st.partition("g", 0).roll()
+        assert p.produce("g", 0, b"%s-2" % mode.encode())[0] > 0
+        p.close()
+    want = [b"exclusive-1", b"exclusive-2", b"shared-1", b"shared-2"]
+    assert [r.value for r in store_records(st, "g")] == want
+    assert [r.value for r in consume(c, 4)] == want
+    c.close()

@@ -1,0 +1,359 @@
+"""KafkaDirect 5.4 streaming benchmark (OSPBench): Spark event delay per source and workload.
+
+For each workload (constant, burst) and each available source variant (`rdmalog-shm`,
+`rdmalog-kafka`, `kafka`) it starts a fresh broker (bench/ospbench/broker.py: gateway + RDMA
+service, temp data dir, free ports), creates `ndwflow`/`ndwspeed` (LogAppendTime), starts the Spark
+job (bench/ospbench/job.py) in its own process, warms it up, runs the generator for the bounded
+duration, drains, and reads the per-event delays. Prints one JSON line per run, then a markdown
+table; writes a PNG of delay over time and (unless --no-docs) the section "Spark streaming event
+delay (KafkaDirect 5.4)" of docs/performance.md.
+
+    python bench/ospbench/run.py --quick                 # ~15 s per run
+    python bench/ospbench/run.py --duration 45 --rate 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+
+import workload  # noqa: E402
+
+PY = sys.executable
+SECTION = "## Spark streaming event delay (KafkaDirect 5.4)"
+VARIANT_NAMES = {
+    "rdmalog-shm": "rdmalog source, native shm",
+    "rdmalog-tcp": "rdmalog source, native tcp",
+    "rdmalog-kafka": "rdmalog source, Kafka protocol",
+    "kafka": "spark-sql-kafka",
+}
+
+
+def log(msg: str) -> None:
+    """Progress on stderr."""
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Broker:
+    """bench/ospbench/broker.py in a child process."""
+
+    def __init__(self, transport: str) -> None:
+        self.dir = tempfile.mkdtemp(prefix="ospbench-broker-")
+        self.proc = subprocess.Popen(
+            [PY, str(HERE / "broker.py"), "--data-dir", self.dir, "--transport", transport],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=open(Path(self.dir) / "broker.log", "wb"),  # noqa: SIM115
+            cwd=ROOT,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"broker did not start; see {self.dir}/broker.log")
+        info = json.loads(line)
+        self.bootstrap: str = info["bootstrap"]
+        self.control: str | None = info.get("control")
+        self.rdma_error: str | None = info.get("rdma_error")
+
+    def close(self) -> None:
+        """Close stdin (the broker's stop signal), wait, clean up."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def wait_for(path: Path, timeout: float, proc: subprocess.Popen | None = None) -> bool:
+    """Wait until `path` exists (False on timeout or when `proc` exited)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        if proc is not None and proc.poll() is not None:
+            return False
+        time.sleep(0.1)
+    return False
+
+
+def percentile(values, q: float) -> float:
+    """Linear-interpolated percentile of a sorted-able sequence."""
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values, dtype="float64"), q))
+
+
+def one_run(source: str, pattern: str, args: argparse.Namespace, results: Path) -> dict:
+    """Broker + job + generator for one (source, workload); returns the run's summary."""
+    from job import unavailable
+
+    rundir = results / f"{source}-{pattern}"
+    shutil.rmtree(rundir, ignore_errors=True)
+    rundir.mkdir(parents=True)
+    transport = source.split("-", 1)[1] if source in ("rdmalog-shm", "rdmalog-tcp") else "shm"
+    broker = Broker(transport)
+    job = None
+    try:
+        reason = unavailable(source, broker.control)
+        if reason and broker.rdma_error and source in ("rdmalog-shm", "rdmalog-tcp"):
+            reason = f"{reason}: {broker.rdma_error}"
+        if reason:
+            return {"source": source, "workload": pattern, "skipped": reason}
+        workload.create_topics(broker.bootstrap)
+        cmd = [PY, str(HERE / "job.py"), "--source", source, "--bootstrap", broker.bootstrap]
+        cmd += ["--out", str(rundir), "--trigger-ms", str(args.trigger_ms)]
+        cmd += ["--max-seconds", str(args.duration + 300)]
+        if broker.control:
+            cmd += ["--control", broker.control]
+        job = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=open(rundir / "job.out", "wb"),  # noqa: SIM115
+            stderr=open(rundir / "job.log", "wb"),  # noqa: SIM115
+        )
+        if not wait_for(rundir / "started", 240, job):
+            raise RuntimeError(f"Spark job did not start; see {rundir}/job.log")
+        warm = workload.KafkaSender(broker.bootstrap)
+        deadline = time.monotonic() + 180
+        while not (rundir / "ready").exists():
+            if time.monotonic() > deadline or job.poll() is not None:
+                raise RuntimeError(f"Spark job processed no warm-up batch; see {rundir}/job.log")
+            for topic in workload.TOPICS:
+                warm.send(topic, b"warmup", json.dumps({"warmup": True}).encode())
+            warm.tick()
+            time.sleep(0.5)
+        # a few more warm-up batches so Python workers and codegen are hot on both topics
+        for _ in range(int(args.warmup * 10)):
+            for topic in workload.TOPICS:
+                warm.send(topic, b"warmup", json.dumps({"warmup": True}).encode())
+            time.sleep(0.1)
+        warm.close()
+        time.sleep(1.0)
+        log(f"{source} {pattern}: generating for {args.duration:.0f} s at {args.rate:g} msg/s")
+        gen_cmd = [PY, str(HERE / "workload.py"), "--bootstrap", broker.bootstrap, "--no-create"]
+        gen_cmd += ["--pattern", pattern, "--rate", str(args.rate)]
+        gen_cmd += ["--duration", str(args.duration)]
+        if args.burst_size is not None:
+            gen_cmd += ["--burst-size", str(args.burst_size)]
+        gen_cmd += ["--producer", args.producer]
+        if args.producer == "native":
+            gen_cmd += ["--control", broker.control or "", "--transport", "shm"]
+        gen = subprocess.run(
+            gen_cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.duration + 120
+        )
+        if gen.returncode != 0:
+            raise RuntimeError(f"generator failed: {gen.stdout} {gen.stderr[-2000:]}")
+        produced = json.loads(gen.stdout.strip().splitlines()[-1])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and job.poll() is None:
+            seen = (rundir / "progress").read_text() if (rundir / "progress").exists() else "0"
+            if int(seen or 0) >= produced["sent"]:
+                break
+            time.sleep(0.2)
+        (rundir / "stop").touch()
+        job.wait(180)
+        return summarize(source, pattern, rundir, produced)
+    finally:
+        if job is not None and job.poll() is None:
+            job.terminate()
+            try:
+                job.wait(30)
+            except subprocess.TimeoutExpired:
+                job.kill()
+        broker.close()
+
+
+def summarize(source: str, pattern: str, rundir: Path, produced: dict) -> dict:
+    """Delay percentiles of one run from events.parquet."""
+    import pandas as pd
+
+    path = rundir / "events.parquet"
+    if not path.exists():
+        return {"source": source, "workload": pattern, "error": f"no events; see {rundir}"}
+    ev = pd.read_parquet(path)
+    out = {"source": source, "workload": pattern, "sent": produced["sent"], "events": len(ev)}
+    if ev.empty:
+        return out | {"error": "the job read no events"}
+    delay = ev["read_ms"] - ev["gen_ms"]
+    out |= {
+        "p50_ms": percentile(delay, 50),
+        "p95_ms": percentile(delay, 95),
+        "p99_ms": percentile(delay, 99),
+        "mean_ms": float(delay.mean()),
+        "max_ms": float(delay.max()),
+        "append_p50_ms": percentile(ev["read_ms"] - ev["kafka_ms"], 50),
+        "done_p50_ms": percentile(ev["done_ms"] - ev["gen_ms"], 50),
+        "batches": int(ev["batch_id"].nunique()),
+    }
+    return {k: round(v, 1) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown table of the runs, plus the native/Kafka p50 ratio per workload."""
+    head = (
+        "| workload | source | events | p50 ms | p95 ms | p99 ms | mean ms | max ms | "
+        "append->read p50 | gen->batch done p50 | batches |\n"
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+    )
+    lines = []
+    for r in rows:
+        name = VARIANT_NAMES.get(r["source"], r["source"])
+        if "p50_ms" not in r:
+            why = r.get("skipped") or r.get("error")
+            lines.append(f"| {r['workload']} | {name} | - | not run: {why} |||||||| ")
+            continue
+        lines.append(
+            f"| {r['workload']} | {name} | {r['events']}/{r['sent']} | {r['p50_ms']:.1f} | "
+            f"{r['p95_ms']:.1f} | {r['p99_ms']:.1f} | {r['mean_ms']:.1f} | {r['max_ms']:.1f} | "
+            f"{r['append_p50_ms']:.1f} | {r['done_p50_ms']:.1f} | {r['batches']} |"
+        )
+    ratios = []
+    for pattern in sorted({r["workload"] for r in rows}):
+        by = {r["source"]: r for r in rows if r["workload"] == pattern and "p50_ms" in r}
+        native = by.get("rdmalog-shm") or by.get("rdmalog-tcp")
+        for ref in ("rdmalog-kafka", "kafka"):
+            if native and ref in by and by[ref]["p50_ms"] > 0:
+                ratio = by[ref]["p50_ms"] / native["p50_ms"]
+                ratios.append(
+                    f"- {pattern}: {VARIANT_NAMES[ref]} p50 / native p50 = {ratio:.2f}x "
+                    f"(goal: >= 3x, KafkaDirect's 3.3x)"
+                )
+    return head + "\n".join(lines) + ("\n\n" + "\n".join(ratios) if ratios else "") + "\n"
+
+
+def plot(rows: list[dict], results: Path, png: Path) -> None:
+    """Delay over time per variant, one panel per workload."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    patterns = [p for p in ("constant", "burst") if any(r["workload"] == p for r in rows)]
+    fig, axes = plt.subplots(1, len(patterns), figsize=(6.5 * len(patterns), 4.2), squeeze=False)
+    for ax, pattern in zip(axes[0], patterns, strict=True):
+        for r in rows:
+            if r["workload"] != pattern or "p50_ms" not in r:
+                continue
+            ev = pd.read_parquet(results / f"{r['source']}-{pattern}" / "events.parquet")
+            t = (ev["gen_ms"] - ev["gen_ms"].min()) / 1000.0
+            label = f"{VARIANT_NAMES.get(r['source'], r['source'])} (p50 {r['p50_ms']:.0f} ms)"
+            ax.scatter(t, ev["read_ms"] - ev["gen_ms"], s=2, alpha=0.5, label=label)
+        ax.set_title(f"{pattern} workload")
+        ax.set_xlabel("event generation time (s)")
+        ax.set_ylabel("delay: Spark read - generated (ms)")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(markerscale=4, fontsize=8)
+    fig.suptitle("Spark structured streaming event delay (OSPBench, KafkaDirect 5.4)")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+
+def write_section(md: Path, body: str) -> None:
+    """Replace (or append) our section of `md`, keeping everything else; re-read just before."""
+    text = md.read_text() if md.exists() else "# Performance\n"
+    start = text.find(SECTION)
+    if start < 0:
+        new = text.rstrip("\n") + "\n\n" + body
+    else:
+        nxt = text.find("\n## ", start + len(SECTION))
+        new = text[:start] + body + ("" if nxt < 0 else "\n" + text[nxt + 1 :])
+    md.write_text(new)
+
+
+def section(args: argparse.Namespace, argv: list[str], tbl: str, png: Path) -> str:
+    """Our docs/performance.md section: command, date, machine, table, plot, method."""
+    import pyspark
+
+    load = os.getloadavg()
+    rel_png = os.path.relpath(png, ROOT / "docs")
+    cmd = "python bench/ospbench/run.py " + " ".join(argv)
+    return f"""{SECTION}
+
+KafkaDirect section 5.4 / Figure 21: the delay between an event's generation and the moment Spark
+read it, OSPBench's NDW traffic workload (JSON flow and speed per lane on `ndwflow` and `ndwspeed`,
+LogAppendTime), constant rate and a burst every 10 s. Method and code: `bench/ospbench/`.
+
+- Command: `{cmd.strip()}`
+- Date: {datetime.datetime.now().strftime("%Y-%m-%d %H:%M")} UTC; machine: {os.cpu_count()} cores,
+  {platform.machine()}, Python {platform.python_version()}, pyspark {pyspark.__version__},
+  load average at the end {load[0]:.1f} (the cores are shared with other work).
+- Workload: {args.rate:g} messages/s over both topics for {args.duration:g} s per run; burst =
+  {args.burst_size if args.burst_size is not None else int(args.rate * 10)} messages at once every
+  10 s on top; producer: {args.producer} (confluent-kafka, linger.ms=0, acks=1, when `kafka`).
+- Spark: `local[2]`, foreachBatch, trigger processingTime {args.trigger_ms} ms, one fresh broker
+  and Spark process per run, {args.warmup:g} s of warm-up traffic excluded.
+- Delay = executor wall clock when the parsed event reached the stage (vectorized UDF right after
+  the source) - the JSON's generation time. "append->read" uses the record's Kafka timestamp
+  instead; "gen->batch done" is when the driver had the micro-batch's results.
+
+{tbl}
+![event delay over time]({rel_png})
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every available (source, workload) pair; print JSON lines and the table."""
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="15 s per run")
+    ap.add_argument("--duration", type=float, default=None, help="seconds per run (default 45)")
+    ap.add_argument("--rate", type=float, default=400.0, help="messages/s over both topics")
+    ap.add_argument("--burst-size", type=int, default=None, help="default 10 x rate")
+    ap.add_argument("--sources", default="rdmalog-shm,rdmalog-kafka,kafka")
+    ap.add_argument("--workloads", default="constant,burst")
+    ap.add_argument("--producer", choices=["kafka", "native"], default="kafka")
+    ap.add_argument("--trigger-ms", type=int, default=100)
+    ap.add_argument("--warmup", type=float, default=3.0, help="seconds of warm-up traffic")
+    ap.add_argument("--results", default=None, help="run directory (default: a temp dir)")
+    ap.add_argument("--plot", default=str(ROOT / "docs" / "ospbench_delay.png"))
+    ap.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
+    ap.add_argument("--no-docs", action="store_true", help="print only; write no docs")
+    args = ap.parse_args(argv)
+    if args.duration is None:
+        args.duration = 15.0 if args.quick else 45.0
+    results = Path(args.results or tempfile.mkdtemp(prefix="ospbench-"))
+    results.mkdir(parents=True, exist_ok=True)
+    log(f"results in {results}")
+    rows = []
+    for pattern in args.workloads.split(","):
+        for source in args.sources.split(","):
+            try:
+                row = one_run(source, pattern, args, results)
+            except Exception as exc:  # noqa: BLE001 - one failed run must not hide the others
+                row = {"source": source, "workload": pattern, "error": str(exc)[:500]}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    tbl = table(rows)
+    print()
+    print(tbl)
+    if any("p50_ms" in r for r in rows):
+        png = Path(args.plot)
+        plot(rows, results, png)
+        log(f"plot: {png}")
+        if not args.no_docs:
+            write_section(Path(args.out), section(args, argv, tbl, png))
+            log(f"section written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
