@@ -87,6 +87,7 @@ class Broker:
         self.auto_create: bool = config.get("auto.create.topics.enable")
         self.num_partitions: int = config.get("num.partitions")
         self.groups: Any = None  # the GroupService (gateway/groups), started by the server
+        self.rdma: Any = None  # the RdmaService (rdmalog/rdma) when rdma.transport is set
 
     # --- cluster view ------------------------------------------------------------------------
 

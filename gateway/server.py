@@ -480,6 +480,24 @@ def open_store(config: BrokerConfig):
     return store
 
 
+def start_rdma(store, config: BrokerConfig):
+    """Start KafkaDirect's datapaths for native clients when `rdma.transport` names one."""
+    transport = config.get("rdma.transport")
+    if transport == "none":
+        return None
+    from rdmalog.rdma.service import RdmaService
+
+    service = RdmaService(
+        store,
+        transport,
+        config.get("rdma.host"),
+        config.get("rdma.control.port"),
+        order_timeout=config.get("rdma.order.timeout.ms") / 1000,
+    ).start()
+    log.info("RDMA datapaths on %s, control requests at %s", transport, service.control_address)
+    return service
+
+
 async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
     """Open the store and start a gateway on `listen` (or the first listener); return it running."""
     store = open_store(config)
@@ -487,6 +505,7 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
     try:
         # groups are loaded from __consumer_offsets before the first client can ask for them
         gateway.broker.groups = GroupService(store, config, asyncio.get_running_loop()).start()
+        gateway.broker.rdma = start_rdma(store, config)
         host, port = _listen_address(config, listen)
         await gateway.start(host, port)
     except BaseException:
@@ -501,6 +520,8 @@ async def shutdown(gateway: Gateway) -> None:
     await gateway.stop()
     if gateway.broker.groups is not None:
         gateway.broker.groups.stop()
+    if gateway.broker.rdma is not None:
+        gateway.broker.rdma.stop()
     await asyncio.get_running_loop().run_in_executor(None, gateway.broker.store.close)
     log.info("store flushed and closed")
 

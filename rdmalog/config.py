@@ -173,6 +173,11 @@ BROKER_DEFS = _defs(
     ("offset.metadata.max.bytes", "int", 4096, _at_least(0)),
     ("group.min.session.timeout.ms", "int", 6000),
     ("group.max.session.timeout.ms", "int", 1800000),
+    # rdmalog's own: KafkaDirect datapaths for native clients (rdmalog/rdma), off by default
+    ("rdma.transport", "string", "none", _one_of("none", "shm", "tcp", "verbs")),
+    ("rdma.host", "string", "127.0.0.1"),
+    ("rdma.control.port", "int", 0, _at_least(0)),
+    ("rdma.order.timeout.ms", "int", 1000, _at_least(1)),
     ("zookeeper.connect", "string", None),
     ("zookeeper.session.timeout.ms", "int", 18000),
     ("zookeeper.connection.timeout.ms", "int", None),

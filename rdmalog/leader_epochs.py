@@ -58,6 +58,11 @@ class LeaderEpochCache:
             return requested, self.entries[0][1]
         return epochs[higher - 1], self.entries[higher][1]
 
+    def epoch_for(self, offset: int) -> int:
+        """The epoch whose range holds `offset` (UNDEFINED_EPOCH when none starts at or below it)."""
+        i = bisect_right([o for _, o in self.entries], offset)
+        return self.entries[i - 1][0] if i else UNDEFINED_EPOCH
+
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop entries starting at or after `end_offset` (the log was truncated there)."""
         while self.entries and self.entries[-1][1] >= end_offset:

@@ -68,9 +68,7 @@ class ProducerStateTable:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
 
-    def check(
-        self, producer_id: int, epoch: int, first_seq: int, count: int
-    ) -> BatchMeta | None:
+    def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> BatchMeta | None:
         """Validate a batch about to be appended: the cached metadata when it is a duplicate,
         None when it may be appended; raises the Kafka error when it must be refused."""
         if producer_id == NO_PRODUCER_ID:
@@ -121,12 +119,11 @@ class ProducerStateTable:
         )
 
     def truncate_before(self, offset: int) -> None:
-        """Forget batches below a new log start offset (retention, DeleteRecords)."""
+        """Forget producers whose last batch lies below a new log start offset (retention,
+        DeleteRecords); others keep all their batches, as Kafka's evictUnretainedProducers does."""
         for pid in list(self.producers):
             entry = self.producers[pid]
-            while entry.batches and entry.batches[0].last_offset < offset:
-                entry.batches.popleft()
-            if not entry.batches:
+            if not entry.batches or entry.batches[-1].last_offset < offset:
                 del self.producers[pid]
 
     def truncate_after(self, offset: int) -> None:

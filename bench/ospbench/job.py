@@ -34,7 +34,9 @@ import sys
 import time
 from pathlib import Path
 
-SOURCES = ("rdmalog-shm", "rdmalog-tcp", "rdmalog-kafka", "kafka")
+import pandas as pd
+
+SOURCES = ("rdmalog-shm", "rdmalog-tcp", "rdmalog-kafka", "rdmalog-kafka-fix", "kafka")
 TOPICS = "ndwflow,ndwspeed"
 SCHEMA = (
     "lat double, long double, lane string, flow double, speed double, period int, "
@@ -67,9 +69,7 @@ def spark_session(source: str):
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need pyarrow and rdmalog
     root = str(Path(__file__).resolve().parents[2])
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH")) if p
-    )
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
 
     builder = (
         SparkSession.builder.master("local[2]")
@@ -82,6 +82,7 @@ def spark_session(source: str):
         .config("spark.sql.streaming.noDataProgressEventInterval", "1000")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.sql.streaming.numRecentProgressUpdates", "2000")
     )
     if source == "kafka":
         builder = builder.config("spark.jars", os.environ["SPARK_KAFKA_JARS"])
@@ -97,8 +98,11 @@ def reader(spark, source: str, bootstrap: str, control: str | None):
     else:
         import rdmalog.spark
 
-        rdmalog.spark.register(spark)
-        transport = source.split("-", 1)[1]
+        if source == "rdmalog-kafka-fix":
+            spark.dataSource.register(no_wait_source())
+        else:
+            rdmalog.spark.register(spark)
+        transport = source.split("-")[1]
         r = (
             spark.readStream.format("rdmalog")
             .option("rdmalog.bootstrap", bootstrap)
@@ -106,20 +110,72 @@ def reader(spark, source: str, bootstrap: str, control: str | None):
         )
         if control:
             r = r.option("rdmalog.control", control)
-    return r.option("subscribe", TOPICS).option("startingOffsets", "latest").load()
+    start = json.dumps(latest_offsets(bootstrap))
+    return r.option("subscribe", TOPICS).option("startingOffsets", start).load()
 
 
-def stage(df):
-    """Parse, filter, join flow with speed per lane (window aggregate), stamp read time."""
-    import pandas as pd
+def no_wait_source():
+    """The rdmalog source with one fix applied in the executors, for a what-if comparison.
+
+    rdmalog.spark.kafka_client.read_range calls `consume(num_messages=10000, timeout=1.0)`, which
+    waits the full second unless 10000 records arrive, so every task of a small micro-batch
+    costs >= 1 s. This subclass sets CONSUME_BATCH to 1 in the worker before reading (consume()
+    then returns as soon as a record is there; the loop still drains whole fetches).
+    """
+    from rdmalog.spark import RdmalogDataSource
+    from rdmalog.spark.stream_reader import RdmalogStreamReader
+
+    class NoWaitReader(RdmalogStreamReader):
+        def read(self, partition):
+            from rdmalog.spark import kafka_client
+
+            kafka_client.CONSUME_BATCH = 1
+            return super().read(partition)
+
+    class NoWaitSource(RdmalogDataSource):
+        def streamReader(self, schema):
+            from rdmalog.spark.options import parse_read
+
+            return NoWaitReader(parse_read(self.options, streaming=True), schema)
+
+    return NoWaitSource
+
+
+def latest_offsets(bootstrap: str) -> dict[str, dict[str, int]]:
+    """Current end offsets of both topics, as startingOffsets JSON.
+
+    Explicit offsets instead of `latest`: the rdmalog source re-resolves `latest` each time Spark
+    calls initialOffset() (Spark calls it again when it runs the first batch), so under traffic
+    the first batch's start lies after its end and the query fails with "offset went back".
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ospbench-offsets"})
+    try:
+        out: dict[str, dict[str, int]] = {}
+        for topic in TOPICS.split(","):
+            parts = c.list_topics(topic, timeout=15).topics[topic].partitions
+            out[topic] = {
+                str(p): c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
+                for p in sorted(parts)
+            }
+        return out
+    finally:
+        c.close()
+
+
+def wall_clock_ms(x: pd.Series) -> pd.Series:
+    """Vectorized UDF body: the executor's wall clock (ms) for every row of the Arrow batch."""
+    return pd.Series([time.time() * 1000.0] * len(x), dtype="float64")
+
+
+def stage(df, join: bool = True):
+    """Parse, filter, stamp read time; with `join`, join flow with speed per lane (window agg)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
     from pyspark.sql.functions import pandas_udf
 
-    @pandas_udf("double")
-    def now_ms(x: pd.Series) -> pd.Series:
-        return pd.Series([time.time() * 1000.0] * len(x), dtype="float64")
-
+    now_ms = pandas_udf(wall_clock_ms, "double")  # type: ignore[call-overload]
     parsed = df.select(
         F.col("topic"),
         F.col("key").cast("string").alias("id"),
@@ -133,7 +189,7 @@ def stage(df):
         & (F.col("m.accuracy") >= 50)
     )
     lane = Window.partitionBy("id", "lane")
-    return good.select(
+    events = good.select(
         "topic",
         "id",
         F.col("m.lane").alias("lane"),
@@ -144,7 +200,10 @@ def stage(df):
         (F.unix_micros(F.current_timestamp()) / 1000.0).alias("batch_ms"),
         F.col("m.flow").alias("flow"),
         F.col("m.speed").alias("speed"),
-    ).select(
+    )
+    if not join:
+        return events
+    return events.select(
         "*",
         F.avg("flow").over(lane).alias("lane_flow"),
         F.avg("speed").over(lane).alias("lane_speed"),
@@ -159,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--control", default=None)
     ap.add_argument("--out", required=True)
     ap.add_argument("--trigger-ms", type=int, default=100, help="0: as fast as possible")
+    ap.add_argument("--stage", choices=["join", "parse"], default="join")
     ap.add_argument("--max-seconds", type=float, default=600.0)
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -168,8 +228,6 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"source": args.source, "skipped": reason}), flush=True)
         return 3
 
-    import pandas as pd
-
     spark = spark_session(args.source)
     frames: list[pd.DataFrame] = []
     batches: list[dict] = []
@@ -177,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_batch(df, batch_id: int) -> None:
         enter = time.time() * 1000.0
-        pdf = stage(df).toPandas()
+        pdf = stage(df, args.stage == "join").toPandas()
         done = time.time() * 1000.0
         pdf["done_ms"] = done
         pdf["batch_id"] = batch_id
@@ -202,7 +260,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(str(query.exception()))
             time.sleep(0.2)
     finally:
+        progress = [
+            {"batch_id": p["batchId"], "rows": p["numInputRows"], **p["durationMs"]}
+            for p in query.recentProgress
+        ]
         query.stop()
+        pd.DataFrame(progress).to_csv(out / "progress.csv", index=False)
         events = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         events.to_parquet(out / "events.parquet")
         pd.DataFrame(batches).to_csv(out / "batches.csv", index=False)

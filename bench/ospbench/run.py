@@ -38,6 +38,7 @@ VARIANT_NAMES = {
     "rdmalog-shm": "rdmalog source, native shm",
     "rdmalog-tcp": "rdmalog source, native tcp",
     "rdmalog-kafka": "rdmalog source, Kafka protocol",
+    "rdmalog-kafka-fix": "rdmalog source, Kafka protocol, consume() wait fixed",
     "kafka": "spark-sql-kafka",
 }
 
@@ -117,7 +118,7 @@ def one_run(source: str, pattern: str, args: argparse.Namespace, results: Path) 
         workload.create_topics(broker.bootstrap)
         cmd = [PY, str(HERE / "job.py"), "--source", source, "--bootstrap", broker.bootstrap]
         cmd += ["--out", str(rundir), "--trigger-ms", str(args.trigger_ms)]
-        cmd += ["--max-seconds", str(args.duration + 300)]
+        cmd += ["--max-seconds", str(args.duration + 300), "--stage", args.stage]
         if broker.control:
             cmd += ["--control", broker.control]
         job = subprocess.Popen(
@@ -226,7 +227,7 @@ def table(rows: list[dict]) -> str:
     for pattern in sorted({r["workload"] for r in rows}):
         by = {r["source"]: r for r in rows if r["workload"] == pattern and "p50_ms" in r}
         native = by.get("rdmalog-shm") or by.get("rdmalog-tcp")
-        for ref in ("rdmalog-kafka", "kafka"):
+        for ref in ("rdmalog-kafka", "rdmalog-kafka-fix", "kafka"):
             if native and ref in by and by[ref]["p50_ms"] > 0:
                 ratio = by[ref]["p50_ms"] / native["p50_ms"]
                 ratios.append(
@@ -321,7 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sources", default="rdmalog-shm,rdmalog-kafka,kafka")
     ap.add_argument("--workloads", default="constant,burst")
     ap.add_argument("--producer", choices=["kafka", "native"], default="kafka")
-    ap.add_argument("--trigger-ms", type=int, default=100)
+    ap.add_argument("--trigger-ms", type=int, default=100, help="0: as fast as possible")
+    ap.add_argument(
+        "--stage", choices=["join", "parse"], default="join", help="parse: no per-lane join"
+    )
     ap.add_argument("--warmup", type=float, default=3.0, help="seconds of warm-up traffic")
     ap.add_argument("--results", default=None, help="run directory (default: a temp dir)")
     ap.add_argument("--plot", default=str(ROOT / "docs" / "ospbench_delay.png"))

@@ -23,6 +23,20 @@ from gateway.handlers.registry import api
 log = logging.getLogger("gateway.produce")
 
 
+async def _append(broker, name: str, index: int, plog, records):
+    """Append to the log, or through the RDMA service when native producers may share the head file
+    (a shared grant orders this append with their RDMA writes, which may wait: off the loop)."""
+    rdma = broker.rdma
+    if rdma is None:
+        return plog.append(records)
+    res = rdma.try_append(name, index, records)
+    if res is None:
+        res = await asyncio.get_running_loop().run_in_executor(
+            None, rdma.append, name, index, records
+        )
+    return res
+
+
 @api(0, 3, 11, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict | None:
     """Append each partition's records; report offsets or the store's error per partition."""
@@ -51,7 +65,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
                 continue
             plog = topic.partitions[index]
             try:
-                res = plog.append(records)
+                res = await _append(broker, name, index, plog, records)
             except Exception as exc:
                 code = error_code_of(exc)
                 if code == -1:

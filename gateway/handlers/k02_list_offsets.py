@@ -25,9 +25,19 @@ def _lookup(plog, timestamp: int) -> tuple[int, int]:
     return found.timestamp, found.offset
 
 
+def _epoch_at(plog, offset: int) -> int:
+    """The leader epoch of `offset` (the current one at the log end), -1 when nothing was found."""
+    if offset < 0:
+        return -1
+    if offset >= plog.log_end_offset:
+        return plog.leader_epoch
+    epoch = plog.leader_epochs.epoch_for(offset)
+    return epoch if epoch >= 0 else plog.leader_epoch
+
+
 @api(2, 1, 8, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
-    """Answer each partition's query; leader epoch is always 0 (single broker)."""
+    """Answer each partition's query with the offset and the leader epoch it was written in."""
     broker = ctx.broker
     topics = []
     for t in request["topics"]:
@@ -49,7 +59,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                     "error_code": 0,
                     "timestamp": ts,
                     "offset": offset,
-                    "leader_epoch": 0,
+                    "leader_epoch": _epoch_at(topic.partitions[index], offset),
                 }
             )
         topics.append({"name": t["name"], "partitions": parts})

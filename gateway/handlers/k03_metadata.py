@@ -34,12 +34,12 @@ def topic_entry(ctx: RequestContext, topic) -> dict:
                 "error_code": 0,
                 "partition_index": i,
                 "leader_id": node,
-                "leader_epoch": 0,
+                "leader_epoch": plog.leader_epoch,
                 "replica_nodes": replicas,
                 "isr_nodes": replicas,
                 "offline_replicas": [],
             }
-            for i in range(len(topic.partitions))
+            for i, plog in enumerate(topic.partitions)
         ],
     }
 

@@ -1,4 +1,7 @@
-"""FindCoordinator (key 10): this single broker coordinates every group and transactional id."""
+"""FindCoordinator (key 10): this single broker coordinates every group.
+
+Transactions are not offered yet: a transactional id gets COORDINATOR_NOT_AVAILABLE, what Kafka answers
+while no transaction coordinator can serve it."""
 
 from __future__ import annotations
 
@@ -17,6 +20,15 @@ def _answer(ctx: RequestContext, key: str, key_type: int) -> dict:
             "key": key,
             "error_code": E.INVALID_REQUEST,
             "error_message": f"unsupported coordinator key type {key_type}",
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
+    if key_type == KEY_TRANSACTION:
+        return {
+            "key": key,
+            "error_code": E.COORDINATOR_NOT_AVAILABLE,
+            "error_message": "transactions are not supported by this broker yet",
             "node_id": -1,
             "host": "",
             "port": -1,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.broker import RequestContext, error_code_of
 from gateway.handlers.registry import api
 from gateway.handlers.resources import (
@@ -11,34 +13,53 @@ from gateway.handlers.resources import (
     config_type,
     unknown_resource,
 )
-from rdmalog.config import ConfigSource
+from rdmalog.config import (
+    BROKER_DEFS,
+    ConfigEntry,
+    ConfigSource,
+    TopicConfig,
+    _broker_synonyms,
+    _to_str,
+)
 
 
-def _entries(config, keys: list[str] | None, synonyms: bool, read_only: bool) -> list[dict]:
-    """Rows of `config.describe()` as DescribeConfigs results (only `keys` when given)."""
-    wanted = set(keys) if keys is not None else None
+def _synonyms(config: Any, row: ConfigEntry) -> list[dict]:
+    """Kafka's synonyms of a row, most specific first (the row's own value leads)."""
+    if isinstance(config, TopicConfig):
+        rows = config.synonyms(row.name)
+    else:
+        rows = [
+            ConfigEntry(key, _to_str(config.get(key)), False, ConfigSource.STATIC_BROKER_CONFIG)
+            for key in _broker_synonyms(row.name)
+            if config.is_set(key)
+        ]
+        default = BROKER_DEFS[row.name].default
+        if default is not None:
+            rows.append(ConfigEntry(row.name, _to_str(default), True, ConfigSource.DEFAULT_CONFIG))
+    return [{"name": r.name, "value": r.value, "source": int(r.source)} for r in rows]
+
+
+def _entries(config: Any, keys: list[str] | None, synonyms: bool, read_only: bool) -> list[dict]:
+    """Rows of `config.describe()` as DescribeConfigs results (only `keys` when some are given:
+    null and empty both mean every key, as in Kafka)."""
+    wanted = set(keys) if keys else None
     out = []
     for row in config.describe():
         if wanted is not None and row.name not in wanted:
             continue
-        entry = {
-            "name": row.name,
-            "value": row.value,
-            "read_only": read_only,
-            "is_default": row.is_default,
-            "config_source": int(row.source),
-            "is_sensitive": False,
-            "config_type": config_type(config, row.name),
-            "documentation": None,
-            "synonyms": [],
-        }
-        if synonyms:
-            entry["synonyms"] = [{"name": row.name, "value": row.value, "source": int(row.source)}]
-            if row.source != ConfigSource.DEFAULT_CONFIG:
-                entry["synonyms"].append(
-                    {"name": row.name, "value": None, "source": int(ConfigSource.DEFAULT_CONFIG)}
-                )
-        out.append(entry)
+        out.append(
+            {
+                "name": row.name,
+                "value": row.value,
+                "read_only": read_only,
+                "is_default": row.is_default,
+                "config_source": int(row.source),
+                "is_sensitive": False,
+                "config_type": config_type(config, row.name),
+                "documentation": None,
+                "synonyms": _synonyms(config, row) if synonyms else [],
+            }
+        )
     return out
 
 

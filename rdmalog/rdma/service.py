@@ -312,8 +312,10 @@ class RdmaService:
                 f.part.produce = None
 
     def _check_timeouts(self, now: float) -> None:
-        for f in list(self.files.values()) + [None]:
-            if f is None or not f.pending:
+        for f in list(self.files.values()):
+            if not f.pending:
+                if f.revoked:  # revoked by a roll listener: forget it (frees its file id)
+                    self._revoke(f)
                 continue
             with f.lock:
                 if not f.pending:
@@ -332,7 +334,21 @@ class RdmaService:
                 f.pending.clear()
                 self._revoke(f)
 
-    def append(self, topic: str, partition: int, buf, leader_epoch: int = 0):
+    def try_append(self, topic: str, partition: int, buf, leader_epoch: int | None = None):
+        """The gateway's append when no RDMA producer holds the partition's head file: a plain
+        append under the service lock (so no grant appears half-way), returning its AppendResult.
+        Returns None when a shared grant is active: then `append` must order it with the RDMA
+        writes, which can wait, so the caller runs that off its event loop. Exclusive: refused."""
+        ps = self._part(topic, partition)
+        with self.lock:
+            f = ps.produce
+            if f is None or f.revoked:
+                return ps.log.append(buf, leader_epoch)
+            if f.mode == "exclusive":
+                raise PolicyViolationError("partition is held by an exclusive RDMA producer")
+            return None
+
+    def append(self, topic: str, partition: int, buf, leader_epoch: int | None = None):
         """The gateway's append to a partition that may have RDMA producers (TCP produce path).
 
         No grant: a plain append. Shared grant: reserve through the same word (an atomic on our own

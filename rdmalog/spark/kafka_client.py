@@ -42,7 +42,14 @@ def _consumer(conn: ConnectionOptions, extra: dict[str, Any] | None = None):
     try:
         return Consumer(conf)
     except (KafkaException, ValueError, TypeError) as exc:
-        raise OptionError(f"a 'kafka.*' option is not a valid librdkafka setting: {exc}") from None
+        raise _bad_setting(conn, exc) from None
+
+
+def _bad_setting(conn: ConnectionOptions, exc: Exception) -> OptionError:
+    """Name the `kafka.*` option librdkafka refused (or all of them when it cannot tell)."""
+    named = [k for k in conn.client_conf if k in str(exc)] or list(conn.client_conf)
+    names = ", ".join(f"'kafka.{k}'" for k in named) or "'kafka.*'"
+    return OptionError(f"option {names} is not a valid librdkafka setting: {exc}")
 
 
 def _ts_type(kind: int) -> int:
@@ -201,9 +208,7 @@ class KafkaSink:
         try:
             self._producer = Producer(_client_conf(conn, {}))
         except (KafkaException, ValueError, TypeError) as exc:
-            raise OptionError(
-                f"a 'kafka.*' option is not a valid librdkafka setting: {exc}"
-            ) from None
+            raise _bad_setting(conn, exc) from None
         self._errors: list[str] = []
         self.sent = 0
 

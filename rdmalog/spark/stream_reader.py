@@ -54,6 +54,12 @@ class RdmalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: OffsetMap | None = None  # Trigger.AvailableNow's end
         self._client = None
 
+    def __getstate__(self) -> dict:
+        """Pickled for executors without the driver's open client."""
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
     def _offsets(self):  # -> transport.Offsets, kept open while the query runs
         if self._client is None:
             self._client = open_offsets(self.opts.conn)

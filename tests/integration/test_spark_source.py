@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-pyspark = pytest.importorskip("pyspark", minversion="4.0")
+pyspark = pytest.importorskip("pyspark", minversion="4.2")  # admission control, AvailableNow
 pytest.importorskip("pyarrow")
 
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
@@ -242,6 +242,19 @@ def test_batch_offsets_like_spark_sql_kafka(spark: SparkSession, bootstrap: str)
     df = source(spark, bootstrap, subscribe=topic, startingTimestamp=str(base + 6500))
     assert rows(df) == [r for r in log if r[1] >= 7]
 
+    # no record that recent: an error naming the option, or latest with the "latest" strategy
+    future = str(base + 10**9)
+    with pytest.raises(Exception, match="startingTimestamp"):
+        source(spark, bootstrap, subscribe=topic, startingTimestamp=future).collect()
+    late = source(
+        spark,
+        bootstrap,
+        subscribe=topic,
+        startingTimestamp=future,
+        startingOffsetsByTimestampStrategy="latest",
+    )
+    assert late.count() == 0
+
     # assign and subscribePattern
     df = source(spark, bootstrap, assign=json.dumps({topic: [1]}))
     assert rows(df) == [r for r in log if r[0] == 1]
@@ -415,7 +428,7 @@ def test_batch_and_stream_write_readable_by_confluent(
         ({"subscribe": "t", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
         ({"subscribe": "t", "rdmalog.transport": "carrier-pigeon"}, "rdmalog.transport"),
         ({"subscribe": "t", "kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset"),
-        ({"subscribe": "t", "kafka.no.such.setting": "1"}, "kafka."),
+        ({"subscribe": "t", "kafka.no.such.setting": "1"}, "kafka.no.such.setting"),
         ({"subscribe": "t", "minPartitions": "0"}, "minPartitions"),
     ],
 )
