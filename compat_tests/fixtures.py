@@ -75,7 +75,7 @@ def broker_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[B
     ) -> Broker:
         ext = external_bootstrap()
         if ext:
-            if local or overrides:
+            if local or overrides or properties_file is not None:
                 pytest.skip(
                     f"{EXTERNAL_ENV}={ext}: this test needs a local broker "
                     "(restart, data dir or config overrides)"

@@ -267,8 +267,11 @@ class PartitionLog:
         return max(self.leader_epochs.latest_epoch, 0)
 
     def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
-        """OffsetForLeaderEpoch: (largest epoch <= `epoch`, the offset where it ends)."""
+        """OffsetForLeaderEpoch: (largest epoch <= `epoch`, the offset where it ends). A log with no
+        epoch yet is led in epoch 0 from its end, as a Kafka leader records when it takes over."""
         with self.lock:
+            if not self.leader_epochs.entries and epoch == self.leader_epoch:
+                return epoch, self.log_end_offset
             return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
 
     def _clean_leftovers(self) -> None:

@@ -179,6 +179,63 @@ def one_run(source: str, pattern: str, args: argparse.Namespace, results: Path) 
         broker.close()
 
 
+def range_reads(records: int = 400, reads: int = 15) -> list[dict]:
+    """What one Spark task's read costs without Spark: read_range() of a fresh range per call.
+
+    Each call builds its client, reads `records` JSON events of `ndwflow` and closes, as an
+    executor task of the rdmalog source does. Reports p50/p95 ms per call and per transport.
+    """
+    import statistics
+
+    from rdmalog.spark import kafka_client
+    from rdmalog.spark.options import parse_read
+    from rdmalog.spark.transport import read_range
+
+    broker = Broker("shm")
+    try:
+        workload.create_topics(broker.bootstrap)
+        sender = workload.KafkaSender(broker.bootstrap)
+        gen = workload.messages(workload.sensors(40))
+        for _ in range(records * (reads + 1)):
+            topic, key, make = next(gen)
+            sender.send(workload.FLOW_TOPIC, key, make())
+        sender.close()
+        variants = [("rdmalog-kafka", "kafka", None), ("rdmalog-kafka-fix", "kafka", 1)]
+        if broker.control:
+            variants.insert(0, ("rdmalog-shm", "shm", None))
+        rows = []
+        default_batch = kafka_client.CONSUME_BATCH
+        for name, transport, batch in variants:
+            kafka_client.CONSUME_BATCH = batch or default_batch
+            opts = {"rdmalog.bootstrap": broker.bootstrap, "subscribe": workload.FLOW_TOPIC}
+            opts |= {"rdmalog.transport": transport, "rdmalog.control": broker.control or ""}
+            conn = parse_read(opts, streaming=True).conn
+            times = []
+            for i in range(reads):
+                t0 = time.perf_counter()
+                n = sum(
+                    1
+                    for _ in read_range(
+                        conn, (workload.FLOW_TOPIC, 0), i * records, (i + 1) * records, True, 30_000
+                    )
+                )
+                times.append((time.perf_counter() - t0) * 1000.0)
+                assert n == records, (name, n)
+            rows.append(
+                {
+                    "step": "range_read",
+                    "source": name,
+                    "records": records,
+                    "p50_ms": round(statistics.median(times), 1),
+                    "p95_ms": round(percentile(times, 95), 1),
+                }
+            )
+        kafka_client.CONSUME_BATCH = default_batch
+        return rows
+    finally:
+        broker.close()
+
+
 def summarize(source: str, pattern: str, rundir: Path, produced: dict) -> dict:
     """Delay percentiles of one run from events.parquet."""
     import pandas as pd
@@ -235,6 +292,25 @@ def table(rows: list[dict]) -> str:
                     f"(goal: >= 3x, KafkaDirect's 3.3x)"
                 )
     return head + "\n".join(lines) + ("\n\n" + "\n".join(ratios) if ratios else "") + "\n"
+
+
+def reads_table(reads: list[dict]) -> str:
+    """Markdown lines for the Spark-free range reads."""
+    ok = [r for r in reads if "p50_ms" in r]
+    if not ok:
+        return ""
+    lines = [
+        "",
+        f"Without Spark: one task's read_range() of {ok[0]['records']} fresh records "
+        "(client created, range read, client closed), 15 calls:",
+        "",
+        "| source | p50 ms | p95 ms |",
+        "| --- | ---: | ---: |",
+    ]
+    for r in ok:
+        name = VARIANT_NAMES.get(r["source"], r["source"])
+        lines.append(f"| {name} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 def plot(rows: list[dict], results: Path, png: Path) -> None:
@@ -330,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=None, help="run directory (default: a temp dir)")
     ap.add_argument("--plot", default=str(ROOT / "docs" / "ospbench_delay.png"))
     ap.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
+    ap.add_argument("--no-range-reads", action="store_true", help="skip the Spark-free step")
     ap.add_argument("--no-docs", action="store_true", help="print only; write no docs")
     args = ap.parse_args(argv)
     if args.duration is None:
@@ -337,6 +414,14 @@ def main(argv: list[str] | None = None) -> int:
     results = Path(args.results or tempfile.mkdtemp(prefix="ospbench-"))
     results.mkdir(parents=True, exist_ok=True)
     log(f"results in {results}")
+    reads: list[dict] = []
+    if not args.no_range_reads:
+        try:
+            reads = range_reads()
+        except Exception as exc:  # noqa: BLE001
+            reads = [{"step": "range_read", "error": str(exc)[:300]}]
+        for r in reads:
+            print(json.dumps(r), flush=True)
     rows = []
     for pattern in args.workloads.split(","):
         for source in args.sources.split(","):
@@ -346,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"source": source, "workload": pattern, "error": str(exc)[:500]}
             print(json.dumps(row), flush=True)
             rows.append(row)
-    tbl = table(rows)
+    tbl = table(rows) + reads_table(reads)
     print()
     print(tbl)
     if any("p50_ms" in r for r in rows):

@@ -15,7 +15,7 @@ from typing import Any
 from gateway.groups.clock import LoopClock
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.groups.model import GroupConfig
-from gateway.groups.offsets_topic import OffsetsTopic
+from gateway.groups.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,9 @@ class GroupService:
         )
 
     def start(self) -> GroupService:
-        """Create `__consumer_offsets` if needed, load every group from it, start retention."""
-        self.offsets.ensure()
+        """Load every group from `__consumer_offsets` (if it exists yet), start retention."""
+        if OFFSETS_TOPIC in self.store.topics:
+            self.offsets.ensure()  # adopt its partition count; otherwise created on first commit
         count = self.coordinator.load(self.offsets.replay())
         log.info(
             "group coordinator loaded %d group(s) from %d __consumer_offsets partition(s)",

@@ -57,7 +57,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     """Point every key at this broker (creating and loading `__consumer_offsets` on first use)."""
     key_type = request.get("key_type", KEY_GROUP) if ctx.api_version >= 1 else KEY_GROUP
     if key_type == KEY_GROUP:
-        group_service(ctx.broker)
+        group_service(ctx.broker).offsets.ensure()  # Kafka creates __consumer_offsets here
     if ctx.api_version >= 4:
         keys = request.get("coordinator_keys") or []
         return {"throttle_time": 0, "coordinators": [_answer(ctx, k, key_type) for k in keys]}

@@ -1,11 +1,26 @@
-"""What native producers and consumers share: a control session bound to one queue pair."""
+"""What native producers and consumers share: a control session bound to one queue pair.
+
+The control connection is also the liveness signal: when the broker stops or its process dies the
+kernel closes the socket, and the client's next operation raises `BrokerDisconnected` instead of
+waiting for acknowledgements or slot updates that will never come. `reconnect()` waits for the
+broker to come back and re-establishes the session; subclasses then re-register their buffers.
+"""
 
 from __future__ import annotations
 
 import struct
+import time
 
-from rdmalog.rdma.control import ControlClient
+from rdmalog.rdma.control import ControlClient, ControlError
 from rdmalog.rdma.transport import Access, Status, TransportError, open_device
+
+
+class BrokerDisconnected(TransportError):
+    """The broker's RDMA service went away (stopped, crashed or restarting).
+
+    Writes not yet acknowledged have an unknown outcome (as a Kafka produce that timed out); what
+    was acknowledged is committed. Call `reconnect()` on the client, or make a new one.
+    """
 
 
 class Endpoint:
@@ -16,11 +31,17 @@ class Endpoint:
     """
 
     def __init__(self, control_address: str, transport: str | None = None, timeout: float = 10.0):
+        self.control_address = control_address
         self.timeout = timeout
-        self.ctl = ControlClient(control_address, timeout)
+        self.broken: str | None = None  # why the session is gone (None while connected)
+        self._transport = transport
+        self._connect()
+
+    def _connect(self) -> None:
+        self.ctl = ControlClient(self.control_address, self.timeout)
         try:
             hello = self.ctl.request("hello")
-            self.kind = transport or hello["transport"]
+            self.kind = self._transport or hello["transport"]
             if self.kind != hello["transport"]:
                 raise TransportError(f"broker serves {hello['transport']}, not {self.kind}")
             self.device = open_device(self.kind)
@@ -41,6 +62,62 @@ class Endpoint:
                 raise TransportError(f"hello failed: {wc.status.name}")
             return
         raise TransportError("hello was not completed")
+
+    # -- liveness ------------------------------------------------------------------------------------
+    def disconnected(self, why: str) -> BrokerDisconnected:
+        """Mark the session gone; return the error to raise (subclasses fail what is pending)."""
+        if self.broken is None:
+            self.broken = why
+        return BrokerDisconnected(
+            f"the broker's RDMA service at {self.control_address} went away ({self.broken}); "
+            "call reconnect() or make a new client"
+        )
+
+    def check(self) -> None:
+        """Raise BrokerDisconnected if the session is (or has just been seen) gone."""
+        if self.broken is None and not self.ctl.alive():
+            raise self.disconnected("control connection closed by the broker")
+        if self.broken is not None:
+            raise self.disconnected(self.broken)
+
+    def control(self, op: str, **args) -> dict:
+        """A control request; a lost connection becomes BrokerDisconnected."""
+        if self.broken is not None:
+            raise self.disconnected(self.broken)
+        try:
+            return self.ctl.request(op, **args)
+        except ControlError as e:
+            if e.code == "disconnected":
+                raise self.disconnected(str(e)) from e
+            raise
+
+    def reconnect(self, timeout: float = 30.0) -> None:
+        """Drop the old session and open a new one, retrying until the broker answers."""
+        self._teardown()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._connect()
+                break
+            except (OSError, TransportError, ControlError, ValueError) as e:
+                if time.monotonic() >= deadline:
+                    raise BrokerDisconnected(
+                        f"the broker at {self.control_address} did not come back "
+                        f"within {timeout}s: {e}"
+                    ) from e
+                time.sleep(0.1)
+        self.broken = None
+        self._reconnected()
+
+    def _reconnected(self) -> None:
+        """Subclasses re-register their buffers and re-request what they held."""
+
+    def _teardown(self) -> None:
+        for step in (self.qp.close, self.ctl.close, self.device.close):
+            try:
+                step()
+            except Exception:  # the peer is gone: best effort, the new session starts clean
+                pass
 
     def close(self) -> None:
         try:

@@ -32,6 +32,7 @@ from rdmalog.records import (
 )
 
 EARLIEST, LATEST = -2, -1
+IDLE_CHECK = 4096  # empty polls between two looks at the control connection (broker alive?)
 _LEN = struct.Struct(">i")
 _SLOT = struct.Struct("<QQ")
 MAX_SLOTS = 4096
@@ -67,7 +68,11 @@ class _Assignment:
 
 
 class Consumer(Endpoint):
-    """`assign([(topic, partition)])`, `seek(...)`, `poll(timeout)` -> [ConsumerRecord]."""
+    """`assign([(topic, partition)])`, `seek(...)`, `poll(timeout)` -> [ConsumerRecord].
+
+    With `group_id` (and the gateway's Kafka `bootstrap` address) positions can be committed to
+    the group coordinator (`commit()`, `committed()`), and `assign` starts from them.
+    """
 
     def __init__(
         self,
@@ -75,38 +80,91 @@ class Consumer(Endpoint):
         transport: str | None = None,
         fetch_size: int = 2048,
         timeout: float = 10.0,
+        group_id: str | None = None,
+        bootstrap: str | None = None,
+        auto_offset_reset: str = "earliest",
     ):
+        if group_id is not None and not bootstrap:
+            raise ValueError("group_id needs bootstrap: offsets live in the group coordinator")
+        if auto_offset_reset not in ("earliest", "latest"):
+            raise ValueError(
+                f"auto_offset_reset must be earliest or latest, not {auto_offset_reset!r}"
+            )
         super().__init__(control_address, transport, timeout)
         self.fetch_size = fetch_size
+        self.reset = EARLIEST if auto_offset_reset == "earliest" else LATEST
         self.parts: dict[tuple[str, int], _Assignment] = {}
+        self._register()
+        self._idle = 0
+        self.group_id = group_id
+        self.offsets = None
+        if group_id is not None:
+            from rdmalog.rdma.offsets import GroupOffsets
+
+            try:
+                self.offsets = GroupOffsets(bootstrap, group_id, timeout)
+            except Exception:
+                super().close()
+                raise
+
+    def _register(self) -> None:
         self.slots: RemoteRegion | None = None
         self._slot_mr = self.device.alloc_mr(MAX_SLOTS * SLOT_SIZE, Access.LOCAL_WRITE)
         self._slot_view = None  # shm: live view of our slot region
         self._slot_q = None
         self._active: list[_Assignment] | None = None  # assignments with a slot (cached)
 
+    def _reconnected(self) -> None:
+        """Re-register and re-request every assignment from the next offset to deliver."""
+        self._register()
+        for a in self.parts.values():
+            a.active, a.mr, a.have = False, None, 0
+        for (topic, partition), a in self.parts.items():
+            self.seek(topic, partition, a.offset)
+
     # -- assignment ----------------------------------------------------------------------------------
-    def assign(self, partitions: list[tuple[str, int]], offset: int = EARLIEST) -> None:
-        """Read these partitions from `offset` (EARLIEST = -2: log start, LATEST = -1: the end)."""
+    def assign(self, partitions: list[tuple[str, int]], offset: int | None = None) -> None:
+        """Read these partitions from `offset` (EARLIEST = -2: log start, LATEST = -1: the end).
+
+        None: the group's committed offset when there is one, else `auto_offset_reset`.
+        """
         for tp in list(self.parts):
             if tp not in partitions:
                 self._release(self.parts.pop(tp))
         for topic, partition in partitions:
             if (topic, partition) not in self.parts:
-                a = self.parts[(topic, partition)] = _Assignment(topic, partition)
-                self.seek(topic, partition, offset)
-                del a
+                start = offset
+                if start is None:
+                    start = self.committed(topic, partition) if self.offsets else None
+                    start = self.reset if start is None else start
+                self.parts[(topic, partition)] = _Assignment(topic, partition)
+                self.seek(topic, partition, start)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         a = self.parts[(topic, partition)]
         self._release(a)
         a.offset = offset
-        r = self.ctl.request("read_access", topic=topic, partition=partition, offset=offset)
+        r = self.control("read_access", topic=topic, partition=partition, offset=offset)
         a.offset = r["offset"]
         self._open(a, r)
 
     def position(self, topic: str, partition: int) -> int:
         return self.parts[(topic, partition)].offset
+
+    # -- group offsets -------------------------------------------------------------------------------
+    def commit(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
+        """Commit `offsets` (default: the position of every assigned partition) for the group."""
+        if self.offsets is None:
+            raise ValueError("commit() needs a group_id (and bootstrap)")
+        if offsets is None:
+            offsets = {tp: a.offset for tp, a in self.parts.items()}
+        self.offsets.commit(offsets)
+
+    def committed(self, topic: str, partition: int) -> int | None:
+        """The group's committed offset of a partition (None: nothing committed yet)."""
+        if self.offsets is None:
+            raise ValueError("committed() needs a group_id (and bootstrap)")
+        return self.offsets.committed(topic, partition)
 
     def _open(self, a: _Assignment, r: dict) -> None:
         a.region = RemoteRegion.from_dict(r["region"])
@@ -128,15 +186,15 @@ class Consumer(Endpoint):
             a.active = False
             self._active = None
             try:
-                self.ctl.request(
-                    "release", topic=a.topic, partition=a.partition, base_offset=a.base
-                )
-            except ControlError:
+                self.control("release", topic=a.topic, partition=a.partition, base_offset=a.base)
+            except (ControlError, TransportError):
                 pass
 
     # -- polling ---------------------------------------------------------------------------------------
     def poll(self, timeout: float = 0.0, max_records: int = 500) -> list[ConsumerRecord]:
         """Committed records from every assigned partition; waits up to `timeout` for some."""
+        if self.broken is not None:
+            raise self.disconnected(self.broken)
         out: list[ConsumerRecord] = []
         deadline = None
         spins = 0
@@ -154,7 +212,14 @@ class Consumer(Endpoint):
                     self._fetch(a, out)
                     if len(out) >= max_records:
                         return out
-            if out or timeout <= 0:
+            if out:
+                self._idle = 0
+                return out
+            self._idle += 1
+            if self._idle >= IDLE_CHECK:  # quiet for a while: make sure the broker is still there
+                self._idle = 0
+                self.check()
+            if timeout <= 0:
                 return out
             if deadline is None:
                 deadline = time.monotonic() + timeout
@@ -183,6 +248,8 @@ class Consumer(Endpoint):
             self._slot_mr, 0, n, self.slots.addr + lo * SLOT_SIZE, self.slots.rkey
         )
         if st != Status.SUCCESS:
+            if st == Status.WR_FLUSH_ERR or not self.ctl.alive():
+                raise self.disconnected(f"metadata slot READ failed: {st.name}")
             raise TransportError(f"metadata slot READ failed: {st.name}")
         for a in active:
             w0, w1 = _SLOT.unpack_from(self._slot_mr.buf, (a.slot - lo) * SLOT_SIZE)
@@ -198,9 +265,7 @@ class Consumer(Endpoint):
 
     def _next_file(self, a: _Assignment) -> None:
         try:
-            r = self.ctl.request(
-                "next_file", topic=a.topic, partition=a.partition, base_offset=a.base
-            )
+            r = self.control("next_file", topic=a.topic, partition=a.partition, base_offset=a.base)
         except ControlError as e:
             if e.code == "no_next_file":
                 return  # the roll is not visible yet; try again on a later poll
@@ -223,8 +288,8 @@ class Consumer(Endpoint):
         if st != Status.SUCCESS:
             # The file went away under us (retention, a revoked registration): ask again from
             # the next offset; if that offset is gone too, the caller gets offset_out_of_range.
-            if st == Status.WR_FLUSH_ERR:
-                raise TransportError(f"READ of {a.topic}-{a.partition} failed: {st.name}")
+            if st == Status.WR_FLUSH_ERR or not self.ctl.alive():
+                raise self.disconnected(f"READ of {a.topic}-{a.partition} failed: {st.name}")
             self.seek(a.topic, a.partition, a.offset)
             return
         a.pos += n
@@ -268,8 +333,11 @@ class Consumer(Endpoint):
         a.mr = mr
 
     def close(self) -> None:
-        for a in self.parts.values():
-            self._release(a)
+        if self.broken is None:
+            for a in self.parts.values():
+                self._release(a)
+        if self.offsets is not None:
+            self.offsets.close()
         super().close()
 
 

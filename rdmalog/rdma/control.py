@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import select
 import socket
 import threading
 from collections.abc import Callable
@@ -148,14 +149,26 @@ class ControlClient:
 
     def request(self, op: str, **args: Any) -> dict:
         with self._lock:
-            self.sock.sendall(json.dumps({"op": op, **args}).encode() + b"\n")
-            line = _read_line(self._f)
+            try:
+                self.sock.sendall(json.dumps({"op": op, **args}).encode() + b"\n")
+                line = _read_line(self._f)
+            except OSError as e:  # reset by a dead peer, or our timeout: the session is unusable
+                raise ControlError("disconnected", f"control connection failed: {e}") from e
         if line is None:
             raise ControlError("disconnected", "the RDMA service closed the control connection")
         reply = json.loads(line)
         if "error" in reply:
             raise ControlError(reply["error"], reply.get("message", ""))
         return reply
+
+    def alive(self) -> bool:
+        """False once the service closed the connection or its process died (one peek, no wait)."""
+        try:
+            if not select.select([self.sock], [], [], 0)[0]:
+                return True  # nothing to read: no EOF, no reset
+            return self.sock.recv(1, socket.MSG_PEEK) != b""
+        except (OSError, ValueError):
+            return False
 
     def close(self) -> None:
         try:

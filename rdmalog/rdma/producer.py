@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from rdmalog.compression import Codec
 from rdmalog.errors import CorruptRecordError, KafkaError
-from rdmalog.rdma.client import Endpoint
+from rdmalog.rdma.client import BrokerDisconnected, Endpoint
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import ACK, ACK_SIZE, AckStatus, imm_encode, reservation_add, word_decode
@@ -90,11 +90,8 @@ class Producer(Endpoint):
         super().__init__(control_address, transport, timeout)
         self.mode = mode
         self.compression = compression
-        self.stage = self.device.alloc_mr(staging_bytes, Access.LOCAL_WRITE)
-        self.acks = self.device.alloc_mr(ACK_RECVS * ACK_SIZE, Access.LOCAL_WRITE)
-        self.atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
-        for i in range(ACK_RECVS):
-            self.qp.post_recv(i, self.acks, i * ACK_SIZE, ACK_SIZE)
+        self.staging_bytes = staging_bytes
+        self._register()
         self.grants: dict[tuple[str, int], Grant] = {}
         self.inflight: dict[tuple[int, int], Delivery] = {}
         self._retry: deque[Delivery] = deque()
@@ -102,6 +99,30 @@ class Producer(Endpoint):
         self._wr = 0
         self._seq = 0
         self._atomic_done: int | None = None
+
+    def _register(self) -> None:
+        """Staging area, acknowledgement receives and the atomic result word on this session."""
+        self.stage = self.device.alloc_mr(self.staging_bytes, Access.LOCAL_WRITE)
+        self.acks = self.device.alloc_mr(ACK_RECVS * ACK_SIZE, Access.LOCAL_WRITE)
+        self.atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
+        for i in range(ACK_RECVS):
+            self.qp.post_recv(i, self.acks, i * ACK_SIZE, ACK_SIZE)
+
+    def _reconnected(self) -> None:
+        self.grants.clear()
+        self._stage_top = 0
+        self._register()
+
+    def disconnected(self, why: str) -> BrokerDisconnected:
+        """Fail every batch not yet acknowledged: its outcome is unknown to us."""
+        err = super().disconnected(why)
+        for d in [*self.inflight.values(), *self._retry]:
+            if not d.done:
+                d.error = err
+        self.inflight.clear()
+        self._retry.clear()
+        self.grants.clear()
+        return err
 
     # -- public API ----------------------------------------------------------------------------------
     def send(
@@ -123,6 +144,8 @@ class Producer(Endpoint):
 
     def send_batch(self, topic: str, partition: int, batch) -> Delivery:
         """Send ready v2 record batch bytes (one or more whole batches)."""
+        if self.broken is not None:
+            raise self.disconnected(self.broken)
         n = len(batch)
         off = self._stage_alloc(n)
         self.stage.buf[off : off + n] = batch
@@ -139,6 +162,8 @@ class Producer(Endpoint):
         return self.send(topic, partition, value, key).wait(self.timeout)
 
     def flush(self, timeout: float | None = None) -> None:
+        if self.broken is not None:
+            raise self.disconnected(self.broken)
         self._drive(lambda: not self.inflight and not self._retry, timeout or self.timeout)
         if self.inflight or self._retry:
             raise TimeoutError(f"{len(self.inflight)} batch(es) still unacknowledged")
@@ -146,7 +171,7 @@ class Producer(Endpoint):
     def close(self) -> None:
         try:
             self.flush()
-        except (TimeoutError, KafkaError):
+        except (TimeoutError, KafkaError, TransportError):
             pass
         super().close()
 
@@ -168,7 +193,7 @@ class Producer(Endpoint):
     def _grant(self, topic: str, partition: int) -> Grant:
         g = self.grants.get((topic, partition))
         if g is None:
-            r = self.ctl.request("produce_access", topic=topic, partition=partition, mode=self.mode)
+            r = self.control("produce_access", topic=topic, partition=partition, mode=self.mode)
             g = self._grant_from(topic, partition, r)
         return g
 
@@ -188,7 +213,7 @@ class Producer(Endpoint):
 
     def _next_file(self, g: Grant) -> Grant:
         self.flush()  # everything before the roll must be committed first
-        r = self.ctl.request(
+        r = self.control(
             "next_file", topic=g.topic, partition=g.partition, file_id=g.file_id, mode=self.mode
         )
         return self._grant_from(g.topic, g.partition, r)
@@ -201,6 +226,9 @@ class Producer(Endpoint):
             return
         try:
             g = self._grant(d.topic, d.partition)
+        except BrokerDisconnected as e:
+            d.error = e
+            return
         except ControlError as e:
             d.error = ProduceError(str(e))
             return
@@ -245,6 +273,8 @@ class Producer(Endpoint):
         reservation in progress must not be interleaved with another one)."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while not until():
+            if self.broken is not None:
+                raise self.disconnected(self.broken)
             if retries and self._retry and not self.inflight:
                 # Resend only once every older write is answered, in the original send order, so
                 # a roll or an abort does not reorder a producer's batches.
@@ -260,8 +290,11 @@ class Producer(Endpoint):
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            for wc in self.cq.wait(min(left, 0.05), 64):
+            wcs = self.cq.wait(min(left, 0.05), 64)
+            for wc in wcs:
                 self._completion(wc)
+            if not wcs and not self.ctl.alive():  # nothing for a while: is the broker there?
+                raise self.disconnected("control connection closed by the broker")
 
     def _completion(self, wc) -> None:
         if wc.opcode == Opcode.RECV:
@@ -274,7 +307,7 @@ class Producer(Endpoint):
             self._atomic_done = wc.status
         elif wc.status != Status.SUCCESS:
             if wc.status == Status.WR_FLUSH_ERR:
-                raise TransportError("the queue pair to the broker broke")
+                raise self.disconnected("the queue pair to the broker was flushed")
             # A write that never reached the file (a revoked region): the broker will not
             # acknowledge it, so resend it under a fresh grant. Later orders the broker did get
             # wait for it, time out and come back ABORTED, and are resent the same way.

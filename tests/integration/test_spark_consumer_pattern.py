@@ -102,7 +102,7 @@ def test_driver_describes_topics_and_lists_offsets(kbroker: BrokerProcess, topic
     kp_admin = KafkaAdminClient(bootstrap_servers=kbroker.bootstrap)
     try:
         (kp_desc,) = kp_admin.describe_topics([topic])
-        assert sorted(p["partition"] for p in kp_desc["partitions"]) == list(range(PARTITIONS))
+        assert sorted(p["partition_index"] for p in kp_desc["partitions"]) == list(range(PARTITIONS))
     finally:
         kp_admin.close()
     consumer = kafka.KafkaConsumer(bootstrap_servers=kbroker.bootstrap, enable_auto_commit=False)
@@ -166,6 +166,9 @@ def test_confluent_consumer_per_partition(kbroker: BrokerProcess, topic: str) ->
                 "group.id": f"spark-{uuid.uuid4().hex[:6]}",
                 "enable.auto.commit": False,
                 "auto.offset.reset": "error",
+                # a ListOffsets waits behind the connection's parked fetch (Kafka answers one
+                # request per connection at a time): keep the long poll short
+                "fetch.wait.max.ms": 20,
             }
         )
         try:
