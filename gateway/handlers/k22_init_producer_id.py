@@ -6,7 +6,7 @@ answer Kafka gives while no transaction coordinator can serve it (clients retry,
 
 from __future__ import annotations
 
-from gateway.broker import RequestContext
+from gateway.broker import INVALID_REQUEST, RequestContext
 from gateway.handlers.registry import api
 
 COORDINATOR_NOT_AVAILABLE = 15
@@ -15,10 +15,11 @@ COORDINATOR_NOT_AVAILABLE = 15
 @api(22, 0, 5)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """A fresh producer id at epoch 0 (idempotent producers bump epochs themselves, KIP-360)."""
-    if request.get("transactional_id") is not None:
+    txn = request.get("transactional_id")
+    if txn is not None:  # an empty id is a malformed request in Kafka, any other waits for txns
         return {
             "throttle_time": 0,
-            "error_code": COORDINATOR_NOT_AVAILABLE,
+            "error_code": INVALID_REQUEST if txn == "" else COORDINATOR_NOT_AVAILABLE,
             "producer_id": -1,
             "producer_epoch": -1,
         }

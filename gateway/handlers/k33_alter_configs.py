@@ -9,6 +9,7 @@ from gateway.handlers.resources import (
     TOPIC,
     broker_resource_error,
     dynamic_broker_refusal,
+    request_error,
     unknown_resource,
 )
 
@@ -22,11 +23,18 @@ def _alter(broker, res: dict, validate_only: bool) -> dict:
     if rtype != TOPIC:
         out.update(error_code=42, error_message=f"resource type {rtype} is not supported")
         return out
+    configs = res["configs"]
+    invalid = request_error(
+        [c["name"] for c in configs], [c["value"] for c in configs], [False] * len(configs)
+    )
+    if invalid:
+        out.update(invalid)
+        return out
     topic = broker.topic(name)
     if topic is None:
         out.update(unknown_resource(name))
         return out
-    changes = {c["name"]: c["value"] for c in res["configs"]}
+    changes = {c["name"]: c["value"] for c in configs}
     try:
         if validate_only:
             topic.config.altered(changes, replace=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 # ConfigResource.Type in Kafka's clients
@@ -55,3 +56,20 @@ def dynamic_broker_refusal() -> dict:
         "error_message": "dynamic broker configs are not supported: set them in the broker's "
         "properties file or with --override and restart",
     }
+
+
+def request_error(names: list[str], values: list[str | None], null_ok: list[bool]) -> dict | None:
+    """Kafka's checks before altering a resource: no key twice, no null value (except a DELETE)."""
+    dup = sorted(n for n, count in Counter(names).items() if count > 1)
+    if dup:
+        return {
+            "error_code": INVALID_REQUEST,
+            "error_message": f"Error due to duplicate config keys : {', '.join(dup)}",
+        }
+    for name, value, ok in zip(names, values, null_ok, strict=True):
+        if value is None and not ok:
+            return {
+                "error_code": INVALID_REQUEST,
+                "error_message": f"Null value not supported for : {name}",
+            }
+    return None

@@ -32,7 +32,6 @@ class GroupOffsets:
                 group_id=group_id,
                 enable_auto_commit=False,
                 request_timeout_ms=max(self.timeout_ms, 1000) + 500,
-                api_version_auto_timeout_ms=self.timeout_ms,
             )
         except Exception as e:  # no broker at bootstrap, or it does not speak Kafka
             raise OffsetCommitError(f"group {group_id!r}: cannot reach {bootstrap}: {e}") from e

@@ -273,6 +273,9 @@ def test_legacy_alter_configs_replaces_the_overrides(h: Harness, version: int) -
         res = _alter(h, version, [{"name": "segment.ms", "value": bad}])
         assert res["error_code"] == 40 and res["error_message"], bad
     assert _alter(h, version, [{"name": "nope", "value": "1"}])["error_code"] == 40
+    twice = [{"name": "segment.ms", "value": "1"}, {"name": "segment.ms", "value": "2"}]
+    assert _alter(h, version, twice)["error_code"] == 42
+    assert _alter(h, version, [{"name": "segment.ms", "value": None}])["error_code"] == 42
     assert _alter(h, version, [], name="nope")["error_code"] == 3
     assert _alter(h, version, [], name="0", rtype=BROKER)["error_code"] == 42
     assert h.store.topics["t"].config.overrides == {"segment.ms": "5000"}
@@ -317,6 +320,9 @@ def test_incremental_alter_configs(h: Harness, version: int) -> None:
         "cleanup.policy": "compact",
     }
     assert _incremental(h, version, [], name="nope")["error_code"] == 3
+    twice = [("segment.ms", SET, "1"), ("segment.ms", DELETE, None)]
+    assert _incremental(h, version, twice)["error_code"] == 42
+    assert _incremental(h, version, [("segment.ms", SET, None)])["error_code"] == 42
     assert _incremental(h, version, [("x", SET, "1")], name="0", rtype=BROKER)["error_code"] == 42
 
 

@@ -1,4 +1,5 @@
-"""Fixtures for the compat scenarios: one broker per session, or KAFKA_BOOTSTRAP."""
+"""Fixtures for every suite (tests/ and compat_tests/): brokers as `rdmalog serve` subprocesses, or the
+external broker named by KAFKA_BOOTSTRAP."""
 
 from compat_tests.fixtures import (  # noqa: F401
     bootstrap,

@@ -1,0 +1,157 @@
+"""Native clients against a real `rdmalog serve` (rdma.transport=shm|tcp): group offsets, restarts.
+
+- A native consumer commits its position to the group coordinator (`__consumer_offsets`, through
+  the gateway's Kafka protocol); a Kafka consumer of the same group resumes there, commits, and a
+  native consumer resumes where the Kafka one committed.
+- The broker stops (SIGTERM) or dies (SIGKILL) under a native producer and consumer: both get
+  BrokerDisconnected, reconnect once it is back, and nothing acknowledged is lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import Producer as KafkaProducer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.brokers import free_port
+from rdmalog.rdma import BrokerDisconnected, Consumer, Producer
+
+
+def _start(broker_factory, transport: str):
+    control_port = free_port()
+    broker = broker_factory(
+        {"rdma.transport": transport, "rdma.control.port": str(control_port)}, local=True
+    )
+    return broker, f"127.0.0.1:{control_port}"
+
+
+def _create_topic(bootstrap: str, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(15)
+
+
+def _native_poll(c: Consumer, count: int, rounds: int = 300) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    for _ in range(rounds):
+        out += [(r.offset, r.value) for r in c.poll(0.05)]
+        if len(out) >= count:
+            break
+    return out
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_group_offsets_shared_with_kafka_consumers(broker_factory, transport: str) -> None:
+    broker, control = _start(broker_factory, transport)
+    topic, group = f"offsets-{transport}", f"group-{transport}"
+    _create_topic(broker.bootstrap, topic)
+
+    p = Producer(control, transport)
+    for i in range(20):
+        p.send(topic, 0, b"n%d" % i)
+    p.flush()
+    p.close()
+
+    native = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    assert native.committed(topic, 0) is None
+    native.assign([(topic, 0)])  # nothing committed: auto_offset_reset=earliest
+    assert [o for o, _ in _native_poll(native, 20)] == list(range(20))
+    native.commit({(topic, 0): 12})
+    assert native.committed(topic, 0) == 12
+    native.close()
+
+    kafka = KafkaConsumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "latest",  # so only the native commit can make it start at 12
+        }
+    )
+    kafka.subscribe([topic])
+    seen: list[int] = []
+    for _ in range(300):
+        msg = kafka.poll(0.1)
+        if msg is not None and not msg.error():
+            seen.append(msg.offset())
+            if msg.offset() == 19:
+                break
+    assert seen == list(range(12, 20))
+    kafka.commit(asynchronous=False)  # position 20
+    kafka.close()
+
+    kp = KafkaProducer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    for i in range(5):
+        kp.produce(topic, b"k%d" % i, partition=0)
+    assert kp.flush(30) == 0
+
+    native = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    assert native.committed(topic, 0) == 20
+    native.assign([(topic, 0)])
+    assert native.position(topic, 0) == 20
+    assert _native_poll(native, 5) == [(20 + i, b"k%d" % i) for i in range(5)]
+    native.commit()  # the position of every assigned partition
+    assert native.committed(topic, 0) == 25
+    native.close()
+
+
+def _expect_disconnected(op) -> BrokerDisconnected:
+    """Run `op` until it raises BrokerDisconnected (bounded: each call waits a little)."""
+    for _ in range(200):
+        try:
+            op()
+        except BrokerDisconnected as e:
+            return e
+    raise AssertionError("the client never noticed the broker was gone")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_restart_under_native_clients(broker_factory, transport: str, sig: int) -> None:
+    broker, control = _start(broker_factory, transport)
+    topic = f"restart-{transport}"
+    _create_topic(broker.bootstrap, topic)
+
+    p = Producer(control, transport, timeout=5.0)
+    c = Consumer(control, transport, timeout=5.0)
+    c.assign([(topic, 0)])
+    acked = [p.produce(topic, 0, b"a%d" % i)[0] for i in range(30)]
+    assert acked == list(range(30))
+    assert _native_poll(c, 30) == [(i, b"a%d" % i) for i in range(30)]
+
+    broker.stop(sig)
+    err = _expect_disconnected(lambda: p.produce(topic, 0, b"lost?"))
+    assert control in str(err) and "reconnect" in str(err)
+    _expect_disconnected(lambda: c.poll(0.05))
+    with pytest.raises(BrokerDisconnected):  # stays broken until reconnect()
+        p.send(topic, 0, b"x")
+
+    broker.start()
+    p.reconnect(timeout=30)
+    c.reconnect(timeout=30)
+    after = [p.produce(topic, 0, b"b%d" % i)[0] for i in range(30)]
+    assert after == list(range(30, 60))  # the unacknowledged "lost?" was not committed
+    assert _native_poll(c, 30) == [(30 + i, b"b%d" % i) for i in range(30)]  # no gap, no repeat
+    p.close()
+    c.close()
+
+    want = [b"a%d" % i for i in range(30)] + [b"b%d" % i for i in range(30)]
+    fresh = Consumer(control, transport)
+    fresh.assign([(topic, 0)])
+    assert [v for _, v in _native_poll(fresh, 60)] == want
+    fresh.close()
+    kafka = KafkaConsumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "check", "auto.offset.reset": "earliest"}
+    )
+    kafka.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(values) < 60 and time.monotonic() < deadline:
+        msg = kafka.poll(0.2)
+        if msg is not None and not msg.error():
+            values.append(msg.value())
+    kafka.close()
+    assert values == want
