@@ -1,4 +1,5 @@
-"""Builds the one C extension (64-bit atomics on shared mappings); pyproject.toml holds the rest."""
+"""Builds the C extensions (64-bit atomics on shared mappings; the native consumer's batch decoder);
+pyproject.toml holds the rest."""
 
 from setuptools import Extension, setup
 
@@ -9,6 +10,12 @@ setup(
             ["rdmalog/rdma/_atomic64.c"],
             extra_compile_args=["-O2"],
             optional=False,
-        )
+        ),
+        Extension(  # optional: rdmalog/rdma/consumer.py falls back to Python without it
+            "rdmalog.rdma._batch",
+            ["rdmalog/rdma/_batch.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

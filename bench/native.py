@@ -1,16 +1,24 @@
-"""Benchmark of the native RDMA datapaths (KafkaDirect section 5 metrics) on shm and tcp.
+"""Benchmark of the native RDMA datapaths (KafkaDirect section 5 metrics) against the Kafka path.
 
-The broker (Store + RdmaService) runs in its own process; clients run here. Prints JSON lines
-{"transport", "metric", "value", "unit"}:
+Each transport gets a real `rdmalog serve --override rdma.transport=<t>` process (gateway, group
+coordinator and RDMA service in one broker, as deployed); native clients run here. The same
+metrics are taken through the gateway's Kafka path with confluent-kafka (transport "kafka") on the
+first broker, and the host's large-copy bandwidth (transport "host") is the yardstick bandwidths
+are stated against ("of_copy"). Prints one JSON object per line {"transport", "metric", "value",
+"unit", ...}:
 
-  produce_latency_us_p50_exclusive / _shared   one 100-byte record, send -> commit ack
-  consume_latency_us_p50                       poll() that finds and returns one new record
-  empty_poll_us_p50, polls_per_s               poll() with nothing new (slot look only)
-  store_cpu_s_100_pollers                      broker CPU seconds while 100 consumers poll for 2 s
-  produce_gib_s, consume_gib_s                 pipelined 64 KiB batches; consumer fetch size 1 MiB
+  produce_latency_us_p50 / _p99   one 100-byte record, send -> commit ack ("mode": exclusive|shared)
+  consume_latency_us_p50 / _p99   poll() returning one preloaded (committed) 1 KiB record
+  empty_poll_us_p50, polls_per_s  poll() with nothing new (a slot look; Kafka: the client's queue)
+  store_cpu_s_100_pollers         broker CPU seconds while 100 consumers poll an idle partition
+  store_cpu_s_idle                the same broker's CPU over the same time with no pollers
+  produce_gib_s, consume_gib_s    64 KiB batches of 1 KiB records; consumer fetch size 1 MiB
+  copy_gib_s                      a 64 MiB memoryview copy in this process (transport "host")
+  fresh_file_write_gib_s          64 MiB written through a new sparse file's shared mapping: the
+                                  page allocation every first write into a segment pays ("host")
 
     python bench/native.py --quick            # under a minute
-    python bench/native.py --transport shm
+    python bench/native.py --transport shm --no-kafka
 """
 
 from __future__ import annotations
@@ -19,7 +27,8 @@ import argparse
 import json
 import multiprocessing
 import os
-import statistics
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,39 +37,32 @@ from pathlib import Path
 
 from rdmalog.records import build_batch
 
-REC = b"x" * 100
+REC = b"x" * 100  # produce latency record
+REC_1K = b"c" * 1024  # consume latency record
+TOPICS = {"lat": 1 << 30, "tput": 1 << 30, "idle": 1 << 20, "klat": 1 << 30, "ktput": 1 << 30}
+COPY_GIB_S: list[float] = []
+FETCH = 256 << 10  # the native consumer's fetch size for bandwidth
 
 
 def emit(transport: str, metric: str, value: float, unit: str, **extra) -> None:
-    print(
-        json.dumps(
-            {
-                "transport": transport,
-                "metric": metric,
-                "value": round(value, 3),
-                "unit": unit,
-                **extra,
-            }
-        ),
-        flush=True,
-    )
+    rec = {"transport": transport, "metric": metric, "value": round(value, 3), "unit": unit}
+    print(json.dumps({**rec, **extra}), flush=True)
 
 
-def serve(transport: str, data_dir: str) -> None:
-    """Broker process: prints its control address, serves until stdin closes."""
-    from rdmalog.config import BrokerConfig
-    from rdmalog.rdma.service import RdmaService
-    from rdmalog.store import Store
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q / 100 * len(s)))]
 
-    st = Store(Path(data_dir), BrokerConfig.from_sources(None, {"log.dirs": data_dir}))
-    st.open(start_maintenance=False)
-    for name, seg in (("lat", 1 << 30), ("tput", 1 << 30), ("idle", 1 << 20)):
-        st.create_topic(name, 1, {"segment.bytes": str(seg)})
-    svc = RdmaService(st, transport).start()
-    print(svc.control_address, flush=True)
-    sys.stdin.read()
-    svc.stop()
-    st.close()
+
+def emit_latency(transport: str, name: str, xs: list[float], **extra) -> None:
+    emit(transport, f"{name}_us_p50", pct(xs, 50), "us", n=len(xs), **extra)
+    emit(transport, f"{name}_us_p99", pct(xs, 99), "us", n=len(xs), **extra)
+
+
+def emit_bandwidth(transport: str, metric: str, gib_s: float, **extra) -> None:
+    if COPY_GIB_S:
+        extra["of_copy"] = round(gib_s / COPY_GIB_S[0], 3)
+    emit(transport, metric, gib_s, "GiB/s", **extra)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -68,10 +70,99 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def p50(xs: list[float]) -> float:
-    return statistics.median(xs)
+# -- the broker ------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class Broker:
+    """`rdmalog serve` with the RDMA service on `transport`, and the benchmark's topics."""
+
+    def __init__(self, transport: str, data_dir: str):
+        self.port, self.control_port = _free_port(), _free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.control = f"127.0.0.1:{self.control_port}"
+        script = Path(sys.executable).parent / "rdmalog"
+        cmd = [str(script)] if script.exists() else [sys.executable, "-m", "rdmalog"]
+        cmd += ["serve", "--listen", self.bootstrap, "--data-dir", data_dir]
+        cmd += ["--override", f"rdma.transport={transport}"]
+        cmd += ["--override", f"rdma.control.port={self.control_port}"]
+        self.log = open(Path(data_dir).parent / f"broker-{transport}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log)
+        for _ in range(600):  # up to 30 s
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"rdmalog serve exited with {self.proc.returncode}")
+            if _port_open(self.port) and _port_open(self.control_port):
+                break
+            time.sleep(0.05)
+        else:
+            self.stop()
+            raise RuntimeError("rdmalog serve did not start in 30 s")
+        self._create_topics()
+
+    def _create_topics(self) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        new = [NewTopic(t, 1, 1, config={"segment.bytes": str(b)}) for t, b in TOPICS.items()]
+        for f in admin.create_topics(new).values():
+            f.result(30)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
+        self.log.close()
+
+
+# -- host yardstick ------------------------------------------------------------------------------------
+def bench_copy(size: int = 64 << 20, rounds: int = 20) -> None:
+    src, dst = bytearray(os.urandom(1 << 20) * (size >> 20)), bytearray(size)
+    s, d = memoryview(src), memoryview(dst)
+    d[:] = s  # fault the pages in
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        d[:] = s
+        best = min(best, time.perf_counter() - t0)
+    COPY_GIB_S.append(size / best / 2**30)
+    emit("host", "copy_gib_s", COPY_GIB_S[0], "GiB/s", bytes=size, rounds=rounds, best_of=rounds)
+
+
+def bench_fresh_file(data_root: str | None, size: int = 64 << 20) -> None:
+    import mmap
+
+    chunk = os.urandom(64 << 10)
+    with tempfile.TemporaryDirectory(prefix="rdmalog-bench-", dir=data_root) as d:
+        with open(os.path.join(d, "sparse"), "w+b") as f:
+            f.truncate(size)
+            m = mmap.mmap(f.fileno(), size)
+            t0 = time.perf_counter()
+            for i in range(0, size, len(chunk)):
+                m[i : i + len(chunk)] = chunk
+            dt = time.perf_counter() - t0
+            m.close()
+    emit("host", "fresh_file_write_gib_s", size / dt / 2**30, "GiB/s", bytes=size, chunk=len(chunk))
+
+
+# -- native datapaths ------------------------------------------------------------------------------------
 def bench_produce(addr: str, transport: str, mode: str, n: int) -> None:
     from rdmalog.rdma import Producer
 
@@ -83,7 +174,7 @@ def bench_produce(addr: str, transport: str, mode: str, n: int) -> None:
         t0 = time.perf_counter()
         p.produce("lat", 0, REC)
         lat.append((time.perf_counter() - t0) * 1e6)
-    emit(transport, f"produce_latency_us_p50_{mode}", p50(lat), "us", n=n)
+    emit_latency(transport, "produce_latency", lat, mode=mode)
     p.close()
 
 
@@ -92,41 +183,56 @@ def bench_consume(addr: str, transport: str, n: int) -> None:
 
     p = Producer(addr, transport)
     c = Consumer(addr, transport)
-    plog_end = p.produce("lat", 0, REC)[1] + 1
-    c.assign([("lat", 0)], offset=plog_end - 1)
-    while not c.poll(0.1):
-        pass
+    end = p.produce("lat", 0, REC_1K)[1] + 1
+    c.assign([("lat", 0)], offset=end - 1)
+    for _ in range(100):
+        if c.poll(0.1):
+            break
     lat = []
     for _ in range(n):
-        p.produce("lat", 0, REC)  # committed before the clock starts
+        p.produce("lat", 0, REC_1K)  # committed (and so preloaded) before the clock starts
         t0 = time.perf_counter()
         got = c.poll(1.0)
         lat.append((time.perf_counter() - t0) * 1e6)
-        assert len(got) == 1
-    emit(transport, "consume_latency_us_p50", p50(lat), "us", n=n)
-    groups = []
-    for _ in range(50):
-        t0 = time.perf_counter()
-        for _ in range(200):
-            c.poll(0)
-        groups.append((time.perf_counter() - t0) / 200 * 1e6)
-    emit(transport, "empty_poll_us_p50", p50(groups), "us", n=50 * 200)
-    t0, k = time.perf_counter(), 0
-    while time.perf_counter() - t0 < 1.0:
-        for _ in range(100):
-            c.poll(0)
-        k += 100
-    emit(transport, "polls_per_s", k / (time.perf_counter() - t0), "1/s")
+        assert len(got) == 1 and len(got[0].value) == 1024
+    emit_latency(transport, "consume_latency", lat, record_bytes=1024)
+    empty_polls(transport, lambda: c.poll(0))
     c.close()
     p.close()
 
 
-def _pollers(addr: str, transport: str, count: int, seconds: float, ready, go, q) -> None:
-    from rdmalog.rdma import Consumer
+def empty_polls(transport: str, poll, **extra) -> None:
+    groups = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        for _ in range(200):
+            poll()
+        groups.append((time.perf_counter() - t0) / 200 * 1e6)
+    emit(transport, "empty_poll_us_p50", pct(groups, 50), "us", n=50 * 200, **extra)
+    t0, k = time.perf_counter(), 0
+    while time.perf_counter() - t0 < 1.0:
+        for _ in range(100):
+            poll()
+        k += 100
+    emit(transport, "polls_per_s", k / (time.perf_counter() - t0), "1/s", **extra)
 
-    cs = [Consumer(addr, transport) for _ in range(count)]
-    for c in cs:
-        c.assign([("idle", 0)])
+
+def _pollers(addr: str, transport: str, count: int, seconds: float, ready, go, q) -> None:
+    if transport == "kafka":
+        from confluent_kafka import Consumer as KafkaConsumer
+        from confluent_kafka import TopicPartition
+
+        cs = []
+        for i in range(count):
+            kc = KafkaConsumer({"bootstrap.servers": addr, "group.id": f"idle-{os.getpid()}-{i}"})
+            kc.assign([TopicPartition("idle", 0, 0)])
+            cs.append(kc)
+    else:
+        from rdmalog.rdma import Consumer
+
+        cs = [Consumer(addr, transport) for _ in range(count)]
+        for c in cs:
+            c.assign([("idle", 0)])
     ready.release()
     go.wait()
     end, polls = time.monotonic() + seconds, 0
@@ -140,32 +246,38 @@ def _pollers(addr: str, transport: str, count: int, seconds: float, ready, go, q
 
 
 def bench_pollers(
-    addr: str, transport: str, pid: int, procs: int = 4, total: int = 100, seconds: float = 2.0
+    addr: str, transport: str, pid: int, seconds: float, procs: int = 4, total: int = 100
 ) -> None:
+    cpu0 = cpu_seconds(pid)
+    time.sleep(seconds)
+    emit(transport, "store_cpu_s_idle", cpu_seconds(pid) - cpu0, "s", seconds=seconds)
     ctx = multiprocessing.get_context("spawn")
     ready, go, q = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    ps = [
-        ctx.Process(target=_pollers, args=(addr, transport, total // procs, seconds, ready, go, q))
-        for _ in range(procs)
-    ]
+    args = (addr, transport, total // procs, seconds, ready, go, q)
+    ps = [ctx.Process(target=_pollers, args=args) for _ in range(procs)]
     for pr in ps:
         pr.start()
     for _ in ps:
         ready.acquire(timeout=120)
+    time.sleep(0.5)  # let connection set-up work on the broker finish
     cpu0 = cpu_seconds(pid)
     go.set()
     polls = sum(q.get(timeout=120) for _ in ps)
     cpu1 = cpu_seconds(pid)
     for pr in ps:
-        pr.join(30)
+        pr.join(60)
     emit(transport, "store_cpu_s_100_pollers", cpu1 - cpu0, "s", seconds=seconds, polls=polls)
+
+
+def tput_batch() -> bytes:
+    return build_batch([(None, os.urandom(1024)) for _ in range(63)])  # ~64 KiB
 
 
 def bench_throughput(addr: str, transport: str, total_bytes: int) -> None:
     from rdmalog.rdma import Consumer, Producer
 
     p = Producer(addr, transport, staging_bytes=64 << 20)
-    batch = build_batch([(None, os.urandom(1024)) for _ in range(63)])  # ~65 KiB
+    batch = tput_batch()
     start = p.produce("tput", 0, b"start")[1] + 1
     k = max(1, total_bytes // len(batch))
     t0 = time.perf_counter()
@@ -173,52 +285,124 @@ def bench_throughput(addr: str, transport: str, total_bytes: int) -> None:
         p.send_batch("tput", 0, batch)
     p.flush(120)
     dt = time.perf_counter() - t0
-    emit(transport, "produce_gib_s", k * len(batch) / dt / 2**30, "GiB/s", batch_bytes=len(batch))
-    c = Consumer(addr, transport, fetch_size=1 << 20)
+    emit_bandwidth(transport, "produce_gib_s", k * len(batch) / dt / 2**30, batch_bytes=len(batch))
+    c = Consumer(addr, transport, fetch_size=FETCH)
     c.assign([("tput", 0)], offset=start)
     n, want = 0, k * 63
     t0 = time.perf_counter()
-    while n < want:
+    for _ in range(100_000):
+        if n >= want:
+            break
         n += len(c.poll(1.0, max_records=100_000))
     dt = time.perf_counter() - t0
-    emit(transport, "consume_gib_s", k * len(batch) / dt / 2**30, "GiB/s", fetch_size=1 << 20)
+    emit_bandwidth(transport, "consume_gib_s", k * len(batch) / dt / 2**30, fetch_size=FETCH)
     c.close()
     p.close()
 
 
-def run(transport: str, quick: bool, data_root: str | None) -> None:
+# -- the gateway's Kafka path (confluent-kafka) ---------------------------------------------------------------
+def bench_kafka(b: Broker, n: int, total_bytes: int, seconds: float) -> None:
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import Producer as KafkaProducer
+    from confluent_kafka import TopicPartition
+
+    t = "kafka"
+    p = KafkaProducer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "acks": "all"})
+    for _ in range(50):
+        p.produce("klat", REC, partition=0)
+        p.flush(10)
+    lat = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        p.produce("klat", REC, partition=0)
+        p.flush(10)
+        lat.append((time.perf_counter() - t0) * 1e6)
+    emit_latency(t, "produce_latency", lat, mode="confluent-kafka acks=all linger.ms=0")
+
+    conf = {"bootstrap.servers": b.bootstrap, "group.id": "bench", "fetch.wait.max.ms": 500}
+    c = KafkaConsumer(conf)
+    c.assign([TopicPartition("klat", 0, 50 + n)])
+    lat = []
+    for _ in range(max(50, n // 5)):
+        p.produce("klat", REC_1K, partition=0)
+        p.flush(10)
+        t0 = time.perf_counter()
+        msg = None
+        for _ in range(100):
+            msg = c.poll(1.0)
+            if msg is not None and not msg.error():
+                break
+        lat.append((time.perf_counter() - t0) * 1e6)
+        assert msg is not None and len(msg.value()) == 1024
+    emit_latency(t, "consume_latency", lat, record_bytes=1024, note="a fetch round trip per record")
+    empty_polls(t, lambda: c.poll(0), note="librdkafka's local queue; fetches run in its threads")
+    c.close()
+
+    bench_pollers(b.bootstrap, t, b.pid, seconds)
+
+    tp = KafkaProducer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "linger.ms": 5,
+            "batch.size": 64 * 1024,
+            "acks": "all",
+            "queue.buffering.max.kbytes": 1 << 20,
+        }
+    )
+    rec = os.urandom(1024)
+    k = max(1, total_bytes // 1024)
+    t0 = time.perf_counter()
+    for _ in range(k):
+        while True:
+            try:
+                tp.produce("ktput", rec, partition=0)
+                break
+            except BufferError:
+                tp.poll(0.01)
+    tp.flush(120)
+    dt = time.perf_counter() - t0
+    emit_bandwidth(t, "produce_gib_s", k * 1024 / dt / 2**30, batch_bytes=64 * 1024)
+    c = KafkaConsumer({**conf, "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 1 << 20})
+    c.assign([TopicPartition("ktput", 0, 0)])
+    got = 0
+    t0 = time.perf_counter()
+    for _ in range(100_000):
+        if got >= k:
+            break
+        got += sum(1 for m in c.consume(10_000, 1.0) if not m.error())
+    dt = time.perf_counter() - t0
+    emit_bandwidth(t, "consume_gib_s", got * 1024 / dt / 2**30, fetch_size=1 << 20)
+    c.close()
+
+
+def run(transport: str, quick: bool, data_root: str | None, kafka: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="rdmalog-bench-", dir=data_root) as d:
-        broker = subprocess.Popen(
-            [sys.executable, __file__, "--serve", transport, d],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        b = Broker(transport, os.path.join(d, "data"))
         try:
-            addr = broker.stdout.readline().strip()
             n = 1000 if quick else 10000
-            bench_produce(addr, transport, "exclusive", n)
-            bench_produce(addr, transport, "shared", n)
-            bench_consume(addr, transport, n)
-            bench_pollers(addr, transport, broker.pid, seconds=2.0 if quick else 5.0)
-            bench_throughput(addr, transport, (64 << 20) if quick else (1 << 30))
+            seconds = 2.0 if quick else 5.0
+            bench_produce(b.control, transport, "exclusive", n)
+            bench_produce(b.control, transport, "shared", n)
+            bench_consume(b.control, transport, n)
+            bench_pollers(b.control, transport, b.pid, seconds)
+            bench_throughput(b.control, transport, (64 << 20) if quick else (1 << 30))
+            if kafka:
+                bench_kafka(b, n, (64 << 20) if quick else (512 << 20), seconds)
         finally:
-            broker.stdin.close()
-            broker.wait(30)
+            b.stop()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sample sizes (under a minute)")
     ap.add_argument("--transport", choices=["shm", "tcp"], action="append")
+    ap.add_argument("--no-kafka", action="store_true", help="skip the Kafka-path comparison")
     ap.add_argument("--data-root", help="where the broker's data dir goes (default: $TMPDIR)")
-    ap.add_argument("--serve", nargs=2, metavar=("TRANSPORT", "DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.serve:
-        serve(*args.serve)
-        return
-    for t in args.transport or ["shm", "tcp"]:
-        run(t, args.quick, args.data_root)
+    bench_copy()
+    bench_fresh_file(args.data_root)
+    for i, t in enumerate(args.transport or ["shm", "tcp"]):
+        run(t, args.quick, args.data_root, kafka=i == 0 and not args.no_kafka)
 
 
 if __name__ == "__main__":

@@ -172,6 +172,8 @@ BROKER_DEFS = _defs(
     ("offsets.retention.check.interval.ms", "long", 600000, _at_least(1)),
     ("offset.metadata.max.bytes", "int", 4096, _at_least(0)),
     ("group.min.session.timeout.ms", "int", 6000),
+    ("producer.id.expiration.ms", "int", 86400000, _at_least(1)),
+    ("producer.id.expiration.check.interval.ms", "int", 600000, _at_least(1)),
     ("group.max.session.timeout.ms", "int", 1800000),
     # rdmalog's own: KafkaDirect datapaths for native clients (rdmalog/rdma), off by default
     ("rdma.transport", "string", "none", _one_of("none", "shm", "tcp", "verbs")),

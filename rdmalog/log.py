@@ -125,6 +125,7 @@ class PartitionLog:
         self._clean_shutdown = clean_shutdown
         self._flush_target = 0  # the high watermark may not pass recovery_point below this
         self.last_flush_ms = clock()
+        self._producers_checked_ms = clock()  # last producer.id.expiration check
         self._listeners: list[Callable[[PartitionLog], None]] = []
         self._roll_listeners: list[Callable[[PartitionLog, LogSegment, LogSegment], None]] = []
         self.producer_state = ProducerStateTable()
@@ -699,7 +700,8 @@ class PartitionLog:
             self._notify()
 
     def maintain(self, now: int | None = None, retention: bool = True) -> None:
-        """Background work: time-based flush (`flush.ms`), time-based roll (`segment.ms`), retention."""
+        """Background work: time-based flush (`flush.ms`), time-based roll (`segment.ms`), expiry of
+        idle producer ids (`producer.id.expiration.ms`), retention."""
         if self.closed:
             return
         now = self.clock() if now is None else now
@@ -715,6 +717,12 @@ class PartitionLog:
             for seg in self.segments[:-1]:
                 if seg.trim_pending:
                     seg.try_trim()
+            broker = cfg.broker
+            if now - self._producers_checked_ms >= broker.get(
+                "producer.id.expiration.check.interval.ms"
+            ):
+                self._producers_checked_ms = now
+                self.producer_state.expire(now, broker.get("producer.id.expiration.ms"))
         if retention:
             self.apply_retention(now)
 

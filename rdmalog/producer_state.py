@@ -7,8 +7,8 @@ Kafka's rules (ProducerStateManager / ProducerAppendInfo), per partition:
 - within an epoch, a batch whose sequence range equals one of the producer's last five batches is a
   retry: it is acknowledged again with the offsets it got the first time and not appended;
 - otherwise its first sequence must follow the last one (wrapping at 2**31 - 1 to 0);
-- a producer the partition has never seen (or whose entries retention removed) may start at any
-  sequence, as Kafka accepts it.
+- a producer the partition has never seen (or whose entries retention removed, or that was idle for
+  `producer.id.expiration.ms`) may start at any sequence, as Kafka accepts it.
 
 The state is rebuilt at start-up by walking batch headers (no record decoding); `snapshot()` /
 `restore()` let the log keep a copy across clean shutdowns in Kafka's `<offset>.snapshot` spirit.
@@ -125,6 +125,18 @@ class ProducerStateTable:
             entry = self.producers[pid]
             if not entry.batches or entry.batches[-1].last_offset < offset:
                 del self.producers[pid]
+
+    def expire(self, now: int, max_age_ms: int) -> int:
+        """Forget producers whose last batch's max timestamp is `max_age_ms` old (Kafka's
+        `producer.id.expiration.ms`); returns how many went."""
+        old = [
+            pid
+            for pid, e in self.producers.items()
+            if not e.batches or now - e.batches[-1].timestamp >= max_age_ms
+        ]
+        for pid in old:
+            del self.producers[pid]
+        return len(old)
 
     def truncate_after(self, offset: int) -> None:
         """Forget batches at or after `offset` (log truncation)."""

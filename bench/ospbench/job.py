@@ -36,7 +36,16 @@ from pathlib import Path
 
 import pandas as pd
 
-SOURCES = ("rdmalog-shm", "rdmalog-tcp", "rdmalog-kafka", "rdmalog-kafka-fix", "kafka")
+SOURCES = (
+    "rdmalog-shm",
+    "rdmalog-tcp",
+    "rdmalog-kafka",
+    "kafka",
+    # what-if variants (bench/ospbench/variants.py): one change applied in the executors
+    "rdmalog-kafka-fix",
+    "rdmalog-shm-cached",
+    "rdmalog-kafka-cached",
+)
 TOPICS = "ndwflow,ndwspeed"
 SCHEMA = (
     "lat double, long double, lane string, flow double, speed double, period int, "
@@ -53,7 +62,7 @@ def unavailable(source: str, control: str | None) -> str | None:
             import rdmalog.spark  # noqa: F401
         except ImportError as exc:
             return f"rdmalog.spark is not importable: {exc}"
-    if source in ("rdmalog-shm", "rdmalog-tcp"):
+    if source.startswith(("rdmalog-shm", "rdmalog-tcp")):
         from rdmalog.spark import native_client
 
         if not native_client.available():
@@ -68,8 +77,9 @@ def spark_session(source: str):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need pyarrow and rdmalog
-    root = str(Path(__file__).resolve().parents[2])
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    here = Path(__file__).resolve().parent  # workers import `variants` from here
+    paths = (str(here.parents[1]), str(here), os.environ.get("PYTHONPATH"))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
 
     builder = (
         SparkSession.builder.master("local[2]")
@@ -98,8 +108,14 @@ def reader(spark, source: str, bootstrap: str, control: str | None):
     else:
         import rdmalog.spark
 
-        if source == "rdmalog-kafka-fix":
-            spark.dataSource.register(no_wait_source())
+        if source.endswith("-fix"):
+            from variants import NoWaitSource
+
+            spark.dataSource.register(NoWaitSource)
+        elif source.endswith("-cached"):
+            from variants import CachedSource
+
+            spark.dataSource.register(CachedSource)
         else:
             rdmalog.spark.register(spark)
         transport = source.split("-")[1]
@@ -112,33 +128,6 @@ def reader(spark, source: str, bootstrap: str, control: str | None):
             r = r.option("rdmalog.control", control)
     start = json.dumps(latest_offsets(bootstrap))
     return r.option("subscribe", TOPICS).option("startingOffsets", start).load()
-
-
-def no_wait_source():
-    """The rdmalog source with one fix applied in the executors, for a what-if comparison.
-
-    rdmalog.spark.kafka_client.read_range calls `consume(num_messages=10000, timeout=1.0)`, which
-    waits the full second unless 10000 records arrive, so every task of a small micro-batch
-    costs >= 1 s. This subclass sets CONSUME_BATCH to 1 in the worker before reading (consume()
-    then returns as soon as a record is there; the loop still drains whole fetches).
-    """
-    from rdmalog.spark import RdmalogDataSource
-    from rdmalog.spark.stream_reader import RdmalogStreamReader
-
-    class NoWaitReader(RdmalogStreamReader):
-        def read(self, partition):
-            from rdmalog.spark import kafka_client
-
-            kafka_client.CONSUME_BATCH = 1
-            return super().read(partition)
-
-    class NoWaitSource(RdmalogDataSource):
-        def streamReader(self, schema):
-            from rdmalog.spark.options import parse_read
-
-            return NoWaitReader(parse_read(self.options, streaming=True), schema)
-
-    return NoWaitSource
 
 
 def latest_offsets(bootstrap: str) -> dict[str, dict[str, int]]:

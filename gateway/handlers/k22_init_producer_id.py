@@ -6,6 +6,8 @@ answer Kafka gives while no transaction coordinator can serve it (clients retry,
 
 from __future__ import annotations
 
+import asyncio
+
 from gateway.broker import INVALID_REQUEST, RequestContext
 from gateway.handlers.registry import api
 
@@ -23,9 +25,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             "producer_id": -1,
             "producer_epoch": -1,
         }
-    return {
-        "throttle_time": 0,
-        "error_code": 0,
-        "producer_id": ctx.broker.store.producer_ids.allocate(),
-        "producer_epoch": 0,
-    }
+    # a new block of ids is fsync'ed before use: never on the event loop
+    allocate = ctx.broker.store.producer_ids.allocate
+    producer_id = await asyncio.get_running_loop().run_in_executor(None, allocate)
+    return {"throttle_time": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": 0}

@@ -23,6 +23,13 @@ from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, Transpo
 from rdmalog.rdma.wire import ACK, ACK_SIZE, AckStatus, imm_encode, reservation_add, word_decode
 from rdmalog.records import Record, build_batch
 
+# Enum members read on hot paths, as module constants: attribute access on an Enum class
+# costs ~10x a global lookup on Python 3.11.
+_SUCCESS = Status.SUCCESS
+_RECV = Opcode.RECV
+_ACK_OK = AckStatus.OK
+_ATOMICS = (Opcode.FETCH_AND_ADD, Opcode.CMP_AND_SWAP)
+
 ACK_RECVS = 128
 MAX_IN_FLIGHT = 64  # below the broker's posted receives per queue pair
 MAX_ATTEMPTS = 8
@@ -181,8 +188,12 @@ class Producer(Endpoint):
             raise ProduceError(
                 f"batch of {n} bytes exceeds the {len(self.stage.buf)}-byte staging area"
             )
-        if self._stage_top + n > len(self.stage.buf) or len(self.inflight) >= MAX_IN_FLIGHT:
+        if self._stage_top + n > len(self.stage.buf):
             self.flush()  # simple bump allocator: reuse the area once everything is acknowledged
+        elif len(self.inflight) >= MAX_IN_FLIGHT:  # keep the pipeline full, never drain it
+            self._drive(lambda: len(self.inflight) < MAX_IN_FLIGHT, self.timeout)
+            if len(self.inflight) >= MAX_IN_FLIGHT:
+                raise TimeoutError(f"{len(self.inflight)} batch(es) still unacknowledged")
         if not self.inflight and not self._retry:
             self._stage_top = 0
         off = self._stage_top
@@ -263,7 +274,7 @@ class Producer(Endpoint):
         self._atomic_done = None
         self.qp.post_fetch_add(1, self.atom, 0, g.word.addr, g.word.rkey, reservation_add(n))
         self._drive(lambda: self._atomic_done is not None, self.timeout, retries=False)
-        if self._atomic_done != Status.SUCCESS:
+        if self._atomic_done != _SUCCESS:
             return None, 0
         return word_decode(int.from_bytes(self.atom.buf[:8], "little"))
 
@@ -297,15 +308,15 @@ class Producer(Endpoint):
                 raise self.disconnected("control connection closed by the broker")
 
     def _completion(self, wc) -> None:
-        if wc.opcode == Opcode.RECV:
-            if wc.status != Status.SUCCESS:
+        if wc.opcode == _RECV:
+            if wc.status != _SUCCESS:
                 return
             fid, order, status, base, last, _ = ACK.unpack_from(self.acks.buf, wc.wr_id * ACK_SIZE)
             self.qp.post_recv(wc.wr_id, self.acks, wc.wr_id * ACK_SIZE, ACK_SIZE)
-            self._ack(fid, order, AckStatus(status), base, last)
-        elif wc.opcode in (Opcode.FETCH_AND_ADD, Opcode.CMP_AND_SWAP):
+            self._ack(fid, order, status, base, last)  # an int: AckStatus(...) costs ~1 us
+        elif wc.opcode in _ATOMICS:
             self._atomic_done = wc.status
-        elif wc.status != Status.SUCCESS:
+        elif wc.status != _SUCCESS:
             if wc.status == Status.WR_FLUSH_ERR:
                 raise self.disconnected("the queue pair to the broker was flushed")
             # A write that never reached the file (a revoked region): the broker will not
@@ -317,11 +328,11 @@ class Producer(Endpoint):
                     self._drop_grant(key[0])
                     self._retry.append(d)
 
-    def _ack(self, fid: int, order: int, status: AckStatus, base: int, last: int) -> None:
+    def _ack(self, fid: int, order: int, status: int, base: int, last: int) -> None:
         d = self.inflight.pop((fid, order), None)
         if d is None:
             return
-        if status == AckStatus.OK:
+        if status == _ACK_OK:
             d.result = (base, last)
         elif status == AckStatus.CORRUPT:
             self._drop_grant(fid)

@@ -18,8 +18,10 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import queue
 import socket
 import sys
+import threading
 import time
 
 from rdmalog.rdma.transport import (
@@ -250,6 +252,10 @@ def _conn_param(qp_num: int):
 
 
 class VerbsListener:
+    """A listening rdmacm id. Its synchronous `get_request()` cannot be interrupted or given a
+    timeout, so one thread waits in it and hands requests over; `accept(timeout=...)` waits on
+    that hand-over, and so returns (TransportError) when nobody connects in time."""
+
     def __init__(self, dev: VerbsDevice, host: str, port: int):
         import pyverbs.cm_enums as ce
         from pyverbs.cmid import CMID, AddrInfo
@@ -262,16 +268,60 @@ class VerbsListener:
         self.cmid = CMID(creator=ai)
         self.cmid.listen(backlog=64)
         self.address = f"{host}:{port}"
+        self._requests: queue.Queue = queue.Queue()
+        self._closed = False
+        self._lock = threading.Lock()
+        self._waiter = threading.Thread(
+            target=self._wait_requests, name="rdmacm-listen", daemon=True
+        )
+        self._waiter.start()
+
+    def _wait_requests(self) -> None:
+        while True:
+            try:
+                child = self.cmid.get_request()  # blocks: synchronous rdmacm endpoint
+            except Exception as e:  # the id failed: accept() reports it
+                child = e
+            with self._lock:
+                if self._closed:  # close() left the listening id to us: it is no longer in use
+                    if not isinstance(child, Exception):
+                        child.close()  # the peer's connect fails (rejected)
+                    self.cmid.close()
+                    return
+                self._requests.put(child)
+                if isinstance(child, Exception):
+                    return
 
     def accept(self, send_cq, recv_cq=None, timeout=None) -> VerbsQP:
-        child = self.cmid.get_request()  # blocks: synchronous rdmacm endpoint
+        try:
+            child = self._requests.get(timeout=timeout)
+        except queue.Empty:
+            raise TransportError("no connection request") from None
+        if isinstance(child, Exception):
+            self._requests.put(child)  # every later accept fails the same way
+            raise TransportError(f"rdmacm listener failed: {child}")
         qp = VerbsQP(self.device, child, send_cq, recv_cq or send_cq, self.device.depth)
         qp.to_rts()
         child.accept(_conn_param(qp.qp_num))
         return qp
 
     def close(self) -> None:
-        self.cmid.close()
+        """Stop listening. While the waiting thread is inside get_request() the id stays open
+        (destroying it under that call would free what the call uses): the thread closes it when
+        the next request arrives, or it goes with the process."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if not self._waiter.is_alive():
+                self.cmid.close()
+        while True:  # requests nobody will accept: close them so their peers fail fast
+            try:
+                child = self._requests.get_nowait()
+            except queue.Empty:
+                break
+            if not isinstance(child, Exception):
+                child.close()
 
 
 def _free_port(host: str) -> int:

@@ -5,6 +5,7 @@ DescribeCluster, DescribeLogDirs and OffsetForLeaderEpoch."""
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ pytest.importorskip("kafka")
 
 import kafka  # noqa: E402
 import kafka.errors as kerr  # noqa: E402
-from batches import leader_epoch, log_file, segment_batches  # noqa: E402
+from batches import leader_epoch, log_file, split_batches  # noqa: E402
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition  # noqa: E402
 from confluent_kafka.admin import (  # noqa: E402
     AdminClient,
@@ -33,15 +34,17 @@ from kafka.admin import ConfigResource as KpConfigResource  # noqa: E402
 from kafka.admin import ConfigResourceType, KafkaAdminClient  # noqa: E402
 from kafka.admin import NewPartitions as KpNewPartitions  # noqa: E402
 from kafka.admin import NewTopic as KpNewTopic  # noqa: E402
-from rawkafka import RawClient, list_offset  # noqa: E402
+from rawkafka import RawClient, list_offset, produce  # noqa: E402
 
 from compat_tests.brokers import BrokerProcess  # noqa: E402
 from compat_tests.common import TIMEOUT_S, Deadline  # noqa: E402
+from rdmalog.records import Record, build_batch  # noqa: E402
 
 # a broker key set on the command line: topics without an override inherit it (STATIC_BROKER_CONFIG)
 OVERRIDES = {"log.retention.hours": "100", "num.partitions": "2"}
 RETENTION_100H = str(100 * 3_600_000)
 OFFSET_OUT_OF_RANGE = 1
+MESSAGE_TOO_LARGE = 10
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_PARTITIONS = 37
 INVALID_CONFIG = 40
@@ -96,6 +99,12 @@ def _produce(bootstrap: str, topic: str, n: int, partition: int = 0) -> None:
         producer.flush(timeout=TIMEOUT_S)
     finally:
         producer.close(timeout=TIMEOUT_S)
+
+
+def _head_batches(path: Path) -> list[bytes]:
+    """The batches at the start of a segment file (preallocated to 1 GiB: read only its head)."""
+    with open(path, "rb") as f:
+        return split_batches(f.read(1 << 16))
 
 
 def _partitions(admin: AdminClient, topic: str) -> int:
@@ -272,12 +281,21 @@ def test_alter_configs_validated_and_persisted(
     }
     got = _describe(admin, ResourceType.TOPIC, topic)
     assert {k: got[k].value for k in expected} == expected
+    assert _raw_produce_size(kbroker, topic, 6000) == MESSAGE_TOO_LARGE  # the change applies
+    assert _raw_produce_size(kbroker, topic, 1000) == 0
     kbroker.restart()
+    assert _raw_produce_size(kbroker, topic, 6000) == MESSAGE_TOO_LARGE
     again = _describe(
         AdminClient({"bootstrap.servers": kbroker.bootstrap}), ResourceType.TOPIC, topic
     )
     assert {k: again[k].value for k in expected} == expected
     assert {k: again[k].source for k in expected} == {k: got[k].source for k in expected}
+
+
+def _raw_produce_size(broker: BrokerProcess, topic: str, size: int) -> int:
+    """The error code of producing one record of `size` bytes."""
+    with RawClient(broker.bootstrap) as raw:
+        return produce(raw, topic, 0, build_batch([Record(None, b"x" * size)]))["error_code"]
 
 
 # --- DeleteRecords ---------------------------------------------------------------------------------
@@ -303,6 +321,10 @@ def test_delete_records_moves_the_log_start(kbroker: BrokerProcess, admin: Admin
     assert info.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
     back = TopicPartition(topic, 0, 2)
     assert admin.delete_records([back])[back].result(timeout=TIMEOUT_S).low_watermark == 4
+    # an acknowledged deletion survives a crash of the broker
+    kbroker.restart(signal.SIGKILL)
+    with RawClient(kbroker.bootstrap) as raw:
+        assert [list_offset(raw, topic, p, -2)["offset"] for p in (0, 1)] == [4, 6]
 
     # consumers seeking below the log start: reset (earliest) or OFFSET_OUT_OF_RANGE (none)
     consumer = Consumer(
@@ -401,7 +423,7 @@ def test_kafka_python_describe_log_dirs(
         if t["name"] == topic
         for p in t["partitions"]
     }
-    on_disk = segment_batches(log_file(kbroker.data_dir, topic, 1))
+    on_disk = _head_batches(log_file(kbroker.data_dir, topic, 1))
     assert sizes == {0: 0, 1: sum(len(b) for b in on_disk)}
     (only,) = kp_admin.describe_log_dirs({topic: [1]})
     (only_dir,) = only["log_dirs"]
@@ -454,7 +476,7 @@ def test_offset_for_leader_epoch(kbroker: BrokerProcess, admin: AdminClient) -> 
     checkpoint.write_text("0\n2\n0 0\n3 3\n")
     kbroker.start()
     _produce(kbroker.bootstrap, topic, 4)  # offsets 5..8, written in epoch 3
-    batches = segment_batches(log_file(kbroker.data_dir, topic))
+    batches = _head_batches(log_file(kbroker.data_dir, topic))
     assert {leader_epoch(b) for b in batches[-1:]} == {3}
     with RawClient(kbroker.bootstrap) as raw:
         assert _metadata_epoch(raw, topic) == 3
@@ -491,3 +513,15 @@ def test_offset_for_leader_epoch(kbroker: BrokerProcess, admin: AdminClient) -> 
         assert {e for o, e in got if o >= 5} == {3}
     finally:
         consumer.close()
+    kp = kafka.KafkaConsumer(bootstrap_servers=kbroker.bootstrap, auto_offset_reset="none")
+    try:
+        tp = kafka.TopicPartition(topic, 0)
+        kp.assign([tp])
+        kp.seek(tp, 2)
+        offsets: list[int] = []
+        deadline = Deadline(TIMEOUT_S)
+        while len(offsets) < 7 and deadline:
+            offsets += [r.offset for r in kp.poll(timeout_ms=500).get(tp, [])]
+        assert offsets == list(range(2, 9))
+    finally:
+        kp.close()

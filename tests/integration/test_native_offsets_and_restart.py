@@ -144,7 +144,11 @@ def test_restart_under_native_clients(broker_factory, transport: str, sig: int) 
     assert [v for _, v in _native_poll(fresh, 60)] == want
     fresh.close()
     kafka = KafkaConsumer(
-        {"bootstrap.servers": broker.bootstrap, "group.id": "check", "auto.offset.reset": "earliest"}
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "check",
+            "auto.offset.reset": "earliest",
+        }
     )
     kafka.subscribe([topic])
     values: list[bytes] = []

@@ -102,7 +102,8 @@ def test_driver_describes_topics_and_lists_offsets(kbroker: BrokerProcess, topic
     kp_admin = KafkaAdminClient(bootstrap_servers=kbroker.bootstrap)
     try:
         (kp_desc,) = kp_admin.describe_topics([topic])
-        assert sorted(p["partition_index"] for p in kp_desc["partitions"]) == list(range(PARTITIONS))
+        indexes = sorted(p["partition_index"] for p in kp_desc["partitions"])
+        assert indexes == list(range(PARTITIONS))
     finally:
         kp_admin.close()
     consumer = kafka.KafkaConsumer(bootstrap_servers=kbroker.bootstrap, enable_auto_commit=False)

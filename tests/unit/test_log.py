@@ -529,7 +529,8 @@ def test_producer_state_survives_clean_close_and_crash(tmp_path: Path) -> None:
 def test_leader_epochs(tmp_path: Path) -> None:
     d = tmp_path / "t-0"
     plog = open_log(d)
-    assert plog.leader_epoch == 0 and plog.epoch_end_offset(0) == (0, 0)  # led in epoch 0 from its end
+    # an empty log is led in epoch 0 from its end (as a Kafka leader records at leadership)
+    assert plog.leader_epoch == 0 and plog.epoch_end_offset(0) == (0, 0)
     plog.append(batch(3))
     plog.append(batch(2), leader_epoch=4)
     plog.append(batch(1))

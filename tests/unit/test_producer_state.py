@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from rdmalog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from rdmalog.log import PartitionLog
 from rdmalog.producer_state import ProducerStateTable
+from tests.unit.conftest import T0, batch, broker_config, topic_config
 
 
 def _append(table: ProducerStateTable, pid, epoch, seq, count, offset) -> None:
@@ -70,3 +72,26 @@ def test_truncation_and_snapshot_round_trip(tmp_path) -> None:
     assert restored.producers == {}
     path.write_text("not json")
     assert ProducerStateTable.restore(path) is None
+
+
+def test_idle_producers_expire() -> None:
+    table = ProducerStateTable()
+    table.update(1, 0, 0, 1, 0, 0, 1_000)
+    table.update(2, 0, 0, 1, 1, 1, 5_000)
+    assert table.expire(now=10_999, max_age_ms=10_000) == 0
+    assert table.expire(now=11_000, max_age_ms=10_000) == 1
+    assert list(table.producers) == [2]
+
+
+def test_the_log_expires_producers_idle_for_producer_id_expiration_ms(tmp_path, clock) -> None:
+    config = topic_config(broker_config(producer_id_expiration_ms=60_000))
+    plog = PartitionLog(tmp_path / "t-0", "t", 0, config, clock=clock).open()
+    plog.append(batch(2, ts=T0, producer_id=3, producer_epoch=0, base_sequence=0))
+    clock.advance(600_000)  # the check interval; the batch is now 10 minutes old
+    assert 3 in plog.producer_state.producers
+    plog.maintain(clock.now, retention=False)
+    assert plog.producer_state.producers == {}
+    # an expired producer is unknown again: its next batch is accepted at any sequence
+    res = plog.append(batch(1, ts=clock.now, producer_id=3, producer_epoch=0, base_sequence=9))
+    assert res.base_offset == 2
+    plog.close()

@@ -327,3 +327,38 @@ def test_region_file_truncated_under_a_write(kind, tmp_path):
         os.close(fd)
     finally:
         p.close()
+
+
+def _device_or_skip(kind: str):
+    if kind == "verbs" and unavailable_reason() is not None:
+        pytest.skip(f"verbs: {unavailable_reason()}")
+    return open_device(kind)
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "verbs"])
+def test_accept_times_out_and_close_returns(kind):
+    """Nobody connects: accept(timeout=...) raises instead of blocking, and close() returns."""
+    dev = _device_or_skip(kind)
+    listener = dev.listen()
+    cq = dev.create_cq()
+    for _ in range(2):
+        with pytest.raises(TransportError):
+            listener.accept(cq, timeout=0.05)
+    listener.close()
+    dev.close()
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "verbs"])
+def test_service_stop_returns_with_no_clients(kind, tmp_path):
+    """RdmaService.stop() joins its accept loop: every listener's accept honours its timeout."""
+    from rdmalog.config import BrokerConfig
+    from rdmalog.rdma.service import RdmaService
+    from rdmalog.store import Store
+
+    _device_or_skip(kind).close()
+    st = Store(tmp_path, BrokerConfig.from_sources(None, {"log.dirs": str(tmp_path)}))
+    st.open(start_maintenance=False)
+    svc = RdmaService(st, kind).start()
+    svc.stop()
+    assert not any(t.is_alive() for t in svc._threads)
+    st.close()

@@ -1,0 +1,111 @@
+"""Keep the pages ahead of a head file's write position allocated, off the produce datapath.
+
+A segment is preallocated sparse, so the first write to each page allocates it (page cache and,
+on ext4, a block): on this kind of host that costs more than the copy itself and would land on
+the producer's RDMA write. A background thread populates the broker's mapping a few MiB ahead of
+the committed position with MADV_POPULATE_WRITE (contents unchanged, no memory touched); the
+producer's own mapping then takes only cheap minor faults. libc's madvise is called through
+ctypes so the GIL is released while the kernel works. Without the flag (kernel < 5.14) it
+switches itself off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import mmap
+import threading
+
+log = logging.getLogger(__name__)
+
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+AHEAD = 8 << 20  # keep this much populated past the committed position
+STEP = 1 << 20  # populate in chunks of this size
+PAGE = mmap.PAGESIZE
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_madvise = _libc.madvise
+_madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_madvise.restype = ctypes.c_int
+
+
+def address_of(mm: mmap.mmap) -> int:
+    """The mapping's address (the temporary buffer export is released before returning)."""
+    c = ctypes.c_char.from_buffer(mm)
+    try:
+        return ctypes.addressof(c)
+    finally:
+        del c
+
+
+class Prefaulter:
+    """`want(key, mm, position, capacity)` after each commit; `forget(key)` when the grant ends."""
+
+    def __init__(self, ahead: int = AHEAD):
+        self.ahead = ahead
+        self.enabled = True
+        self._cv = threading.Condition()
+        self._files: dict[int, list[int]] = {}  # key -> [address, done, target, capacity]
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="rdma-prefault", daemon=True)
+        self._thread.start()
+
+    def want(self, key: int, mm: mmap.mmap, position: int, capacity: int) -> None:
+        if not self.enabled:
+            return
+        target = min(capacity, position + self.ahead)
+        with self._cv:
+            f = self._files.get(key)
+            if f is None:
+                try:
+                    addr = address_of(mm)
+                except (ValueError, TypeError):  # closed (rolled) or not a mapping: nothing to do
+                    return
+                start = position - position % PAGE
+                f = self._files[key] = [addr, start, start, capacity]
+            if target - f[1] >= STEP or (target == capacity and f[1] < capacity):
+                f[2] = max(f[2], target)
+                self._cv.notify()
+
+    def forget(self, key: int) -> None:
+        with self._cv:
+            self._files.pop(key, None)
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        self._thread.join(5)
+
+    def _next(self) -> tuple[int, int, int] | None:
+        for key, (addr, done, target, _) in self._files.items():
+            if done < target:
+                return key, addr + done, min(STEP, target - done)
+        return None
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                job = self._next()
+                while job is None and not self._stop:
+                    self._cv.wait()
+                    job = self._next()
+                if self._stop:
+                    return
+            key, addr, n = job
+            # The mapping may be unmapped meanwhile (a roll trimmed and closed it): madvise then
+            # fails with ENOMEM/EFAULT and touches nothing; populating never changes contents.
+            rc = _madvise(addr, n, MADV_POPULATE_WRITE)
+            err = ctypes.get_errno() if rc else 0
+            with self._cv:
+                f = self._files.get(key)
+                if rc == 0 and f is not None:
+                    f[1] += n
+                elif f is not None:
+                    self._files.pop(key, None)
+            if err == errno.EINVAL:  # the kernel has no MADV_POPULATE_WRITE
+                log.info("MADV_POPULATE_WRITE unsupported: head files are not prefaulted")
+                self.enabled = False
+                return
