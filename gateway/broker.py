@@ -57,6 +57,13 @@ def topic_name_error(name: str | None) -> str | None:
     return None
 
 
+def partition_of(topic: Any, index: int) -> Any:
+    """Partition log `index` of `topic` (a store Topic or None), or None when either is missing."""
+    if topic is None or not 0 <= index < len(topic.partitions):
+        return None
+    return topic.partitions[index]
+
+
 @dataclass(slots=True)
 class RequestContext:
     """One request as a handler sees it (header fields, the broker, the connection)."""

@@ -17,6 +17,7 @@ from gateway.broker import (
     UNKNOWN_TOPIC_OR_PARTITION,
     RequestContext,
     error_code_of,
+    partition_of,
 )
 from gateway.handlers.registry import api
 
@@ -55,7 +56,8 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
             if acks not in (0, 1, -1):
                 parts.append({"index": index, "error_code": INVALID_REQUIRED_ACKS})
                 continue
-            if topic is None or not 0 <= index < len(topic.partitions):
+            plog = partition_of(topic, index)
+            if plog is None:
                 parts.append({"index": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
                 continue
             if not records:
@@ -63,7 +65,6 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
                     {"index": index, "error_code": CORRUPT_MESSAGE, "error_message": "no records"}
                 )
                 continue
-            plog = topic.partitions[index]
             try:
                 res = await _append(broker, name, index, plog, records)
             except Exception as exc:

@@ -17,6 +17,7 @@ from gateway.broker import (
     UNKNOWN_TOPIC_OR_PARTITION,
     RequestContext,
     error_code_of,
+    partition_of,
 )
 from gateway.handlers.registry import api
 
@@ -42,11 +43,11 @@ def _read_all(ctx: RequestContext, request: dict, by_id: bool) -> tuple[list, in
         parts = []
         for p in t["partitions"]:
             index = p["partition"]
-            if topic is None or not 0 <= index < len(topic.partitions):
+            plog = partition_of(topic, index)
+            if plog is None:
                 parts.append({"partition_index": index, "error_code": missing, "records": _EMPTY})
                 errors = True
                 continue
-            plog = topic.partitions[index]
             hw = plog.high_watermark
             start = plog.log_start_offset
             offset = p["fetch_offset"]

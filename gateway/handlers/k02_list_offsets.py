@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.broker import UNKNOWN_TOPIC_OR_PARTITION, RequestContext, error_code_of
+from gateway.broker import UNKNOWN_TOPIC_OR_PARTITION, RequestContext, error_code_of, partition_of
 from gateway.handlers.registry import api
 
 LATEST = -1
@@ -45,11 +45,12 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         parts = []
         for p in t["partitions"]:
             index = p["partition_index"]
-            if topic is None or not 0 <= index < len(topic.partitions):
+            plog = partition_of(topic, index)
+            if plog is None:
                 parts.append({"partition_index": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
                 continue
             try:
-                ts, offset = _lookup(topic.partitions[index], p["timestamp"])
+                ts, offset = _lookup(plog, p["timestamp"])
             except Exception as exc:
                 parts.append({"partition_index": index, "error_code": error_code_of(exc)})
                 continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.broker import UNKNOWN_TOPIC_OR_PARTITION, RequestContext, error_code_of
+from gateway.broker import UNKNOWN_TOPIC_OR_PARTITION, RequestContext, error_code_of, partition_of
 from gateway.handlers.registry import api
 
 
@@ -24,10 +24,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         for p in t["partitions"]:
             index = p["partition_index"]
             entry = {"partition_index": index, "low_watermark": -1, "error_code": 0}
-            if topic is None or not 0 <= index < len(topic.partitions):
+            plog = partition_of(topic, index)
+            if plog is None:
                 entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
             else:
-                plog = topic.partitions[index]
                 before = plog.log_start_offset
                 try:
                     entry["low_watermark"] = plog.delete_records(p["offset"])

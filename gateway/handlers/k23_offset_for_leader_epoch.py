@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.broker import UNKNOWN_TOPIC_OR_PARTITION, RequestContext
+from gateway.broker import UNKNOWN_TOPIC_OR_PARTITION, RequestContext, partition_of
 from gateway.handlers.registry import api
 
 FENCED_LEADER_EPOCH = 74
@@ -31,9 +31,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         parts = []
         for p in t["partitions"]:
             index = p["partition"]
-            if topic is None or not 0 <= index < len(topic.partitions):
+            plog = partition_of(topic, index)
+            if plog is None:
                 parts.append({"partition": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
             else:
-                parts.append(_answer(topic.partitions[index], p))
+                parts.append(_answer(plog, p))
         topics.append({"topic": t["topic"], "partitions": parts})
     return {"throttle_time": 0, "topics": topics}

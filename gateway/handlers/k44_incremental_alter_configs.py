@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from gateway.broker import RequestContext, error_code_of
+from gateway.broker import RequestContext
 from gateway.handlers.registry import api
-from gateway.handlers.resources import (
-    BROKER,
-    TOPIC,
-    broker_resource_error,
-    dynamic_broker_refusal,
-    request_error,
-    unknown_resource,
-)
+from gateway.handlers.resources import alter_resource
 from rdmalog.errors import InvalidConfigError
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -42,36 +35,8 @@ def _changes(topic, configs: list[dict]) -> dict[str, str | None]:
 
 
 def _alter(broker, res: dict, validate_only: bool) -> dict:
-    rtype, name = res["resource_type"], res["resource_name"]
-    out = {"resource_type": rtype, "resource_name": name, "error_code": 0, "error_message": None}
-    if rtype == BROKER:
-        out.update(broker_resource_error(broker, name) or dynamic_broker_refusal())
-        return out
-    if rtype != TOPIC:
-        out.update(error_code=42, error_message=f"resource type {rtype} is not supported")
-        return out
-    configs = res["configs"]
-    invalid = request_error(
-        [c["name"] for c in configs],
-        [c["value"] for c in configs],
-        [c["config_operation"] == DELETE for c in configs],
-    )
-    if invalid:
-        out.update(invalid)
-        return out
-    topic = broker.topic(name)
-    if topic is None:
-        out.update(unknown_resource(name))
-        return out
-    try:
-        changes = _changes(topic, configs)
-        if validate_only:
-            topic.config.altered(changes)
-        else:
-            broker.store.alter_topic_config(name, changes)
-    except Exception as exc:
-        out.update(error_code=error_code_of(exc), error_message=str(exc))
-    return out
+    null_ok = [c["config_operation"] == DELETE for c in res["configs"]]
+    return alter_resource(broker, res, validate_only, null_ok, _changes, replace=False)
 
 
 @api(44, 0, 1)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
+
+from gateway.broker import error_code_of
 
 # ConfigResource.Type in Kafka's clients
 TOPIC = 2
@@ -73,3 +76,43 @@ def request_error(names: list[str], values: list[str | None], null_ok: list[bool
                 "error_message": f"Null value not supported for : {name}",
             }
     return None
+
+
+def alter_resource(
+    broker: Any,
+    res: dict,
+    validate_only: bool,
+    null_ok: list[bool],
+    changes_of: Callable[[Any, list[dict]], dict[str, str | None]],
+    replace: bool,
+) -> dict:
+    """One AlterConfigs / IncrementalAlterConfigs resource: checks shared by both APIs, then
+    `changes_of(topic, configs)` -> {key: value or None} applied (or only validated) on the topic."""
+    rtype, name = res["resource_type"], res["resource_name"]
+    out = {"resource_type": rtype, "resource_name": name, "error_code": 0, "error_message": None}
+    if rtype == BROKER:
+        out.update(broker_resource_error(broker, name) or dynamic_broker_refusal())
+        return out
+    if rtype != TOPIC:
+        out.update(
+            error_code=INVALID_REQUEST, error_message=f"resource type {rtype} is not supported"
+        )
+        return out
+    configs = res["configs"]
+    invalid = request_error([c["name"] for c in configs], [c["value"] for c in configs], null_ok)
+    if invalid:
+        out.update(invalid)
+        return out
+    topic = broker.topic(name)
+    if topic is None:
+        out.update(unknown_resource(name))
+        return out
+    try:
+        changes = changes_of(topic, configs)
+        if validate_only:
+            topic.config.altered(changes, replace=replace)
+        else:
+            broker.store.alter_topic_config(name, changes, replace=replace)
+    except Exception as exc:  # store errors carry their Kafka code
+        out.update(error_code=error_code_of(exc), error_message=str(exc))
+    return out

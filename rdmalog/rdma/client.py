@@ -120,6 +120,11 @@ class Endpoint:
                 pass
 
     def close(self) -> None:
+        if self.broken is None:
+            try:
+                self.ctl.request("bye")  # released before we go: a successor never finds it held
+            except (ControlError, OSError):
+                pass
         try:
             self.qp.close()
         finally:

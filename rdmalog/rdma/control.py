@@ -6,7 +6,8 @@ datapaths do not depend on the gateway. One TCP connection is one client session
 
 Requests (``{"op": ..., ...}``) and their replies:
 
-- ``hello {qp_num}`` -> ``{session, transport}``: binds the client's connected queue pair.
+- ``hello`` -> ``{token, rdma_address, transport}``: the client connects a queue pair to
+  ``rdma_address``, SENDs the token on it, then ``attach`` -> ``{session}`` binds the two.
 - ``produce_access {topic, partition, mode: exclusive|shared}`` -> ``{file_id, region, length,
   position, base_offset, word?}``: the head file registered for REMOTE_WRITE; shared mode adds the
   reservation word (``{addr, rkey}``).
@@ -15,7 +16,11 @@ Requests (``{"op": ..., ...}``) and their replies:
   be read, and the metadata slot (index into the session's slot region ``slots``) of a mutable file.
 - ``next_file {topic, partition, file_id, ...}``: producer: roll and grant the new head;
   consumer: read access to the file after the one named.
-- ``release {file_id}``; errors come back as ``{"error": code, "message": text}``.
+- ``release {topic, partition, base_offset}``: a consumer is done with a file.
+- ``bye``: the client is closing: everything the session holds is released before the reply
+  (a closed connection releases it too, but asynchronously).
+
+Errors come back as ``{"error": code, "message": text}``.
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 
 A segment is preallocated sparse, so the first write to each page allocates it (page cache and,
 on ext4, a block): on this kind of host that costs more than the copy itself and would land on
-the producer's RDMA write. A background thread populates the broker's mapping a few MiB ahead of
-the committed position with MADV_POPULATE_WRITE (contents unchanged, no memory touched); the
-producer's own mapping then takes only cheap minor faults. libc's madvise is called through
+the producer's RDMA write. A background thread populates the broker's mapping ahead of the
+committed position with MADV_POPULATE_WRITE (contents unchanged, no memory touched); the
+producer's own mapping then takes only cheap minor faults. The lead grows with what was written
+since the grant (256 KiB up to 8 MiB), so a trickle of small records does not pay for megabytes
+of allocation it will not use soon. libc's madvise is called through
 ctypes so the GIL is released while the kernel works. Without the flag (kernel < 5.14) it
 switches itself off.
 """
@@ -21,8 +23,9 @@ import threading
 log = logging.getLogger(__name__)
 
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
-AHEAD = 8 << 20  # keep this much populated past the committed position
-STEP = 1 << 20  # populate in chunks of this size
+AHEAD = 8 << 20  # at most this much populated past the committed position
+MIN_AHEAD = 256 << 10  # at least this much (the lead is what was written since the grant)
+STEP = 256 << 10  # populate in chunks of this size
 PAGE = mmap.PAGESIZE
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -47,7 +50,7 @@ class Prefaulter:
         self.ahead = ahead
         self.enabled = True
         self._cv = threading.Condition()
-        self._files: dict[int, list[int]] = {}  # key -> [address, done, target, capacity]
+        self._files: dict[int, list[int]] = {}  # key -> [address, done, target, first position]
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="rdma-prefault", daemon=True)
         self._thread.start()
@@ -55,7 +58,6 @@ class Prefaulter:
     def want(self, key: int, mm: mmap.mmap, position: int, capacity: int) -> None:
         if not self.enabled:
             return
-        target = min(capacity, position + self.ahead)
         with self._cv:
             f = self._files.get(key)
             if f is None:
@@ -64,8 +66,11 @@ class Prefaulter:
                 except (ValueError, TypeError):  # closed (rolled) or not a mapping: nothing to do
                     return
                 start = position - position % PAGE
-                f = self._files[key] = [addr, start, start, capacity]
-            if target - f[1] >= STEP or (target == capacity and f[1] < capacity):
+                f = self._files[key] = [addr, start, start, position]
+            lead = min(self.ahead, max(MIN_AHEAD, position - f[3]))
+            end = -(-capacity // PAGE) * PAGE  # madvise works on whole pages
+            target = min(end, -(-(position + lead) // PAGE) * PAGE)
+            if target - f[1] >= STEP or (target == end and f[1] < end):
                 f[2] = max(f[2], target)
                 self._cv.notify()
 

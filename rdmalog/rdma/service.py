@@ -438,6 +438,9 @@ class RdmaService:
         if op == "release":
             self._release_read(s, req["topic"], int(req["partition"]), int(req["base_offset"]))
             return {}
+        if op == "bye":  # a clean close: release now, so a successor's request never sees it held
+            self._release_session(s)
+            return {}
         raise ControlError("invalid_request", f"unknown op {op!r}")
 
     def _produce_access(self, s: Session, topic: str, partition: int, mode: str) -> dict:
@@ -595,9 +598,10 @@ class RdmaService:
             self._release_read(s, topic, partition, base)
             return self._register_reader(s, ps, nxt[0], 0)
 
-    def _session_closed(self, s: Session) -> None:
+    def _release_session(self, s: Session) -> None:
+        """Give back everything the session holds (its grants, read files and slots)."""
         with self.lock:
-            for fid in s.state.get("grants", ()):
+            for fid in s.state.pop("grants", ()):
                 f = self.files.get(fid)
                 if f is not None:
                     f.sessions.discard(s.id)
@@ -605,9 +609,13 @@ class RdmaService:
                         self._revoke(f)
             for topic, partition, base in list(s.state.get("reads", ())):
                 self._release_read(s, topic, partition, base)
-            region = s.state.get("slots")
+            region = s.state.pop("slots", None)
             if region is not None:
                 region.mr.deregister()
+
+    def _session_closed(self, s: Session) -> None:
+        self._release_session(s)
+        with self.lock:
             cqp = s.state.get("qp")
             if cqp is not None:
                 self.qps.pop(cqp.qp.qp_num, None)

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, KafkaException, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 PARTITIONS = 6
-SESSION_MS = 6000
+SESSION_MS = 10000  # generous: on 2 loaded cores a client thread can stall for seconds
 WAIT_S = 60.0
 
 GROUP_OVERRIDES = {

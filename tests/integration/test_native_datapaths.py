@@ -342,3 +342,15 @@ def test_head_rolled_by_the_broker_under_a_producer(broker):
     assert [r.value for r in store_records(st, "g")] == want
     assert [r.value for r in consume(c, 4)] == want
     c.close()
+
+
+def test_close_releases_the_grant_at_once(broker):
+    """close() says bye: the next producer (either mode) never finds the partition still held."""
+    st, svc = broker
+    st.create_topic("t", 1)
+    for i in range(20):
+        p = Producer(svc.control_address, mode="exclusive" if i % 2 else "shared")
+        assert p.produce("t", 0, b"%d" % i) == (i, i)
+        p.close()
+    assert [r.value for r in store_records(st, "t")] == [b"%d" % i for i in range(20)]
+    assert wait_for(lambda: svc.stats()["grants"] == 0 and svc.stats()["qps"] == 0)

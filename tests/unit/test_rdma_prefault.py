@@ -34,11 +34,14 @@ def sparse(tmp_path):
 
 def test_populates_ahead_without_changing_contents(sparse):
     path, m = sparse
-    before = os.stat(path).st_blocks
-    pf = Prefaulter(ahead=4 << 20)
+    allocated = lambda: os.stat(path).st_blocks * 512  # noqa: E731
+    before = allocated()
+    pf = Prefaulter(ahead=2 << 20)
     try:
-        pf.want(1, m, 5, SIZE)
-        assert _wait(lambda: os.stat(path).st_blocks * 512 >= before * 512 + (3 << 20))
+        pf.want(1, m, 5, SIZE)  # just granted: a small lead
+        assert _wait(lambda: allocated() >= before + (256 << 10))
+        pf.want(1, m, 2 << 20, SIZE)  # 2 MiB written since: the lead grows to `ahead`
+        assert _wait(lambda: allocated() >= before + (4 << 20) - 4096)
         assert m[:5] == b"batch" and m[5 : 4 << 20].count(0) == (4 << 20) - 5
         pf.forget(1)
     finally:
