@@ -75,13 +75,14 @@ class GroupService:
     def start(self) -> GroupService:
         """Load every group from `__consumer_offsets` (if it exists yet), start retention."""
         if OFFSETS_TOPIC in self.store.topics:
-            self.offsets.ensure()  # adopt its partition count; otherwise created on first commit
-        count = self.coordinator.load(self.offsets.replay())
-        log.info(
-            "group coordinator loaded %d group(s) from %d __consumer_offsets partition(s)",
-            count,
-            self.offsets.num_partitions,
-        )
+            self.offsets.ensure()  # adopt its partition count
+            count = self.coordinator.load(self.offsets.replay())
+            log.info(
+                "group coordinator loaded %d group(s) from %d __consumer_offsets partition(s)",
+                count,
+                self.offsets.num_partitions,
+            )
+        # otherwise the topic is created by the first FindCoordinator, as Kafka does
         self.coordinator.start_retention()
         return self
 
