@@ -9,6 +9,7 @@ extras="${1:-}"
 need_apt=()
 if [[ ",$extras," == *",test,"* ]]; then
     command -v kcat >/dev/null || need_apt+=(kcat)
+    command -v npm >/dev/null || need_apt+=(nodejs npm)  # KafkaJS compat scenarios
 fi
 if [[ ",$extras," == *",spark,"* ]]; then
     command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
@@ -26,4 +27,7 @@ if [[ -n "$extras" ]]; then
     .venv/bin/pip install -q -e ".[$extras]"
 else
     .venv/bin/pip install -q -e .
+fi
+if [[ ",$extras," == *",test,"* ]]; then
+    npm ci --prefix compat_tests/js --no-audit --no-fund --loglevel=error
 fi

@@ -7,7 +7,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-AREAS = ("roundtrip", "offsets", "kcat", "admin", "limits")
+AREAS = ("roundtrip", "offsets", "kcat", "admin", "limits", "kafkajs")
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,16 @@ class ConsumerRecord(NamedTuple):
     headers: list
 
 
+class ConsumerBatch(NamedTuple):
+    """A whole record batch as stored (Kafka v2 bytes, offsets assigned): `poll_batches()`."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int
+    data: bytes
+
+
 class _Assignment:
     __slots__ = (
         "topic", "partition", "offset", "region", "base", "pos", "lrb", "mutable", "slot",
@@ -202,6 +212,14 @@ class Consumer(Endpoint):
     # -- polling ---------------------------------------------------------------------------------------
     def poll(self, timeout: float = 0.0, max_records: int = 500) -> list[ConsumerRecord]:
         """Committed records from every assigned partition; waits up to `timeout` for some."""
+        return self._poll(timeout, max_records, False)
+
+    def poll_batches(self, timeout: float = 0.0, max_batches: int = 500) -> list[ConsumerBatch]:
+        """Committed record batches, undecoded (one copy each; control batches included): for
+        consumers that move data rather than look at records (`records.decode_all` decodes)."""
+        return self._poll(timeout, max_batches, True)
+
+    def _poll(self, timeout: float, max_records: int, raw: bool) -> list:
         if self.broken is not None:
             raise self.disconnected(self.broken)
         out: list[ConsumerRecord] = []
@@ -218,7 +236,7 @@ class Consumer(Endpoint):
                 if a.pos >= a.lrb and not a.mutable:
                     self._next_file(a)  # sealed and read to its end
                 if a.pos < a.lrb:
-                    self._fetch(a, out)
+                    self._fetch(a, out, raw)
                     if len(out) >= max_records:
                         return out
             if out:
@@ -289,7 +307,7 @@ class Consumer(Endpoint):
         self._active = None
         self._open(a, r)
 
-    def _fetch(self, a: _Assignment, out: list[ConsumerRecord]) -> None:
+    def _fetch(self, a: _Assignment, out: list, raw: bool = False) -> None:
         """READ the next chunk of the file, return its whole batches, keep a partial one."""
         buf = a.mr.buf
         want = self.fetch_size
@@ -317,7 +335,11 @@ class Consumer(Endpoint):
             h = HEADER.unpack_from(buf, p)
             last = h[0] + h[6]
             if last >= a.offset:
-                if h[5] & CONTROL_BIT:
+                if raw:
+                    out.append(
+                        ConsumerBatch(a.topic, a.partition, h[0], last, bytes(buf[p : p + size]))
+                    )
+                elif h[5] & CONTROL_BIT:
                     pass  # transaction markers are not records for the application
                 elif h[5] & CODEC_MASK == 0:
                     if _c_decode_plain is not None:

@@ -354,3 +354,24 @@ def test_close_releases_the_grant_at_once(broker):
         p.close()
     assert [r.value for r in store_records(st, "t")] == [b"%d" % i for i in range(20)]
     assert wait_for(lambda: svc.stats()["grants"] == 0 and svc.stats()["qps"] == 0)
+
+
+def test_poll_batches_returns_the_stored_bytes(broker):
+    st, svc = broker
+    st.create_topic("t", 1)
+    p = Producer(svc.control_address)
+    for i in range(5):
+        p.send_records("t", 0, [(None, b"%d-%d" % (i, j)) for j in range(3)])
+    p.flush()
+    p.close()
+    c = Consumer(svc.control_address, fetch_size=100)  # batches span reads: kept and completed
+    c.assign([("t", 0)])
+    got = []
+    for _ in range(200):
+        got += c.poll_batches(0.02)
+        if len(got) >= 5:
+            break
+    assert [(b.base_offset, b.last_offset) for b in got] == [(3 * i, 3 * i + 2) for i in range(5)]
+    assert b"".join(b.data for b in got) == st.partition("t", 0).read(0, 1 << 20).read()
+    assert c.position("t", 0) == 15
+    c.close()
