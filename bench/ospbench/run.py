@@ -347,33 +347,42 @@ def reads_table(reads: list[dict]) -> str:
 
 
 def plot(rows: list[dict], results: Path, png: Path) -> None:
-    """Delay over time per variant, one panel per workload."""
+    """Per workload: delay over time per variant (top) and the delay CDF (bottom)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
     import pandas as pd
 
     patterns = [p for p in ("constant", "burst") if any(r["workload"] == p for r in rows)]
-    fig, axes = plt.subplots(1, len(patterns), figsize=(6.5 * len(patterns), 4.2), squeeze=False)
-    for ax, pattern in zip(axes[0], patterns, strict=True):
+    fig, axes = plt.subplots(2, len(patterns), figsize=(7 * len(patterns), 8), squeeze=False)
+    for col, pattern in enumerate(patterns):
+        top, bottom = axes[0][col], axes[1][col]
         for r in rows:
             if r["workload"] != pattern or "p50_ms" not in r:
                 continue
             ev = pd.read_parquet(results / f"{r['source']}-{pattern}" / "events.parquet")
+            delay = (ev["read_ms"] - ev["gen_ms"]).to_numpy()
             t = (ev["gen_ms"] - ev["gen_ms"].min()) / 1000.0
             label = f"{VARIANT_NAMES.get(r['source'], r['source'])} (p50 {r['p50_ms']:.0f} ms)"
-            ax.scatter(t, ev["read_ms"] - ev["gen_ms"], s=2, alpha=0.5, label=label)
-        ax.set_title(f"{pattern} workload")
-        ax.set_xlabel("event generation time (s)")
-        ax.set_ylabel("delay: Spark read - generated (ms)")
-        ax.set_yscale("log")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(markerscale=4, fontsize=8)
+            top.scatter(t, delay, s=1, alpha=0.5, label=label)
+            xs = np.sort(delay)
+            bottom.plot(xs, np.arange(1, len(xs) + 1) / len(xs), label=label)
+        top.set_title(f"{pattern} workload: delay over time")
+        top.set_xlabel("event generation time (s)")
+        top.set_ylabel("delay: Spark read - generated (ms)")
+        top.set_yscale("log")
+        top.grid(True, which="both", alpha=0.3)
+        bottom.set_title(f"{pattern} workload: delay CDF")
+        bottom.set_xlabel("delay (ms)")
+        bottom.set_ylabel("fraction of events")
+        bottom.grid(True, alpha=0.3)
+        bottom.legend(fontsize=8, loc="lower right")
     fig.suptitle("Spark structured streaming event delay (OSPBench, KafkaDirect 5.4)")
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
+    fig.savefig(png, dpi=100)
     plt.close(fig)
 
 
@@ -389,11 +398,19 @@ def write_section(md: Path, body: str) -> None:
     md.write_text(new)
 
 
-def section(args: argparse.Namespace, argv: list[str], tbl: str, png: Path) -> str:
+def section(
+    args: argparse.Namespace, argv: list[str], tbl: str, png: Path, load: float | None = None
+) -> str:
     """Our docs/performance.md section: command, date, machine, table, plot, method."""
     import pyspark
 
-    load = os.getloadavg()
+    load = os.getloadavg()[0] if load is None else load
+    burst = args.burst_size if args.burst_size is not None else int(args.rate * 10)
+    producer = (
+        "confluent-kafka (linger.ms=0, acks=1)"
+        if args.producer == "kafka"
+        else "native rdmalog.rdma.Producer"
+    )
     rel_png = os.path.relpath(png, ROOT / "docs")
     cmd = "python bench/ospbench/run.py " + " ".join(argv)
     return f"""{SECTION}
@@ -404,20 +421,36 @@ LogAppendTime), constant rate and a burst every 10 s. Method and code: `bench/os
 
 - Command: `{cmd.strip()}`
 - Date: {datetime.datetime.now().strftime("%Y-%m-%d %H:%M")} UTC; machine: {os.cpu_count()} cores,
-  {platform.machine()}, Python {platform.python_version()}, pyspark {pyspark.__version__},
-  load average at the end {load[0]:.1f} (the cores are shared with other work).
-- Workload: {args.rate:g} messages/s over both topics for {args.duration:g} s per run; burst =
-  {args.burst_size if args.burst_size is not None else int(args.rate * 10)} messages at once every
-  10 s on top; producer: {args.producer} (confluent-kafka, linger.ms=0, acks=1, when `kafka`).
+  {platform.machine()}, Python {platform.python_version()}, pyspark {pyspark.__version__}, load
+  average {load:.1f} at the end (the cores are shared with other work).
+- Workload: {args.rate:g} messages/s over both topics for {args.duration:g} s per run; `burst` adds
+  {burst} messages at once every 10 s; producer: {producer}.
 - Spark: `local[2]`, foreachBatch, trigger processingTime {args.trigger_ms} ms, one fresh broker
   and Spark process per run, {args.warmup:g} s of warm-up traffic excluded.
 - Delay = executor wall clock when the parsed event reached the stage (vectorized UDF right after
-  the source) - the JSON's generation time. "append->read" uses the record's Kafka timestamp
-  instead; "gen->batch done" is when the driver had the micro-batch's results.
+  the source) - the JSON's generation time (the Kafka LogAppendTime gives the same to < 1 ms). It
+  splits into generated -> micro-batch planned (waiting for the running batch to end, then
+  planning) and planned -> read (task launch, the source's read, the UDF). "ms per batch" is
+  Spark's median triggerExecution.
 
 {tbl}
 ![event delay over time]({rel_png})
 """
+
+
+def report_existing(ap: argparse.ArgumentParser, args: argparse.Namespace, results: Path) -> int:
+    """Table, plot and section again from a finished run's rows.json (e.g. after a plot change)."""
+    saved = json.loads((results / "rows.json").read_text())
+    run_args = ap.parse_args(saved["argv"])  # the settings of the run, for the section
+    if run_args.duration is None:
+        run_args.duration = 15.0 if run_args.quick else 45.0
+    tbl = table(saved["rows"]) + reads_table(saved["reads"])
+    print(tbl)
+    plot(saved["rows"], results, Path(args.plot))
+    if not args.no_docs:
+        text = section(run_args, saved["argv"], tbl, Path(args.plot), saved.get("load"))
+        write_section(Path(args.out), text)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -440,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", default=str(ROOT / "docs" / "ospbench_delay.png"))
     ap.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     ap.add_argument("--no-range-reads", action="store_true", help="skip the Spark-free step")
+    ap.add_argument(
+        "--from-results", action="store_true", help="only re-summarize the runs in --results"
+    )
     ap.add_argument("--no-docs", action="store_true", help="print only; write no docs")
     args = ap.parse_args(argv)
     if args.duration is None:
@@ -448,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     results.mkdir(parents=True, exist_ok=True)
     log(f"results in {results}")
     reads: list[dict] = []
+    if args.from_results:
+        return report_existing(ap, args, results)
     if not args.no_range_reads:
         try:
             reads = range_reads()
@@ -464,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"source": source, "workload": pattern, "error": str(exc)[:500]}
             print(json.dumps(row), flush=True)
             rows.append(row)
+    saved = {"rows": rows, "reads": reads, "argv": argv, "load": os.getloadavg()[0]}
+    (results / "rows.json").write_text(json.dumps(saved))
     tbl = table(rows) + reads_table(reads)
     print()
     print(tbl)
