@@ -392,7 +392,8 @@ def bench_kafka(b: Broker, n: int, total_bytes: int, seconds: float) -> None:
     for _ in range(100_000):
         if first + got >= k:
             break
-        got += sum(1 for m in c.consume(10_000, 1.0) if not m.error())
+        want = min(10_000, k - first - got)  # consume() waits for `want` or the timeout
+        got += sum(1 for m in c.consume(want, 1.0) if not m.error())
     dt = time.perf_counter() - t0
     emit_bandwidth(
         t, "consume_gib_s", got * 1024 / dt / 2**30, fetch_size=1 << 20, fetch_queue_backoff_ms=10

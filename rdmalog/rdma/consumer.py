@@ -145,19 +145,26 @@ class Consumer(Endpoint):
     def assign(self, partitions: list[tuple[str, int]], offset: int | None = None) -> None:
         """Read these partitions from `offset` (EARLIEST = -2: log start, LATEST = -1: the end).
 
-        None: the group's committed offset when there is one, else `auto_offset_reset`.
+        None: the group's committed offset when there is one (and it is still in the log), else
+        `auto_offset_reset`.
         """
         for tp in list(self.parts):
             if tp not in partitions:
                 self._release(self.parts.pop(tp))
         for topic, partition in partitions:
-            if (topic, partition) not in self.parts:
-                start = offset
-                if start is None:
-                    start = self.committed(topic, partition) if self.offsets else None
-                    start = self.reset if start is None else start
-                self.parts[(topic, partition)] = _Assignment(topic, partition)
-                self.seek(topic, partition, start)
+            if (topic, partition) in self.parts:
+                continue
+            self.parts[(topic, partition)] = _Assignment(topic, partition)
+            if offset is not None:
+                self.seek(topic, partition, offset)
+                continue
+            start = self.committed(topic, partition) if self.offsets else None
+            try:
+                self.seek(topic, partition, self.reset if start is None else start)
+            except ControlError as e:
+                if start is None or e.code != "offset_out_of_range":
+                    raise
+                self.seek(topic, partition, self.reset)  # committed, then deleted by retention
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         a = self.parts[(topic, partition)]

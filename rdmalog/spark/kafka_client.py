@@ -45,6 +45,31 @@ def _consumer(conn: ConnectionOptions, extra: dict[str, Any] | None = None):
         raise _bad_setting(conn, exc) from None
 
 
+# Executors keep a few consumers per connection setting (as spark-sql-kafka caches its consumers):
+# creating one costs milliseconds, more than reading a small offset range.
+_POOL: dict[tuple, list] = {}
+_POOL_MAX = 4
+
+
+def _pool_key(conn: ConnectionOptions, extra: dict[str, Any]) -> tuple:
+    return (conn.bootstrap, tuple(sorted(conn.client_conf.items())), tuple(sorted(extra.items())))
+
+
+def _pooled_consumer(conn: ConnectionOptions, extra: dict[str, Any]):
+    idle = _POOL.get(_pool_key(conn, extra))
+    return idle.pop() if idle else _consumer(conn, extra)
+
+
+def _release(conn: ConnectionOptions, extra: dict[str, Any], consumer, reusable: bool) -> None:
+    """Back to the pool after a clean read (unassigned); closed after an error or when full."""
+    idle = _POOL.setdefault(_pool_key(conn, extra), [])
+    if reusable and len(idle) < _POOL_MAX:
+        consumer.unassign()
+        idle.append(consumer)
+    else:
+        consumer.close()
+
+
 def _bad_setting(conn: ConnectionOptions, exc: Exception) -> OptionError:
     """Name the `kafka.*` option librdkafka refused (or all of them when it cannot tell)."""
     named = [k for k in conn.client_conf if k in str(exc)] or list(conn.client_conf)
@@ -135,20 +160,21 @@ def read_range(
 
     if start >= end:
         return
-    consumer = _consumer(
-        conn,
-        {
-            "enable.partition.eof": True,
-            "auto.offset.reset": "error" if fail_on_data_loss else "earliest",
-        },
-    )
+    extra = {
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error" if fail_on_data_loss else "earliest",
+    }
+    consumer = _pooled_consumer(conn, extra)
+    reusable = False
     try:
         consumer.assign([CkTp(tp[0], tp[1], start)])
         next_offset = start
         idle_limit = poll_timeout_ms / 1000.0
         last_progress = time.monotonic()
         while next_offset < end:
-            msgs = consumer.consume(num_messages=CONSUME_BATCH, timeout=POLL_STEP_S)
+            # never ask for more than the range holds: consume() returns early only when full
+            want = min(CONSUME_BATCH, end - next_offset)
+            msgs = consumer.consume(num_messages=want, timeout=POLL_STEP_S)
             if not msgs:
                 if time.monotonic() - last_progress > idle_limit:
                     raise TimeoutError(
@@ -195,8 +221,9 @@ def read_range(
                     msg.headers(),
                 )
                 next_offset = offset + 1
+        reusable = True
     finally:
-        consumer.close()
+        _release(conn, extra, consumer, reusable)
 
 
 class KafkaSink:

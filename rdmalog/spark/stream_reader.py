@@ -52,6 +52,7 @@ class RdmalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self.schema = schema
         self._target: OffsetMap | None = None  # Trigger.AvailableNow's end
+        self._initial: dict | None = None  # startingOffsets as first resolved
         self._client = None
 
     def __getstate__(self) -> dict:
@@ -76,7 +77,15 @@ class RdmalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return latest
 
     def initialOffset(self) -> dict:
-        """A new query starts at startingOffsets (a restarted one at its checkpoint)."""
+        """A new query starts at startingOffsets (a restarted one at its checkpoint).
+
+        Resolved once: Spark asks again when it plans the first batch, and `latest` must not move
+        between the two calls (spark-sql-kafka keeps the first answer too)."""
+        if self._initial is None:
+            self._initial = self._resolve_initial()
+        return self._initial
+
+    def _resolve_initial(self) -> dict:
         client = self._offsets()
         tps = discover(client, self.opts.subscription)
         start = resolve(

@@ -97,6 +97,12 @@ def test_group_offsets_shared_with_kafka_consumers(broker_factory, transport: st
     assert native.committed(topic, 0) == 25
     native.close()
 
+    native = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    native.commit({(topic, 0): 1000})  # past the log end (as after a retention deletion)
+    native.assign([(topic, 0)])
+    assert native.position(topic, 0) == 0  # out of range: auto_offset_reset=earliest
+    native.close()
+
 
 def _expect_disconnected(op) -> BrokerDisconnected:
     """Run `op` until it raises BrokerDisconnected (bounded: each call waits a little)."""

@@ -146,3 +146,32 @@ def test_plan_ranges_and_min_partitions() -> None:
         parts = [r for r in split if r.partition == tp]
         assert parts[0].start == start[("t", tp)] and parts[-1].end == end[("t", tp)]
         assert all(a.end == b.start for a, b in zip(parts, parts[1:], strict=False))
+
+
+def test_initial_offset_is_resolved_once(bootstrap: str) -> None:
+    """Spark asks initialOffset() twice for a new query; `latest` must not move in between, or the
+    query fails with "offset went back" under traffic (spark-sql-kafka keeps its first answer too)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from rdmalog.spark import RdmalogDataSource
+    from rdmalog.spark.schema import kafka_schema
+
+    topic = "initial-offset-once"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    producer = Producer({"bootstrap.servers": bootstrap})
+
+    def produce(n: int) -> None:
+        for i in range(n):
+            producer.produce(topic, b"%d" % i)
+        assert producer.flush(15) == 0
+
+    produce(3)
+    source = RdmalogDataSource({"subscribe": topic, "rdmalog.bootstrap": bootstrap})
+    reader = source.streamReader(kafka_schema(False))
+    first = reader.initialOffset()
+    produce(4)
+    assert reader.initialOffset() == first
+    assert from_json(first) == {(topic, 0): 3}
+    assert from_json(reader.latestOffset(first)) == {(topic, 0): 7}
