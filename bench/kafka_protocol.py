@@ -8,7 +8,7 @@ Method of seed 004 (100-byte records, one producer, one consumer, client default
 4. produce latency of one record at a time (acks=1, linger.ms=0)
 
 Each step runs in its own client process with a record bound and a time bound, so a hung broker costs
-one step, not the run. Usage:
+one step, not the run; runs alternate between brokers so both see the same machine load. Usage:
 
     python bench/kafka_protocol.py [--quick] [--brokers rdmalog,tansu] [--out docs/performance.md]
 """

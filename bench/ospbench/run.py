@@ -1,8 +1,8 @@
 """KafkaDirect 5.4 streaming benchmark (OSPBench): Spark event delay per source and workload.
 
 For each workload (constant, burst) and each available source variant (`rdmalog-shm`,
-`rdmalog-kafka`, `kafka`) it starts a fresh broker (bench/ospbench/broker.py: gateway + RDMA
-service, temp data dir, free ports), creates `ndwflow`/`ndwspeed` (LogAppendTime), starts the Spark
+`rdmalog-kafka`, `kafka`) it starts a fresh broker (`rdmalog serve` with `rdma.transport`,
+temp data dir, free ports), creates `ndwflow`/`ndwspeed` (LogAppendTime), starts the Spark
 job (bench/ospbench/job.py) in its own process, warms it up, runs the generator for the bounded
 duration, drains, and reads the per-event delays. Prints one JSON line per run, then a markdown
 table; writes a PNG of delay over time and (unless --no-docs) the section "Spark streaming event
@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -51,35 +52,55 @@ def log(msg: str) -> None:
 
 
 class Broker:
-    """bench/ospbench/broker.py in a child process."""
+    """A real `rdmalog serve` with the native datapaths on `transport` (or none), on free ports."""
 
     def __init__(self, transport: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="ospbench-broker-")
-        self.proc = subprocess.Popen(
-            [PY, str(HERE / "broker.py"), "--data-dir", self.dir, "--transport", transport],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=open(Path(self.dir) / "broker.log", "wb"),  # noqa: SIM115
-            cwd=ROOT,
-            text=True,
-        )
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"broker did not start; see {self.dir}/broker.log")
-        info = json.loads(line)
-        self.bootstrap: str = info["bootstrap"]
-        self.control: str | None = info.get("control")
-        self.rdma_error: str | None = info.get("rdma_error")
+        port, control_port = _free_port(), _free_port()
+        cmd = [str(Path(PY).parent / "rdmalog"), "serve", "--listen", f"127.0.0.1:{port}"]
+        cmd += ["--data-dir", str(Path(self.dir) / "data")]
+        overrides = {"offsets.topic.num.partitions": "1", "auto.create.topics.enable": "false"}
+        if transport != "none":
+            overrides |= {"rdma.transport": transport, "rdma.control.port": str(control_port)}
+        for key, value in overrides.items():
+            cmd += ["--override", f"{key}={value}"]
+        self.log_path = Path(self.dir) / "broker.log"
+        self.proc = subprocess.Popen(cmd, stderr=open(self.log_path, "wb"), cwd=ROOT)  # noqa: SIM115
+        self.bootstrap = f"127.0.0.1:{port}"
+        self.control: str | None = f"127.0.0.1:{control_port}" if transport != "none" else None
+        self.rdma_error: str | None = None
+        deadline = time.monotonic() + 60
+        while not _port_open(port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"broker did not start: {self.log_path.read_text()[-2000:]}")
+            time.sleep(0.1)
 
     def close(self) -> None:
-        """Close stdin (the broker's stop signal), wait, clean up."""
+        """SIGTERM (a clean stop), wait, clean up; keeps the log when the broker logged an error."""
+        self.proc.terminate()
         try:
-            self.proc.stdin.close()
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
-            self.proc.terminate()
+            self.proc.kill()
             self.proc.wait(10)
+        if b"Traceback" in self.log_path.read_bytes():
+            log(f"broker logged an error: {self.log_path}")
+            return
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 def wait_for(path: Path, timeout: float, proc: subprocess.Popen | None = None) -> bool:

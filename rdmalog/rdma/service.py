@@ -219,10 +219,22 @@ class RdmaService:
                 qp = self.listener.accept(self.send_cq, self.recv_cq, timeout=0.2)
             except (TransportError, OSError):
                 continue
-            cqp = _ClientQP(self.device, qp)
-            with self.lock:
-                self.qps[qp.qp_num] = cqp
-            cqp.post_all()  # only now: a completion must find its QP in self.qps
+            except Exception:  # one bad connection request must not stop every later accept
+                log.exception("rdma: connection setup failed")
+                continue
+            try:
+                cqp = _ClientQP(self.device, qp)
+                with self.lock:
+                    self.qps[qp.qp_num] = cqp
+                cqp.post_all()  # only now: a completion must find its QP in self.qps
+            except Exception as exc:  # e.g. the peer closed right after connecting
+                if isinstance(exc, TransportError):
+                    log.info("rdma: queue pair %s closed during setup: %s", qp.qp_num, exc)
+                else:
+                    log.exception("rdma: queue pair setup failed")
+                with self.lock:
+                    self.qps.pop(qp.qp_num, None)
+                qp.close()
 
     def _completion_loop(self) -> None:
         last_check = time.monotonic()

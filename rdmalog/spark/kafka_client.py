@@ -163,6 +163,9 @@ def read_range(
     extra = {
         "enable.partition.eof": True,
         "auto.offset.reset": "error" if fail_on_data_loss else "earliest",
+        # the range is known to exist: a long-poll only delays the next task of a pooled consumer
+        # (its parked fetch holds the connection up to this long)
+        "fetch.wait.max.ms": 10,
     }
     consumer = _pooled_consumer(conn, extra)
     reusable = False

@@ -375,3 +375,26 @@ def test_poll_batches_returns_the_stored_bytes(broker):
     assert b"".join(b.data for b in got) == st.partition("t", 0).read(0, 1 << 20).read()
     assert c.position("t", 0) == 15
     c.close()
+
+
+@pytest.mark.parametrize("request_bytes", [b"not json\n", b'{"qp": 1}'])
+def test_bad_connection_requests_do_not_stop_later_clients(broker, kind, request_bytes):
+    """A garbage or abandoned connection request is dropped; the next client still connects."""
+    import socket
+
+    st, svc = broker
+    st.create_topic("after-bad", 1, {})
+    address = svc.rdma_address
+    if kind == "shm":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(address)
+    else:
+        host, port = address.rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)))
+    sock.sendall(request_bytes)
+    sock.close()  # gone before (or while) the service sets the queue pair up
+    producer = Producer(svc.control_address, kind)
+    base, _ = producer.produce("after-bad", 0, b"still served")
+    producer.close()
+    assert base == 0
+    assert [r.value for r in store_records(st, "after-bad")] == [b"still served"]
