@@ -78,7 +78,7 @@ class Broker:
     name: str
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
-    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bench-broker-")))
+    workdir: Path | None = None  # a temp dir made by start()
 
     @property
     def bootstrap(self) -> str:
@@ -91,6 +91,7 @@ class Broker:
 
     @property
     def log_path(self) -> Path:
+        assert self.workdir is not None
         return self.workdir / "broker.log"
 
     def command(self) -> list[str]:
@@ -108,6 +109,7 @@ class Broker:
                 "memory://tansu/",
             ]
         if self.name == "rdmalog":
+            assert self.workdir is not None
             return [
                 str(RDMALOG_BIN),
                 "serve",
@@ -137,6 +139,8 @@ class Broker:
 
     def start(self, timeout: float = 30.0) -> None:
         """Start the broker and wait until it answers a Metadata request."""
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="bench-broker-"))
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "warn")
         log = open(self.log_path, "wb")  # noqa: SIM115
@@ -181,7 +185,7 @@ class Broker:
         """The last n characters of the broker's log."""
         try:
             return self.log_path.read_bytes()[-n:].decode(errors="replace")
-        except OSError:
+        except (OSError, AssertionError):
             return ""
 
     def stop(self, keep: bool = False) -> None:
@@ -193,7 +197,7 @@ class Broker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
-        if not keep:
+        if not keep and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> Broker:

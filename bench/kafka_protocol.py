@@ -933,7 +933,8 @@ def main() -> None:
                 "whenever its prefetch queue holds `queued.min.messages` (100000): a broker that "
                 "delivers faster than the Python application drains hits that back-off, so the "
                 "defaults row measures the client's back-off as much as the broker; the "
-                "`fetch.queue.backoff.ms=10` row shows what the broker can deliver.",
+                "`fetch.queue.backoff.ms=10` row takes the back-off mostly out of the way (there "
+                "the client's CPU becomes the limit).",
                 "",
                 f"Each step ran {args.repeat} time(s) (e2e at most 3), brokers interleaved run by "
                 "run; the table shows the median run "
