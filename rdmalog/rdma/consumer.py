@@ -348,15 +348,12 @@ class Consumer(Endpoint):
                     )
                 elif h[5] & CONTROL_BIT:
                     pass  # transaction markers are not records for the application
-                elif h[5] & CODEC_MASK == 0:
-                    if _c_decode_plain is not None:
-                        _c_decode_plain(
-                            buf, p, size, h[0], h[7], h[8], h[5] & TIMESTAMP_TYPE_BIT, h[12],
-                            a.offset, a.topic, a.partition, ConsumerRecord, out,
-                        )  # fmt: skip
-                    else:
-                        _decode_plain(buf, p, size, h, a, out)
-                else:
+                elif h[5] & CODEC_MASK == 0 and _c_decode_plain is not None:
+                    _c_decode_plain(
+                        buf, p, size, h[0], h[7], h[8], h[5] & TIMESTAMP_TYPE_BIT, h[12],
+                        a.offset, a.topic, a.partition, ConsumerRecord, out,
+                    )  # fmt: skip
+                else:  # compressed, or no C helper built: the store's own decoder
                     for r in decode_records(RecordBatch(buf[p : p + size])):
                         if r.offset >= a.offset:
                             out.append(
@@ -389,58 +386,3 @@ class Consumer(Endpoint):
         if self.offsets is not None:
             self.offsets.close()
         super().close()
-
-
-def _varint(buf, p: int) -> tuple[int, int]:
-    """A zigzag varint at p: (value, next position)."""
-    b = buf[p]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), p + 1
-    shift = result = 0
-    while True:
-        b = buf[p]
-        p += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), p
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _bytes(buf, p: int) -> tuple[bytes | None, int]:
-    n, p = _varint(buf, p)
-    if n < 0:
-        return None, p
-    return bytes(buf[p : p + n]), p + n
-
-
-def _decode_plain(buf, pos: int, size: int, h: tuple, a: _Assignment, out: list) -> None:
-    """Records of an uncompressed batch, straight from the read buffer (the consume hot path;
-    _batch.c does the same in C, records.decode_records handles compressed batches)."""
-    base, base_ts, max_ts, count = h[0], h[7], h[8], h[12]
-    log_append = h[5] & TIMESTAMP_TYPE_BIT
-    p, end = pos + BATCH_OVERHEAD, pos + size
-    topic, part, want = a.topic, a.partition, a.offset
-    for _ in range(count):
-        length, p = _varint(buf, p)
-        rec_end = p + length
-        if length < 0 or rec_end > end:
-            raise ValueError("record extends past its batch")
-        ts_delta, q = _varint(buf, p + 1)  # skip the attributes byte
-        off_delta, q = _varint(buf, q)
-        key, q = _bytes(buf, q)
-        value, q = _bytes(buf, q)
-        nh, q = _varint(buf, q)
-        headers = []
-        for _ in range(nh):
-            hk, q = _bytes(buf, q)
-            hv, q = _bytes(buf, q)
-            headers.append(((hk or b"").decode("utf-8", "replace"), hv))
-        if q != rec_end:
-            raise ValueError("record length does not match its fields")
-        p = rec_end
-        off = base + off_delta
-        if off >= want:
-            ts = max_ts if log_append else base_ts + ts_delta
-            out.append(ConsumerRecord(topic, part, off, ts, key, value, headers))

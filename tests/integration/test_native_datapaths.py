@@ -398,3 +398,24 @@ def test_bad_connection_requests_do_not_stop_later_clients(broker, kind, request
     producer.close()
     assert base == 0
     assert [r.value for r in store_records(st, "after-bad")] == [b"still served"]
+
+
+def test_consumer_without_the_c_decoder_reads_the_same(broker, kind, monkeypatch):
+    """Where the C helper is not built, the consumer decodes with the store's own decoder."""
+    from rdmalog.rdma import consumer as consumer_module
+
+    st, svc = broker
+    st.create_topic("no-c", 1, {})
+    producer = Producer(svc.control_address, kind)
+    for i in range(5):
+        producer.send("no-c", 0, b"v%d" % i, key=b"k", headers=[("h", b"x")])
+    producer.flush()
+    producer.close()
+    monkeypatch.setattr(consumer_module, "_c_decode_plain", None)
+    c = Consumer(svc.control_address, kind)
+    c.assign([("no-c", 0)])
+    got = consume(c, 5)
+    c.close()
+    assert [(r.offset, r.key, r.value, r.headers) for r in got] == [
+        (i, b"k", b"v%d" % i, [("h", b"x")]) for i in range(5)
+    ]
