@@ -85,13 +85,13 @@ class ControlServer:
         self._sessions: set[Session] = set()
 
     def start(self) -> ControlServer:
+        self.sock.settimeout(0.2)  # here, not in the thread: stop() may close the socket first
         t = threading.Thread(target=self._accept_loop, name="rdma-control", daemon=True)
         t.start()
         self._threads.append(t)
         return self
 
     def _accept_loop(self) -> None:
-        self.sock.settimeout(0.2)
         while not self._stop.is_set():
             try:
                 conn, peer = self.sock.accept()
