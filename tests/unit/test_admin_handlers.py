@@ -4,61 +4,26 @@ Broker over a real store, encodes the answer at the same version and decodes it 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from gateway.broker import Broker, RequestContext
-from gateway.handlers.registry import load_all
-from gateway.protocol import (
-    decode_request,
-    decode_response,
-    encode_request,
-    encode_response,
-    parse_request_header,
-)
-from rdmalog.config import BrokerConfig
 from rdmalog.records import Record, build_batch
-from rdmalog.store import Store
+from tests.unit.handler_harness import REGISTRY, HandlerHarness, versions
 
-REGISTRY = load_all()
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-class Harness:
+class Harness(HandlerHarness):
     def __init__(self, tmp: Path) -> None:
-        self.config = BrokerConfig.from_sources(
-            None,
-            {"log.dirs": str(tmp), "log.retention.hours": "100", "log.segment.bytes": "1048576"},
-        )
-        self.store = Store(tmp, self.config).open(start_maintenance=False)
-        self.broker = Broker(self.config, self.store)
-        self.loop = asyncio.new_event_loop()
-        self.broker.bind(self.loop, ("127.0.0.1", 9999))
-        self.store.create_topic("t", 2, {"retention.ms": "1234"})
-
-    def call(self, api_key: int, version: int, body: dict) -> dict:
-        frame = encode_request(api_key, version, 7, body, client_id="tester")
-        mv = memoryview(frame)[4:]
-        header = parse_request_header(mv)
-        request = decode_request(header, mv)
-        ctx = RequestContext(self.broker, api_key, version, 7, "tester", None)
-        response = self.loop.run_until_complete(REGISTRY[api_key].handler(ctx, request))
-        out, _ = encode_response(api_key, version, 7, response)
-        corr, decoded = decode_response(api_key, version, bytes(out[4:]))
-        assert corr == 7
-        return decoded
+        overrides = {"log.retention.hours": "100", "log.segment.bytes": "1048576"}
+        super().__init__(tmp, overrides, {"retention.ms": "1234"})
 
     def produce(self, n: int, partition: int = 0) -> None:
         plog = self.store.partition("t", partition)
         plog.append(build_batch([Record(None, b"v%d" % i) for i in range(n)]))
-
-    def close(self) -> None:
-        self.loop.close()
-        self.store.close()
 
 
 @pytest.fixture
@@ -66,11 +31,6 @@ def h(tmp_path: Path) -> Iterator[Harness]:
     harness = Harness(tmp_path)
     yield harness
     harness.close()
-
-
-def versions(api_key: int) -> list[int]:
-    entry = REGISTRY[api_key]
-    return list(range(entry.min_version, entry.max_version + 1))
 
 
 def test_registered_ranges() -> None:
@@ -102,11 +62,7 @@ def test_producer_ids_are_not_reused_after_a_restart(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     last = h.call(22, 4, {"transactional_id": None})["producer_id"]
     h.close()
-    h = Harness.__new__(Harness)
-    h.config = BrokerConfig.from_sources(None, {"log.dirs": str(tmp_path)})
-    h.store = Store(tmp_path, h.config).open(start_maintenance=False)
-    h.broker = Broker(h.config, h.store)
-    h.loop = asyncio.new_event_loop()
+    h = Harness(tmp_path)  # the same data dir: a restarted broker
     try:
         assert h.call(22, 4, {"transactional_id": None})["producer_id"] > last
     finally:

@@ -6,63 +6,26 @@ real store, encodes the response at the same version and decodes it again.
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from gateway.broker import Broker, RequestContext
 from gateway.groups import errors as E
-from gateway.handlers.registry import load_all
-from gateway.protocol import (
-    decode_request,
-    decode_response,
-    encode_request,
-    encode_response,
-    parse_request_header,
-)
-from rdmalog.config import BrokerConfig
-from rdmalog.store import Store
+from tests.unit.handler_harness import HandlerHarness, versions
 
-REGISTRY = load_all()
 SUB = struct.pack(">hi", 0, 1) + b"\x00\x01t" + struct.pack(">i", -1)
 
 
-class Harness:
+class Harness(HandlerHarness):
     def __init__(self, tmp: Path) -> None:
-        config = BrokerConfig.from_sources(
-            None,
-            {
-                "log.dirs": str(tmp),
-                "group.initial.rebalance.delay.ms": "0",
-                "offsets.topic.num.partitions": "3",
-                "log.segment.bytes": "1048576",
-            },
-        )
-        self.store = Store(tmp, config).open()
-        self.broker = Broker(config, self.store)
-        self.loop = asyncio.new_event_loop()
-        self.broker.bind(self.loop, ("127.0.0.1", 9999))
-        self.store.create_topic("t", 2, {})
-
-    def call(self, api_key: int, version: int, body: dict) -> dict:
-        frame = encode_request(api_key, version, 7, body, client_id="tester")
-        mv = memoryview(frame)[4:]
-        header = parse_request_header(mv)
-        request = decode_request(header, mv)
-        ctx = RequestContext(self.broker, api_key, version, 7, "tester", None)
-        handler = REGISTRY[api_key].handler
-        response = self.loop.run_until_complete(handler(ctx, request))
-        out, _ = encode_response(api_key, version, 7, response)
-        corr, decoded = decode_response(api_key, version, bytes(out[4:]))
-        assert corr == 7
-        return decoded
-
-    def close(self) -> None:
-        self.loop.close()
-        self.store.close()
+        overrides = {
+            "group.initial.rebalance.delay.ms": "0",
+            "offsets.topic.num.partitions": "3",
+            "log.segment.bytes": "1048576",
+        }
+        super().__init__(tmp, overrides, {})
 
 
 @pytest.fixture
@@ -70,11 +33,6 @@ def h(tmp_path: Path) -> Iterator[Harness]:
     harness = Harness(tmp_path)
     yield harness
     harness.close()
-
-
-def versions(api_key: int) -> list[int]:
-    entry = REGISTRY[api_key]
-    return list(range(entry.min_version, entry.max_version + 1))
 
 
 def join(h: Harness, version: int, group: str = "g", member_id: str = "") -> dict:
