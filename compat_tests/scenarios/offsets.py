@@ -4,6 +4,7 @@ policy when a consumer seeks past the end of the log."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import aiokafka
 import kafka
@@ -191,6 +192,20 @@ def new_record(bootstrap: str, topic: str, attempt: int) -> None:
     clients.ck_produce(bootstrap, topic, [Rec(0, b"k", f"new-{attempt}".encode(), (), now_ms())])
 
 
+def poll_until_new(bootstrap: str, topic: str, poll: Callable[[], list[Rec]]) -> list[Rec]:
+    """Poll (one bounded call at a time) until something arrives, producing one new record after
+    each empty poll: a consumer reset to latest sees only records written after the reset."""
+    got: list[Rec] = []
+    deadline = Deadline()
+    attempt = 0
+    while not got and deadline:
+        got = poll()
+        if not got:
+            attempt += 1
+            new_record(bootstrap, topic, attempt)
+    return got
+
+
 def check_latest(got: list[Rec]) -> None:
     assert got, "no new record arrived after the reset to latest"
     first = got[0]
@@ -223,17 +238,12 @@ def confluent_reset_latest(bootstrap: str) -> None:
     consumer = clients.ck_consumer(bootstrap, reset="latest")
     try:
         consumer.assign([TopicPartition(topic, 0, PAST_END)])
-        got: list[Rec] = []
-        deadline = Deadline()
-        attempt = 0
-        while not got and deadline:
-            for msg in consumer.consume(num_messages=10, timeout=1.0):
-                if not msg.error():
-                    got.append(clients.ck_rec(msg))
-            if not got:
-                attempt += 1
-                new_record(bootstrap, topic, attempt)
-        check_latest(got)
+
+        def poll() -> list[Rec]:
+            msgs = consumer.consume(num_messages=10, timeout=1.0)
+            return [clients.ck_rec(m) for m in msgs if not m.error()]
+
+        check_latest(poll_until_new(bootstrap, topic, poll))
     finally:
         consumer.close()
 
@@ -259,16 +269,12 @@ def kafka_python_reset_latest(bootstrap: str) -> None:
     try:
         consumer.assign([tp])
         consumer.seek(tp, PAST_END)
-        got: list[Rec] = []
-        deadline = Deadline()
-        attempt = 0
-        while not got and deadline:
-            for records in consumer.poll(timeout_ms=1000).values():
-                got.extend(clients.kp_rec(r) for r in records)
-            if not got:
-                attempt += 1
-                new_record(bootstrap, topic, attempt)
-        check_latest(got)
+
+        def poll() -> list[Rec]:
+            batches = consumer.poll(timeout_ms=1000).values()
+            return [clients.kp_rec(r) for records in batches for r in records]
+
+        check_latest(poll_until_new(bootstrap, topic, poll))
     finally:
         consumer.close()
 
