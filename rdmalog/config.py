@@ -149,6 +149,7 @@ BROKER_DEFS = _defs(
     ("log.retention.bytes", "long", -1),
     ("log.retention.check.interval.ms", "long", 300000, _at_least(1)),
     ("log.cleanup.policy", "list", ["delete"], _one_of("delete", "compact")),
+    ("log.preallocate", "boolean", False),
     ("log.flush.interval.messages", "long", LONG_MAX, _at_least(1)),
     ("log.flush.interval.ms", "long", None, _at_least(0)),
     ("log.flush.scheduler.interval.ms", "long", LONG_MAX, _at_least(0)),
@@ -189,7 +190,7 @@ BROKER_DEFS = _defs(
 IGNORED_BROKER_KEYS = frozenset(
     """num.network.threads num.io.threads num.recovery.threads.per.data.dir num.replica.fetchers
     socket.send.buffer.bytes socket.receive.buffer.bytes queued.max.requests background.threads
-    log.preallocate log.roll.jitter.ms log.roll.jitter.hours log.cleaner.enable log.cleaner.threads
+    log.roll.jitter.ms log.roll.jitter.hours log.cleaner.enable log.cleaner.threads
     log.cleaner.dedupe.buffer.size log.cleaner.delete.retention.ms log.cleaner.min.cleanable.ratio
     log.segment.delete.delay.ms log.message.format.version log.message.downconversion.enable
     inter.broker.protocol.version inter.broker.listener.name listener.security.protocol.map
@@ -469,13 +470,13 @@ _TOPIC_ROWS: list[tuple[tuple, str | None]] = [
     (("flush.messages", "long", None, _at_least(1)), "log.flush.interval.messages"),
     (("flush.ms", "long", None, _at_least(0)), "log_flush_interval_ms"),
     (("compression.type", "string", None, _one_of("producer")), "compression.type"),
+    (("preallocate", "boolean", None), "log.preallocate"),
     # Accepted and described with Kafka's defaults; not enforced yet.
     (("delete.retention.ms", "long", 86400000, _at_least(0)), None),
     (("file.delete.delay.ms", "long", 60000, _at_least(0)), None),
     (("min.cleanable.dirty.ratio", "double", 0.5), None),
     (("min.compaction.lag.ms", "long", 0, _at_least(0)), None),
     (("max.compaction.lag.ms", "long", LONG_MAX, _at_least(1)), None),
-    (("preallocate", "boolean", False), None),
     (("segment.jitter.ms", "long", 0, _at_least(0)), None),
     (("unclean.leader.election.enable", "boolean", False), None),
     (("message.downconversion.enable", "boolean", True), None),

@@ -160,6 +160,7 @@ class PartitionLog:
             segment_bytes=cfg.segment_bytes,
             index_bytes=cfg.segment_index_bytes,
             index_interval=cfg.index_interval_bytes,
+            allocate_storage=cfg.preallocate,
         )
         seg.created_ms = self.clock()
         return seg

@@ -1,11 +1,12 @@
 """One log segment: a preallocated, memory-mapped `.log` file plus its `.index` and `.timeindex`.
 
 Files are named as Kafka names them (`<20-digit base offset>.log` ...). The active segment's log file is
-preallocated to `segment.bytes` with a sparse ftruncate (no disk cost) and mapped shared, so an RDMA
-transport can register `segment.mmap` and write into it; `segment.size` is the committed byte position
-(everything below it is whole, validated batches). Appends use one `os.pwrite`; on roll and close the
-files are trimmed to their data, as Kafka does with `log.preallocate`. Reads walk batch headers in the
-mapping from the offset index entry at or below the wanted offset.
+preallocated to `segment.bytes` (a sparse ftruncate, or allocated blocks with the topic config
+`preallocate`) and mapped shared, so an RDMA transport can register `segment.mmap` and write into it;
+`segment.size` is the committed byte position (everything below it is whole, validated batches).
+Appends use one `os.pwrite`; on roll and close the files are trimmed to their data, as Kafka does
+with `preallocate`. Reads walk batch headers in the mapping from the offset index entry at or
+below the wanted offset.
 """
 
 from __future__ import annotations
@@ -96,10 +97,12 @@ class LogSegment:
         index_bytes: int = 10485760,
         index_interval: int = 4096,
         file_suffix: str = "",
+        allocate_storage: bool = False,
     ) -> None:
         self.dir = Path(directory)
         self.base_offset = base_offset
         self.segment_bytes = segment_bytes
+        self.allocate_storage = allocate_storage  # Kafka's `preallocate`: blocks, not a sparse hole
         self.index_interval = index_interval
         self.path = self.dir / log_file_name(base_offset, ".log" + file_suffix)
         idx_paths = [
@@ -141,10 +144,18 @@ class LogSegment:
                 pass
 
     def preallocate(self, capacity: int | None = None) -> None:
-        """Make the segment active: grow the file (sparse) to `capacity` and map it."""
+        """Make the segment active: grow the file to `capacity` and map it. Sparse by default;
+        with `allocate_storage` (topic config `preallocate`) the blocks are allocated now, so a
+        full disk is an error here rather than a SIGBUS on a later write through the mapping."""
         capacity = max(capacity or self.segment_bytes, self.size)
         if capacity != self.capacity:
             os.ftruncate(self.fd, capacity)
+            if self.allocate_storage and capacity > self.size:
+                try:
+                    os.posix_fallocate(self.fd, self.size, capacity - self.size)
+                except OSError as e:
+                    os.ftruncate(self.fd, max(self.size, self.capacity))
+                    raise KafkaStorageError(f"cannot preallocate {self.path}: {e}") from e
             self._remap(capacity)
         self.offset_index.preallocate()
         self.time_index.preallocate()

@@ -8,7 +8,10 @@ producer's own mapping then takes only cheap minor faults. The lead grows with w
 since the grant (256 KiB up to 8 MiB), so a trickle of small records does not pay for megabytes
 of allocation it will not use soon. libc's madvise is called through
 ctypes so the GIL is released while the kernel works. Without the flag (kernel < 5.14) it
-switches itself off.
+switches itself off. With the topic config `preallocate` the service also makes the whole head
+file resident when it grants access (`populate`), as KafkaDirect's registered, preallocated files
+are: nothing is left to allocate on the datapath (populated for reading, so the pages stay clean
+and no zeros are written back; the lead above makes them writable just ahead of the writes).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import threading
 
 log = logging.getLogger(__name__)
 
+MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 AHEAD = 8 << 20  # at most this much populated past the committed position
 MIN_AHEAD = 256 << 10  # at least this much (the lead is what was written since the grant)
@@ -73,6 +77,21 @@ class Prefaulter:
             if target - f[1] >= STEP or (target == end and f[1] < end):
                 f[2] = max(f[2], target)
                 self._cv.notify()
+
+    def populate(self, mm: mmap.mmap, position: int, capacity: int) -> bool:
+        """Make [position, capacity) resident now, in the caller's thread (GIL released), as
+        ibv_reg_mr pins a registered region. Populated for reading: the pages exist (no allocation
+        is left for the datapath) but stay clean, so no zeros are written back to disk; `want`
+        keeps making a short lead ahead of the writes writable. False when the kernel cannot."""
+        if not self.enabled:
+            return False
+        try:
+            addr = address_of(mm)
+        except (ValueError, TypeError):
+            return False
+        start = position - position % PAGE
+        end = -(-capacity // PAGE) * PAGE
+        return _madvise(addr + start, end - start, MADV_POPULATE_READ) == 0
 
     def forget(self, key: int) -> None:
         with self._cv:

@@ -38,6 +38,7 @@ from rdmalog.rdma.wire import (
     word_decode,
     word_encode,
 )
+from rdmalog.records import BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH
 
 # Enum members read on hot paths, as module constants: attribute access on an Enum class
 # costs ~10x a global lookup on Python 3.11.
@@ -52,6 +53,12 @@ RECV_DEPTH = 256  # receives kept posted per queue pair (bounds a producer's in-
 HELLO = struct.Struct("<Q")
 
 Reply = Callable[[int, AckStatus, int, int, int], None]
+Arrival = tuple["ProduceFile", int, int, Reply]  # (file, order, byte length, reply)
+MAX_RUN = 64  # writes committed together at most
+# Record batch header fields read when committing a run (Kafka's v2 layout, big-endian).
+_BASE_LEN = struct.Struct(">qi")  # baseOffset, batchLength
+_LOD = struct.Struct(">i")  # lastOffsetDelta at 23
+_PID = struct.Struct(">q")  # producerId at 43
 
 
 class ProduceFile:
@@ -244,23 +251,33 @@ class RdmaService:
             except Exception:  # keep serving: one bad completion must not stop the broker
                 log.exception("rdma completion wait failed")
                 continue
+            arrivals: list[Arrival] = []
             for wc in wcs:
                 try:
-                    self._completion(wc)
+                    a = self._completion(wc)
                 except Exception:
                     log.exception("rdma completion failed")
+                else:
+                    if a is not None:
+                        arrivals.append(a)
+            if arrivals:
+                try:
+                    self.arrive_many(arrivals)
+                except Exception:
+                    log.exception("rdma commit failed")
             self.send_cq.poll(256)  # acks are unsignaled: only errors land here
             now = time.monotonic()
             if now - last_check > 0.01:
                 last_check = now
                 self._check_timeouts(now)
 
-    def _completion(self, wc) -> None:
+    def _completion(self, wc) -> Arrival | None:
+        """Handle one completion; a produce notification is returned for `arrive_many`."""
         cqp = self.qps.get(wc.qp_num)
         if cqp is None:
-            return
+            return None
         if wc.status != _SUCCESS:
-            return  # flushed: the client is gone; its session cleans up
+            return None  # flushed: the client is gone; its session cleans up
         if wc.opcode == _RECV:  # hello: bind this QP to the control session
             token = HELLO.unpack_from(cqp.recv_mr.buf, wc.wr_id * 64)[0]
             cqp.repost(wc.wr_id)
@@ -270,27 +287,91 @@ class RdmaService:
                     s.state["qp"] = cqp
                     cqp.session = s.id
                     self._bound.notify_all()
-            return
+            return None
         cqp.repost(wc.wr_id)
         file_id, order = imm_decode(wc.imm_data)
         f = self.files.get(file_id)
         if f is None or cqp.session not in f.sessions:
             cqp.ack(file_id, order, AckStatus.REVOKED, -1, -1, 0)
-            return
-        self.arrive(f, order, wc.byte_len, cqp.reply(file_id))
+            return None
+        return f, order, wc.byte_len, cqp.reply(file_id)
 
     # -- ordered produce ---------------------------------------------------------------------------
     def arrive(self, f: ProduceFile, order: int, byte_len: int, reply: Reply) -> None:
         """A write of `byte_len` bytes with `order` landed in f: process it and all it unblocks."""
-        with f.lock:
-            if order != f.next_order:
-                f.pending[order] = (byte_len, reply, time.monotonic())
-                return
-            self._process(f, order, byte_len, reply)
-            while f.next_order in f.pending:
-                o = f.next_order
-                n, r, _ = f.pending.pop(o)
-                self._process(f, o, n, r)
+        self.arrive_many([(f, order, byte_len, reply)])
+
+    def arrive_many(self, arrivals: list[Arrival]) -> None:
+        """Writes that landed (from one poll of the completion queue): each file's run of
+        consecutive orders is validated and committed with one `commit_written`, so a producer
+        that is ahead of the broker costs one commit per poll rather than one per batch."""
+        now = time.monotonic()
+        by_file: dict[int, tuple[ProduceFile, list[Arrival]]] = {}
+        for a in arrivals:
+            by_file.setdefault(id(a[0]), (a[0], []))[1].append(a)
+        for f, mine in by_file.values():
+            with f.lock:
+                for _, order, byte_len, reply in mine:
+                    f.pending[order] = (byte_len, reply, now)
+                while f.next_order in f.pending:
+                    run = [(f.next_order, *f.pending.pop(f.next_order)[:2])]
+                    while (
+                        len(run) < MAX_RUN
+                        and run[-1][1]
+                        and (o := (run[-1][0] + 1) & 0xFFFF) in f.pending
+                        and f.pending[o][0]
+                    ):
+                        run.append((o, *f.pending.pop(o)[:2]))
+                    if len(run) == 1 or not self._process_run(f, run):
+                        for o, n, r in run:
+                            self._process(f, o, n, r)
+
+    def _process_run(self, f: ProduceFile, run: list[tuple[int, int, Reply]]) -> bool:
+        """Commit consecutive writes together; False (nothing done) when any needs the one-by-one
+        path: a revoked or full file, an idempotent producer's batch (duplicate detection answers
+        per batch), or bytes that do not validate (the good ones before them still commit)."""
+        plog = f.part.log
+        if f.revoked or f.full:
+            return False
+        with plog.lock:
+            seg = plog.active_segment if plog.segments else None
+            if seg is not f.segment or f.expect_pos != seg.size:
+                return False
+            mm, start = seg.mmap, seg.size
+            total = sum(n for _, n, _ in run)
+            if start + total > seg.capacity:
+                return False
+            pos = start
+            for _, n, _ in run:  # every batch's producer id: plain batches only
+                end = pos + n
+                while pos < end:
+                    if end - pos < BATCH_OVERHEAD:
+                        return False
+                    length = _BASE_LEN.unpack_from(mm, pos)[1]
+                    if length < MIN_BATCH_LENGTH or _PID.unpack_from(mm, pos + 43)[0] >= 0:
+                        return False
+                    pos += LOG_OVERHEAD + length
+                if pos != end:  # a batch crosses into the next write: let the one-by-one path judge
+                    return False
+            try:
+                res = plog.commit_written(total)
+            except KafkaError:
+                return False
+            f.expect_pos = seg.size
+            pos = start
+            for o, n, reply in run:  # each write's offsets, from the headers just patched
+                end = pos + n
+                base = last = _BASE_LEN.unpack_from(mm, pos)[0]
+                while pos < end:
+                    b, length = _BASE_LEN.unpack_from(mm, pos)
+                    last = b + _LOD.unpack_from(mm, pos + 23)[0]
+                    pos += LOG_OVERHEAD + length
+                f.next_order = (o + 1) & 0xFFFF
+                reply(o, _ACK_OK, base, last, end)
+            self.prefault.want(f.file_id, mm, seg.size, seg.capacity)
+            if res.flush_needed:
+                plog.flush()
+        return True
 
     def _process(self, f: ProduceFile, order: int, byte_len: int, reply: Reply) -> None:
         f.next_order = (order + 1) & 0xFFFF
@@ -489,9 +570,15 @@ class RdmaService:
             f.sessions.add(s.id)
             self.files[f.file_id] = f
             ps.produce = f
-            self.prefault.want(f.file_id, seg.mmap, seg.size, seg.capacity)
             s.state.setdefault("grants", set()).add(f.file_id)
-            return self._grant_reply(f)
+            reply = self._grant_reply(f)
+        # Outside the locks (it can take a while): a preallocated head file is made resident
+        # before the producer hears of it, as registering it with an RNIC would pin it; the
+        # background prefaulter keeps a writable lead ahead of the writes either way.
+        if plog.config.preallocate:
+            self.prefault.populate(seg.mmap, seg.size, seg.capacity)
+        self.prefault.want(f.file_id, seg.mmap, seg.size, seg.capacity)
+        return reply
 
     def _new_file_id(self) -> int:
         for _ in range(1 << 16):

@@ -21,8 +21,15 @@ from rdmalog.rdma import Consumer, Producer
 from rdmalog.rdma.client import Endpoint
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.service import RdmaService
-from rdmalog.rdma.transport import Access, RemoteRegion, Status
-from rdmalog.rdma.wire import imm_encode, reservation_add, word_decode
+from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status
+from rdmalog.rdma.wire import (
+    ACK,
+    ACK_SIZE,
+    AckStatus,
+    imm_encode,
+    reservation_add,
+    word_decode,
+)
 from rdmalog.records import build_batch, decode_all
 from rdmalog.store import Store
 
@@ -419,3 +426,98 @@ def test_consumer_without_the_c_decoder_reads_the_same(broker, kind, monkeypatch
     assert [(r.offset, r.key, r.value, r.headers) for r in got] == [
         (i, b"k", b"v%d" % i, [("h", b"x")]) for i in range(5)
     ]
+
+
+def resident_fraction(path: Path) -> float:
+    """The share of a file's pages in the page cache (mincore on a fresh mapping; reads nothing)."""
+    import ctypes
+    import mmap
+
+    from rdmalog.rdma.prefault import address_of
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = os.path.getsize(path)
+    vec = (ctypes.c_ubyte * -(-size // mmap.PAGESIZE))()
+    with open(path, "r+b") as fh, mmap.mmap(fh.fileno(), size) as mm:
+        rc = libc.mincore(ctypes.c_void_p(address_of(mm)), ctypes.c_size_t(size), vec)
+    assert rc == 0, os.strerror(ctypes.get_errno())
+    return sum(v & 1 for v in vec) / len(vec)
+
+
+def test_preallocated_head_is_resident_when_granted(broker):
+    """With `preallocate` (KafkaDirect's setup) a produce grant makes the whole head file resident,
+    as registering it with an RNIC pins it: the datapath never allocates a page. Without it the
+    head stays sparse and only a lead ahead of the writes is populated."""
+    st, svc = broker
+    seg_bytes = 32 << 20
+    st.create_topic("pre", 1, {"segment.bytes": str(seg_bytes), "preallocate": "true"})
+    st.create_topic("sparse", 1, {"segment.bytes": str(seg_bytes)})
+    p = Producer(svc.control_address)
+    for topic in ("pre", "sparse"):
+        assert p.produce(topic, 0, b"v") == (0, 0)
+    pre, sparse = (st.partition(t, 0).active_segment.path for t in ("pre", "sparse"))
+    assert os.stat(pre).st_blocks * 512 >= seg_bytes
+    assert resident_fraction(pre) > 0.99
+    assert resident_fraction(sparse) < 0.5
+    p.close()
+
+
+def _post_in_reverse(p: Producer, topic: str, writes: list[bytes]) -> dict[int, tuple]:
+    """Post `writes` (each one or more batches) at consecutive orders and positions of p's grant,
+    the last first: the broker holds them until the first arrives, then commits them as one run.
+    Returns {order: (status, base offset, last offset)} from the broker's acknowledgements."""
+    g = p.grants[(topic, 0)]
+    posts, soff, fpos = [], 0, g.position
+    for i, w in enumerate(writes):
+        p.stage.buf[soff : soff + len(w)] = w
+        posts.append(((g.order + i) & 0xFFFF, soff, len(w), fpos))
+        soff, fpos = soff + len(w), fpos + len(w)
+    for order, so, n, fp in reversed(posts):
+        p.qp.post_write(
+            900 + order, p.stage, so, n, g.region.addr + fp, g.region.rkey,
+            imm=imm_encode(g.file_id, order), signaled=False,
+        )  # fmt: skip
+    acks: dict[int, tuple] = {}
+    deadline = time.monotonic() + 10
+    while len(acks) < len(writes) and time.monotonic() < deadline:
+        for wc in p.cq.wait(0.5):
+            if wc.opcode == Opcode.RECV and wc.status == Status.SUCCESS:
+                _, order, status, base, last, _ = ACK.unpack_from(p.acks.buf, wc.wr_id * ACK_SIZE)
+                p.qp.post_recv(wc.wr_id, p.acks, wc.wr_id * ACK_SIZE, ACK_SIZE)
+                acks[order] = (status, base, last)
+    return {o - posts[0][0]: a for o, a in acks.items()}
+
+
+def test_a_run_of_writes_commits_together_and_acks_each(broker, monkeypatch):
+    """Writes waiting behind their predecessor commit with one validation pass; each still gets
+    its own offsets (a write may hold several batches). A bad batch in a run falls back to one by
+    one: the writes before it commit, it is refused, the rest are revoked."""
+    st, svc = broker
+    runs = []
+    real = svc._process_run
+    monkeypatch.setattr(svc, "_process_run", lambda f, run: runs.append(len(run)) or real(f, run))
+    st.create_topic("run", 1)
+    p = Producer(svc.control_address)
+    assert p.produce("run", 0, b"first") == (0, 0)
+
+    def one(*values: bytes) -> bytes:
+        return bytes(build_batch([(None, v) for v in values]))
+
+    acks = _post_in_reverse(p, "run", [one(b"a"), one(b"b", b"c") + one(b"d"), one(b"e")])
+    assert acks == {0: (0, 1, 1), 1: (0, 2, 4), 2: (0, 5, 5)}
+    assert runs == [3]
+    assert [r.value for r in store_records(st, "run")] == [b"first", b"a", b"b", b"c", b"d", b"e"]
+
+    bad = bytearray(one(b"evil"))
+    bad[-1] ^= 0xFF
+    p.grants[("run", 0)].position = st.partition("run", 0).active_segment.size
+    p.grants[("run", 0)].order = (p.grants[("run", 0)].order + 3) & 0xFFFF
+    acks = _post_in_reverse(p, "run", [one(b"f"), bytes(bad), one(b"g")])
+    assert acks == {
+        0: (AckStatus.OK, 6, 6),
+        1: (AckStatus.CORRUPT, -1, -1),
+        2: (AckStatus.REVOKED, -1, -1),
+    }
+    assert runs == [3, 3]
+    assert [r.value for r in store_records(st, "run")][-2:] == [b"e", b"f"]
+    p.close()

@@ -178,7 +178,10 @@ def test_describe_configs(h: Harness, version: int) -> None:
     assert rows["segment.bytes"]["value"] == "1048576"  # the broker's static setting
     assert rows["segment.bytes"]["config_source"] == 4
     assert rows["preallocate"]["synonyms"] == [
-        {"name": "preallocate", "value": "false", "source": 5}
+        {"name": "log.preallocate", "value": "false", "source": 5}
+    ]
+    assert rows["segment.jitter.ms"]["synonyms"] == [
+        {"name": "segment.jitter.ms", "value": "0", "source": 5}
     ]
     if version >= 3:
         assert rows["retention.ms"]["config_type"] == 5  # LONG

@@ -117,6 +117,28 @@ def test_roll_by_size_and_reads_across_segments(tmp_path: Path) -> None:
     plog.close()
 
 
+@pytest.mark.parametrize("preallocate", [False, True])
+def test_preallocate_allocates_the_head_segment_blocks(tmp_path: Path, preallocate: bool) -> None:
+    """Kafka's `preallocate`: the head file gets its blocks up front (a full disk is an error at
+    roll, never a SIGBUS under an RDMA write); sparse otherwise. Both trim to the data on roll."""
+    seg_bytes = 1 << 20
+    plog = open_log(tmp_path / "t-0", segment_bytes=seg_bytes, preallocate=str(preallocate).lower())
+    for _ in range(3):
+        plog.append(batch(2, size=100))
+    head = plog.active_segment.path
+    allocated = os.stat(head).st_blocks * 512
+    assert os.path.getsize(head) == seg_bytes
+    if preallocate:
+        assert allocated >= seg_bytes
+    else:
+        assert allocated < seg_bytes // 4
+    plog.roll()
+    assert os.path.getsize(head) == plog.segments[0].size  # trimmed to its data
+    assert os.stat(plog.active_segment.path).st_blocks * 512 >= (seg_bytes if preallocate else 0)
+    assert offsets(plog) == list(range(6))
+    plog.close()
+
+
 def test_roll_by_segment_ms_uses_batch_timestamps(tmp_path: Path, clock: Clock) -> None:
     plog = open_log(tmp_path / "t-0", clock=clock, segment_ms=1000)
     plog.append(batch(1, ts=T0))
