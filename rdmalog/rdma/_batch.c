@@ -2,8 +2,8 @@
  *
  * decode_plain(buf, pos, size, base_offset, base_ts, max_ts, log_append, count, min_offset,
  *              topic, partition, record_type, out) appends record_type(topic, partition, offset,
- *              timestamp, key, value, headers) to the list `out` for every record whose offset is
- *              >= min_offset.  `record_type` is a tuple subclass with exactly seven fields (the
+ *              timestamp, key, value, headers, timestamp_type) to the list `out` for every record whose
+ *              offset is >= min_offset.  `record_type` is a tuple subclass with exactly eight fields (the
  *              consumer's NamedTuple); rdmalog/rdma/consumer.py holds the same logic in Python.
  * Malformed records raise ValueError; nothing is read outside [pos, pos + size).
  */
@@ -131,7 +131,7 @@ static PyObject *decode_plain(PyObject *self, PyObject *args) {
             Py_DECREF(hdrs);
             continue;
         }
-        PyObject *rec = tp->tp_alloc(tp, 7);
+        PyObject *rec = tp->tp_alloc(tp, 8);
         PyObject *o = PyLong_FromLongLong(off);
         PyObject *ts = PyLong_FromLongLong(log_append ? max_ts : base_ts + ts_delta);
         if (!rec || !o || !ts) {
@@ -153,6 +153,7 @@ static PyObject *decode_plain(PyObject *self, PyObject *args) {
         PyTuple_SET_ITEM(rec, 4, key);
         PyTuple_SET_ITEM(rec, 5, value);
         PyTuple_SET_ITEM(rec, 6, hdrs);
+        PyTuple_SET_ITEM(rec, 7, PyLong_FromLong(log_append ? 1 : 0)); /* small int: cached */
         if (PyList_Append(out, rec) < 0) ok = 0;
         Py_DECREF(rec);
     }

@@ -55,6 +55,7 @@ class ConsumerRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: list
+    timestamp_type: int = 0  # Kafka's TimestampType: 0 CreateTime, 1 LogAppendTime (the batch's bit)
 
 
 class ConsumerBatch(NamedTuple):
@@ -365,6 +366,7 @@ class Consumer(Endpoint):
                                     r.key,
                                     r.value,
                                     r.headers,
+                                    1 if h[5] & TIMESTAMP_TYPE_BIT else 0,
                                 )
                             )
                 a.offset = last + 1

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from rdmalog.spark.kafka_client import KafkaOffsets
 from rdmalog.spark.offsets import report_data_loss
 from rdmalog.spark.options import ConnectionOptions, OptionError, TopicPartition
-from rdmalog.spark.schema import CREATE_TIME, NO_TIMESTAMP_TYPE
+from rdmalog.spark.schema import NO_TIMESTAMP_TYPE
 
 POLL_STEP_S = 0.5
 POLL_RECORDS = 5000
@@ -83,7 +83,7 @@ def read_range(
                     continue
                 if r.offset >= end:
                     return
-                ts_type = NO_TIMESTAMP_TYPE if r.timestamp is None else CREATE_TIME
+                ts_type = NO_TIMESTAMP_TYPE if r.timestamp is None else r.timestamp_type
                 yield r.key, r.value, r.offset, r.timestamp, ts_type, r.headers or None
     finally:
         consumer.close()

@@ -51,11 +51,11 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
-def new_topic(bootstrap: str, partitions: int = 2) -> str:
+def new_topic(bootstrap: str, partitions: int = 2, configs: dict | None = None) -> str:
     name = f"spark-{uuid.uuid4().hex[:10]}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        admin.create_topics([NewTopic(name, partitions, 1)])
+        admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs or {})])
     finally:
         admin.close()
     return name
@@ -524,6 +524,22 @@ def test_native_tcp_transport(
         spark, bs, subscribe=topic, endingOffsets=json.dumps({topic: {"0": 10, "1": -1}}), **native
     )
     assert rows(ranged) == [r for r in kafka_rows if r[0] == 1 or r[1] < 10]
+
+    # a LogAppendTime topic: the broker's stamp and timestampType 1, as over the Kafka protocol
+    stamped = new_topic(bs, 1, {"message.timestamp.type": "LogAppendTime"})
+    produce(bs, stamped, [(0, b"k", b"v%d" % i, None, 1_000 + i) for i in range(5)])
+
+    def stamps(df) -> list[tuple]:
+        return sorted(
+            (r.offset, r.ms, r.timestampType)
+            for r in df.withColumn("ms", F.unix_millis("timestamp")).collect()
+        )
+
+    kafka_stamps = stamps(source(spark, bs, subscribe=stamped))
+    assert {t for _, _, t in kafka_stamps} == {1} and all(
+        ms > 1_000_000 for _, ms, _ in kafka_stamps
+    )
+    assert stamps(source(spark, bs, subscribe=stamped, **native)) == kafka_stamps
 
     # batch write (keyed records spread by Kafka's partitioner), read back with confluent-kafka
     written = new_topic(bs, 2)

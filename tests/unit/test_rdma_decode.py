@@ -9,6 +9,7 @@ from rdmalog.rdma import consumer
 from rdmalog.rdma.consumer import ConsumerRecord
 from rdmalog.records import (
     HEADER,
+    LOG_APPEND_TIME,
     TIMESTAMP_TYPE_BIT,
     Record,
     RecordBatch,
@@ -50,6 +51,17 @@ def test_c_decoder_agrees_with_records(min_offset):
     got = _c(buf, min_offset)
     assert got == _expected(buf, min_offset)
     assert all(type(r) is ConsumerRecord for r in got)
+
+
+@needs_c
+def test_c_decoder_reports_log_append_time():
+    """A LogAppendTime batch: every record carries the batch's max timestamp and type 1."""
+    buf = build_batch(RECORDS, base_offset=7, timestamp_type=LOG_APPEND_TIME)
+    got = _c(buf, 0)
+    assert [(r.offset, r.timestamp, r.timestamp_type) for r in got] == [
+        (7 + i, 1_010, 1) for i in range(len(RECORDS))
+    ]
+    assert [r.timestamp_type for r in _c(build_batch(RECORDS), 0)] == [0] * len(RECORDS)
 
 
 @needs_c
