@@ -422,7 +422,7 @@ def run(transport: str, quick: bool, data_root: str | None, kafka: bool) -> None
             bench_produce(b.control, transport, "shared", n)
             bench_consume(b.control, transport, n)
             bench_pollers(b.control, transport, b.pid, seconds)
-            bench_throughput(b.control, transport, (64 << 20) if quick else (1 << 30))
+            bench_throughput(b.control, transport, (256 << 20) if quick else (1 << 30))
             if kafka:
                 bench_kafka(b, n, (64 << 20) if quick else (512 << 20), seconds)
         finally:

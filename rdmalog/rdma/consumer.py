@@ -55,7 +55,9 @@ class ConsumerRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: list
-    timestamp_type: int = 0  # Kafka's TimestampType: 0 CreateTime, 1 LogAppendTime (the batch's bit)
+    timestamp_type: int = (
+        0  # Kafka's TimestampType: 0 CreateTime, 1 LogAppendTime (the batch's bit)
+    )
 
 
 class ConsumerBatch(NamedTuple):

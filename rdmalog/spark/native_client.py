@@ -44,6 +44,43 @@ def _control(conn: ConnectionOptions) -> str:
     return conn.control
 
 
+# Per Python worker (Spark reuses them across tasks): consumers kept assigned to the partition
+# they last read, so the next micro-batch's task for it continues where the previous one stopped
+# without a new connection, queue pair or read grant (spark-sql-kafka pools its consumers alike).
+_POOL: dict[tuple, object] = {}
+_POOL_MAX = 8
+
+
+def _take(conn: ConnectionOptions, tp: TopicPartition, start: int):
+    """A consumer of `tp` positioned at `start`: the pooled one when there is one, else new."""
+    from rdmalog.rdma.consumer import Consumer
+
+    key = (conn.transport, _control(conn), tp)
+    consumer = _POOL.pop(key, None)
+    if consumer is not None and consumer.broken is not None:
+        consumer.close()
+        consumer = None
+    if consumer is None:
+        consumer = Consumer(_control(conn), transport=conn.transport, timeout=CLIENT_TIMEOUT_S)
+    try:
+        if tp not in consumer.parts:
+            consumer.assign([tp], offset=start)
+        elif consumer.position(*tp) != start:
+            consumer.seek(tp[0], tp[1], start)
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer
+
+
+def _give_back(conn: ConnectionOptions, tp: TopicPartition, consumer, reusable: bool) -> None:
+    key = (conn.transport, _control(conn), tp)
+    if reusable and key not in _POOL and len(_POOL) < _POOL_MAX:
+        _POOL[key] = consumer
+    else:
+        consumer.close()
+
+
 def read_range(
     conn: ConnectionOptions,
     tp: TopicPartition,
@@ -53,19 +90,19 @@ def read_range(
     poll_timeout_ms: int,
 ) -> Iterator[tuple[bytes | None, bytes | None, int, int | None, int, list | None]]:
     """Records of [start, end) read one-sidedly from the partition's segment files."""
-    from rdmalog.rdma.consumer import Consumer
     from rdmalog.rdma.control import ControlError
 
     if start >= end:
         return
     topic, part = tp
-    consumer = Consumer(_control(conn), transport=conn.transport, timeout=CLIENT_TIMEOUT_S)
     try:
-        try:
-            consumer.assign([(topic, part)], offset=start)
-        except ControlError as exc:
-            # the native client cannot skip to the log start: always an error
-            report_data_loss(True, f"{topic}-{part}: cannot read from offset {start}: {exc}")
+        consumer = _take(conn, tp, start)
+    except ControlError as exc:
+        # the native client cannot skip to the log start: always an error
+        report_data_loss(True, f"{topic}-{part}: cannot read from offset {start}: {exc}")
+        return
+    clean = False
+    try:
         last_progress = time.monotonic()
         while consumer.position(topic, part) < end:
             records = consumer.poll(timeout=POLL_STEP_S, max_records=POLL_RECORDS)
@@ -82,11 +119,12 @@ def read_range(
                 if r.offset < start:
                     continue
                 if r.offset >= end:
-                    return
+                    break
                 ts_type = NO_TIMESTAMP_TYPE if r.timestamp is None else r.timestamp_type
                 yield r.key, r.value, r.offset, r.timestamp, ts_type, r.headers or None
+        clean = True
     finally:
-        consumer.close()
+        _give_back(conn, tp, consumer, clean)
 
 
 class NativeSink:

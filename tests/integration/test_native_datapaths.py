@@ -521,3 +521,43 @@ def test_a_run_of_writes_commits_together_and_acks_each(broker, monkeypatch):
     assert runs == [3, 3]
     assert [r.value for r in store_records(st, "run")][-2:] == [b"e", b"f"]
     p.close()
+
+
+def test_spark_native_reads_reuse_a_pooled_consumer(broker, kind):
+    """The Spark source's executor reads (no Spark needed): the next range of a partition
+    continues on the consumer the previous task left assigned; another start seeks it; a read
+    abandoned half-way closes its consumer instead of pooling it."""
+    pytest.importorskip("pyspark")
+    from rdmalog.spark import native_client
+    from rdmalog.spark.options import parse_read
+
+    st, svc = broker
+    st.create_topic("sp", 1)
+    p = Producer(svc.control_address)
+    for i in range(30):
+        p.send("sp", 0, b"v%d" % i)
+    p.flush()
+    p.close()
+    opts = {"rdmalog.bootstrap": "127.0.0.1:9", "subscribe": "sp"}
+    conn = parse_read(
+        opts | {"rdmalog.transport": kind, "rdmalog.control": svc.control_address}, False
+    ).conn
+    native_client._POOL.clear()
+
+    def read(start: int, end: int) -> list[int]:
+        return [r[2] for r in native_client.read_range(conn, ("sp", 0), start, end, True, 5000)]
+
+    assert read(0, 10) == list(range(10))
+    (first,) = native_client._POOL.values()
+    assert read(10, 20) == list(range(10, 20))
+    assert list(native_client._POOL.values()) == [first]  # the same consumer, continued
+    assert read(5, 8) == [5, 6, 7]  # seeks the pooled consumer
+    assert list(native_client._POOL.values()) == [first]
+    rows = native_client.read_range(conn, ("sp", 0), 20, 30, True, 5000)
+    assert next(rows)[2] == 20
+    rows.close()  # abandoned: closed, not pooled
+    assert native_client._POOL == {} and not first.ctl.alive()
+    assert read(25, 30) == list(range(25, 30))
+    for c in native_client._POOL.values():
+        c.close()
+    native_client._POOL.clear()
