@@ -15,8 +15,9 @@ are stated against ("of_copy"). Prints one JSON object per line {"transport", "m
   produce_grant_ms                the first produce to a fresh 1 GiB head file: access, registration
                                   (topics have `preallocate=true`, as KafkaDirect ran: the grant
                                   makes the head file resident) and one record
-  produce_gib_s, consume_gib_s    64 KiB batches of 1 KiB records (consume: decoded records);
-                                  native consumer fetch size 256 KiB, Kafka's 1 MiB
+  produce_gib_s, consume_gib_s    64 KiB batches of 1 KiB records (consume: decoded records),
+                                  256 MiB with --quick (1 GiB: a whole segment) on the native
+                                  transports; native consumer fetch size 256 KiB, Kafka's 1 MiB
   consume_batches_gib_s           the same batches through poll_batches() (undecoded, one copy)
   copy_gib_s                      a 64 MiB memoryview copy in this process (transport "host")
   fresh_file_write_gib_s          64 MiB written through a new sparse file's shared mapping: the
