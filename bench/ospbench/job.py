@@ -36,16 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 
-SOURCES = (
-    "rdmalog-shm",
-    "rdmalog-tcp",
-    "rdmalog-kafka",
-    "kafka",
-    # what-if variants (bench/ospbench/variants.py): one change applied in the executors
-    "rdmalog-kafka-fix",
-    "rdmalog-shm-cached",
-    "rdmalog-kafka-cached",
-)
+SOURCES = ("rdmalog-shm", "rdmalog-tcp", "rdmalog-kafka", "kafka")
 TOPICS = "ndwflow,ndwspeed"
 SCHEMA = (
     "lat double, long double, lane string, flow double, speed double, period int, "
@@ -62,7 +53,7 @@ def unavailable(source: str, control: str | None) -> str | None:
             import rdmalog.spark  # noqa: F401
         except ImportError as exc:
             return f"rdmalog.spark is not importable: {exc}"
-    if source.startswith(("rdmalog-shm", "rdmalog-tcp")):
+    if source in ("rdmalog-shm", "rdmalog-tcp"):
         from rdmalog.spark import native_client
 
         if not native_client.available():
@@ -77,8 +68,8 @@ def spark_session(source: str):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need pyarrow and rdmalog
-    here = Path(__file__).resolve().parent  # workers import `variants` from here
-    paths = (str(here.parents[1]), str(here), os.environ.get("PYTHONPATH"))
+    root = Path(__file__).resolve().parents[2]  # workers import rdmalog from the checkout
+    paths = (str(root), os.environ.get("PYTHONPATH"))
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
 
     builder = (
@@ -108,16 +99,7 @@ def reader(spark, source: str, bootstrap: str, control: str | None):
     else:
         import rdmalog.spark
 
-        if source.endswith("-fix"):
-            from variants import NoWaitSource
-
-            spark.dataSource.register(NoWaitSource)
-        elif source.endswith("-cached"):
-            from variants import CachedSource
-
-            spark.dataSource.register(CachedSource)
-        else:
-            rdmalog.spark.register(spark)
+        rdmalog.spark.register(spark)
         transport = source.split("-")[1]
         r = (
             spark.readStream.format("rdmalog")
@@ -126,31 +108,9 @@ def reader(spark, source: str, bootstrap: str, control: str | None):
         )
         if control:
             r = r.option("rdmalog.control", control)
-    start = json.dumps(latest_offsets(bootstrap))
-    return r.option("subscribe", TOPICS).option("startingOffsets", start).load()
-
-
-def latest_offsets(bootstrap: str) -> dict[str, dict[str, int]]:
-    """Current end offsets of both topics, as startingOffsets JSON.
-
-    Explicit offsets instead of `latest`: the rdmalog source re-resolves `latest` each time Spark
-    calls initialOffset() (Spark calls it again when it runs the first batch), so under traffic
-    the first batch's start lies after its end and the query fails with "offset went back".
-    """
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ospbench-offsets"})
-    try:
-        out: dict[str, dict[str, int]] = {}
-        for topic in TOPICS.split(","):
-            parts = c.list_topics(topic, timeout=15).topics[topic].partitions
-            out[topic] = {
-                str(p): c.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
-                for p in sorted(parts)
-            }
-        return out
-    finally:
-        c.close()
+    # `latest` is resolved once per query: the rdmalog source's initialOffset() keeps its first
+    # answer (Spark asks again when it plans the first batch), as spark-sql-kafka does.
+    return r.option("subscribe", TOPICS).option("startingOffsets", "latest").load()
 
 
 def wall_clock_ms(x: pd.Series) -> pd.Series:
