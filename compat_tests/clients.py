@@ -12,6 +12,7 @@ import aiokafka
 import kafka
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Consumer, Producer, TopicPartition
 
+from compat_tests import java
 from compat_tests.common import TIMEOUT_S, Deadline, Rec, norm_headers
 
 # --- confluent-kafka (librdkafka) -------------------------------------------------------------
@@ -262,5 +263,15 @@ def ak_consume(
     return run(main)
 
 
-PRODUCERS = {"confluent": ck_produce, "kafka-python": kp_produce, "aiokafka": ak_produce}
-CONSUMERS = {"confluent": ck_consume, "kafka-python": kp_consume, "aiokafka": ak_consume}
+PRODUCERS = {
+    "confluent": ck_produce,
+    "kafka-python": kp_produce,
+    "aiokafka": ak_produce,
+    "java": java.java_produce,  # Apache Kafka's kafka-clients in a JVM (compat_tests/java.py)
+}
+CONSUMERS = {
+    "confluent": ck_consume,
+    "kafka-python": kp_consume,
+    "aiokafka": ak_consume,
+    "java": java.java_consume,
+}

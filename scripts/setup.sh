@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what rdmalog needs on a fresh Debian machine: system packages (kcat for the tests, a Java 17
-# runtime for PySpark) and a virtualenv in .venv with the project and the given pip extras.
+# Installs what rdmalog needs on a fresh Debian machine: system packages (kcat and Node.js for the tests, a
+# Java 17 runtime for PySpark and the Java client), a virtualenv in .venv with the project and the given pip
+# extras, and for `test` the KafkaJS and kafka-clients (jar) compat dependencies.
 # Usage: scripts/setup.sh [EXTRAS]   e.g. scripts/setup.sh test,spark
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,8 @@ if [[ ",$extras," == *",test,"* ]]; then
     command -v kcat >/dev/null || need_apt+=(kcat)
     command -v npm >/dev/null || need_apt+=(nodejs npm)  # KafkaJS compat scenarios
 fi
-if [[ ",$extras," == *",spark,"* ]]; then
+if [[ ",$extras," == *",spark,"* || ",$extras," == *",test,"* ]]; then
+    # PySpark, and the Java kafka-clients compat scenarios
     command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
 fi
 if ((${#need_apt[@]})); then
@@ -30,4 +32,7 @@ else
 fi
 if [[ ",$extras," == *",test,"* ]]; then
     npm ci --prefix compat_tests/js --no-audit --no-fund --loglevel=error
+    # Apache Kafka's Java client for compat_tests (pinned jars, sha256-checked; see compat_tests/java.py)
+    .venv/bin/python -m compat_tests.java --fetch >/dev/null \
+        || echo "warning: kafka-clients jars not fetched; the Java compat scenarios will be skipped" >&2
 fi

@@ -7,7 +7,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-AREAS = ("roundtrip", "offsets", "kcat", "admin", "limits", "kafkajs")
+AREAS = ("roundtrip", "offsets", "kcat", "admin", "limits", "kafkajs", "java")
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,3 @@ def load() -> dict[str, Scenario]:
     for area in AREAS:
         importlib.import_module(f"compat_tests.scenarios.{area}")
     return REGISTRY
-
-
-def by_area(area: str) -> list[Scenario]:
-    importlib.import_module(f"compat_tests.scenarios.{area}")
-    return [s for s in REGISTRY.values() if s.area == area]

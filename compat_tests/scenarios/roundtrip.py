@@ -8,7 +8,7 @@ import threading
 import kafka
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TopicPartition
 
-from compat_tests import clients
+from compat_tests import clients, java
 from compat_tests.common import (
     CODECS,
     TIMEOUT_S,
@@ -50,6 +50,8 @@ _register("kafka-python", "confluent", "gzip", "interop-kafka-python-to-confluen
 _register("confluent", "aiokafka", "lz4", "interop-confluent-to-aiokafka-lz4")
 _register("aiokafka", "kafka-python", "zstd", "interop-aiokafka-to-kafka-python-zstd")
 _register("confluent", "kafka-python", "snappy", "interop-confluent-to-kafka-python-snappy")
+_register("java", "confluent", "zstd", "interop-java-to-confluent-zstd")
+_register("kafka-python", "java", "lz4", "interop-kafka-python-to-java-lz4")
 
 # idempotent producers (InitProducerId, producer id/epoch/sequence in the batch): kafka-python's
 # default since KIP-679, librdkafka's and aiokafka's when asked
@@ -105,8 +107,10 @@ def log_append_time(bootstrap: str) -> None:
 
 @scenario("concurrent-producers-one-partition", "roundtrip")
 def concurrent_producers(bootstrap: str) -> None:
-    """The three clients produce to one partition at once: every record is stored once, each
-    producer's records stay in their order, offsets are contiguous."""
+    """The clients produce to one partition at once (the Java one when java and its jars are
+    here): every record is stored once, each producer's records stay in their order, offsets are
+    contiguous."""
+    names = [n for n in clients.PRODUCERS if n != "java" or java.unavailable() is None]
     topic = unique_topic("conc")
     create_topic(bootstrap, topic, 1)
     per = 150
@@ -121,9 +125,9 @@ def concurrent_producers(bootstrap: str) -> None:
             )
             for i in range(per)
         ]
-        for name in clients.PRODUCERS
+        for name in names
     }
-    codecs = {"confluent": "lz4", "kafka-python": "gzip", "aiokafka": "none"}
+    codecs = {"confluent": "lz4", "kafka-python": "gzip", "aiokafka": "none", "java": "zstd"}
     errors: list[BaseException] = []
 
     def produce(name: str) -> None:
