@@ -1,8 +1,10 @@
 """Spark's own Kafka connector (`format("kafka")`, spark-sql-kafka-0-10) against the broker.
 
 Needs the connector jars: set SPARK_KAFKA_JARS to their paths, comma-separated
-(spark-sql-kafka-0-10_2.13, spark-token-provider-kafka-0-10_2.13, kafka-clients, commons-pool2;
-see docs/spark.md). Skipped otherwise: no package registry these machines reach serves them.
+(spark-sql-kafka-0-10_2.13 and spark-token-provider-kafka-0-10_2.13; see docs/spark.md). The
+kafka-clients and commons-pool2 jars they need come from compat_tests/java/jars (the Java client
+scenarios' pinned jars) unless SPARK_KAFKA_JARS names a kafka-clients jar itself. Skipped without
+the connector: Maven Central serves it, and these machines cannot reach it.
 """
 
 from __future__ import annotations
@@ -21,10 +23,19 @@ QUERY_TIMEOUT_S = 180
 
 pytestmark = pytest.mark.skipif(
     not JARS,
-    reason=f"{JARS_ENV} is not set: format('kafka') needs the spark-sql-kafka-0-10_2.13 connector "
-    "jars (with kafka-clients, commons-pool2, spark-token-provider-kafka-0-10), which no package "
-    "registry these machines reach serves; set it to their comma-separated paths",
+    reason=f"{JARS_ENV} is not set: format('kafka') needs the spark-sql-kafka-0-10_2.13 and "
+    "spark-token-provider-kafka-0-10_2.13 jars, which Maven Central serves and these machines "
+    "cannot reach; set it to their comma-separated paths",
 )
+
+
+def _classpath() -> list[str]:
+    """The connector jars plus the Java client's (kafka-clients, commons-pool2, codecs)."""
+    if any("kafka-clients" in Path(p).name for p in JARS):
+        return JARS
+    from compat_tests import java
+
+    return JARS + java.jars()
 
 pyspark = pytest.importorskip("pyspark", minversion="4.0")
 
@@ -47,14 +58,20 @@ def _fresh_jvm() -> None:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    missing = [p for p in JARS if not Path(p).is_file()]
-    assert not missing, f"{JARS_ENV} names files that do not exist: {missing}"
+    from compat_tests.common import ScenarioSkip
+
+    try:
+        jars = _classpath()
+    except ScenarioSkip as e:  # no kafka-clients jar to go with the connector
+        pytest.skip(str(e))
+    missing = [p for p in jars if not Path(p).is_file()]
+    assert not missing, f"jars that do not exist: {missing}"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     _fresh_jvm()
     session = (
         SparkSession.builder.master("local[2]")
         .appName("spark-sql-kafka-compat")
-        .config("spark.jars", ",".join(JARS))
+        .config("spark.jars", ",".join(jars))
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
