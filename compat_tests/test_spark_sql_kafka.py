@@ -37,6 +37,7 @@ def _classpath() -> list[str]:
 
     return JARS + java.jars()
 
+
 pyspark = pytest.importorskip("pyspark", minversion="4.0")
 
 from kafka import KafkaAdminClient, KafkaProducer  # noqa: E402
