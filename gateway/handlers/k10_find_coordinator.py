@@ -5,8 +5,11 @@ while no transaction coordinator can serve it."""
 
 from __future__ import annotations
 
+import asyncio
+
 from gateway.broker import RequestContext
 from gateway.groups import errors as E
+from gateway.groups.schema import OFFSETS_TOPIC
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
 
@@ -56,8 +59,11 @@ def _answer(ctx: RequestContext, key: str, key_type: int) -> dict:
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Point every key at this broker (creating and loading `__consumer_offsets` on first use)."""
     key_type = request.get("key_type", KEY_GROUP) if ctx.api_version >= 1 else KEY_GROUP
-    if key_type == KEY_GROUP:
-        group_service(ctx.broker).offsets.ensure()  # Kafka creates __consumer_offsets here
+    if key_type == KEY_GROUP and OFFSETS_TOPIC not in ctx.broker.store.topics:
+        # Kafka creates __consumer_offsets here. Its 50 partitions are tens to hundreds of ms of
+        # file work: done in a thread so other connections are served meanwhile (the store
+        # publishes the topic only once all its partitions exist).
+        await asyncio.to_thread(group_service(ctx.broker).offsets.ensure)
     if ctx.api_version >= 4:
         keys = request.get("coordinator_keys") or []
         return {"throttle_time": 0, "coordinators": [_answer(ctx, k, key_type) for k in keys]}

@@ -12,7 +12,7 @@ def _partitions(broker, wanted: list[dict] | None) -> list[dict]:
     """Topics and partitions to report: all of them (topics null) or the requested ones we host."""
     store = broker.store
     if wanted is None:
-        selection = {name: None for name in store.topics}
+        selection = {name: None for name in list(store.topics)}  # a snapshot: topics may be added
     else:
         selection = {t["topic"]: set(t["partitions"]) for t in wanted}
     out = []
