@@ -26,6 +26,7 @@ import threading
 log = logging.getLogger(__name__)
 
 MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
+MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", 14)
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 AHEAD = 8 << 20  # at most this much populated past the committed position
 MIN_AHEAD = 256 << 10  # at least this much (the lead is what was written since the grant)
@@ -91,6 +92,9 @@ class Prefaulter:
             return False
         start = position - position % PAGE
         end = -(-capacity // PAGE) * PAGE
+        # Large page-cache folios from the first byte on (the kernel ramps them up otherwise): a
+        # producer's mapping then takes one fault per folio, not per page. Best effort.
+        _madvise(addr + start, end - start, MADV_HUGEPAGE)
         return _madvise(addr + start, end - start, MADV_POPULATE_READ) == 0
 
     def forget(self, key: int) -> None:
