@@ -33,7 +33,7 @@ def _java_error(exc: BaseException) -> str:
     return (cause or jexc).getClass().getSimpleName()
 
 
-@scenario("java-group-commit-and-resume", "java")
+@scenario("java-group-commit-resume-and-admin", "java")
 def group_commit_and_resume(bootstrap: str) -> None:
     """subscribe() through the group coordinator, every record once, commitSync(); a second member
     of the group starts from the commits (only a record produced later), committed() agrees."""
@@ -63,8 +63,30 @@ def group_commit_and_resume(bootstrap: str) -> None:
         ]
     finally:
         second.close()
+    _group_admin(bootstrap, group, topic)
     # what the Java producers wrote reads the same through librdkafka
     compare([*sent, late], clients.ck_consume(bootstrap, topic, PARTITIONS, len(sent) + 1))
+
+
+def _group_admin(bootstrap: str, group: str, topic: str) -> None:
+    """What kafka-consumer-groups.sh does: list groups, describe one, list its committed offsets,
+    delete it (it is empty now)."""
+    adm = java.admin(bootstrap)
+    try:
+        listed = java.wait(adm.listConsumerGroups().all())
+        assert group in {g.groupId() for g in listed}, f"{group} not listed"
+        desc = java.wait(adm.describeConsumerGroups([group]).all())[group]
+        assert desc.groupState().toString() == "Empty" and desc.members().isEmpty(), desc.toString()
+        offsets = java.wait(adm.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata())
+        got = sorted((t.partition(), offsets[t].offset()) for t in offsets.keySet())
+        assert got == [(p, COUNT // PARTITIONS) for p in range(PARTITIONS)], (
+            got
+        )  # the first commits
+        java.wait(adm.deleteConsumerGroups([group]).all())
+        listed = java.wait(adm.listConsumerGroups().all())
+        assert group not in {g.groupId() for g in listed}, f"{group} still listed after delete"
+    finally:
+        adm.close()
 
 
 @scenario("java-admin-client", "java")
