@@ -59,12 +59,13 @@ from rdmalog.records import (
     set_log_append_time,
     validate_batches,
 )
-from rdmalog.segment import FileSlice, LogSegment
+from rdmalog.segment import FileSlice, LogSegment, log_file_name
 
 log = logging.getLogger(__name__)
 
 INT_MAX = 2**31 - 1
 _LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".tmp")
+STANDBY_FILE = "standby.log.tmp"  # the next head file, allocated ahead of the roll (`preallocate`)
 PRODUCER_STATE_FILE = "rdmalog-producer-state.json"
 
 
@@ -130,6 +131,7 @@ class PartitionLog:
         self._roll_listeners: list[Callable[[PartitionLog, LogSegment, LogSegment], None]] = []
         self.producer_state = ProducerStateTable()
         self.leader_epochs = LeaderEpochCache(self.dir / LEADER_EPOCH_FILE)
+        self._standby: str | None = None  # None, "making" or "ready"
         self.closed = True
 
     @property
@@ -164,6 +166,58 @@ class PartitionLog:
         )
         seg.created_ms = self.clock()
         return seg
+
+    # --- the standby head file ----------------------------------------------------------------------
+
+    def prepare_standby(self) -> Path | None:
+        """With `preallocate`: allocate the file the next roll will take (blocks now, under no lock),
+        so a roll renames it instead of allocating a segment; callers may also make it resident
+        (the RDMA service does). Returns its path once ready, None when not applicable or already
+        there. Any thread."""
+        with self.lock:
+            if self.closed or not self.config.preallocate or self._standby is not None:
+                return None
+            self._standby = "making"
+            size = self.config.segment_bytes
+        path = self.dir / STANDBY_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.ftruncate(fd, size)
+                os.posix_fallocate(fd, 0, size)
+            finally:
+                os.close(fd)
+        except OSError as e:  # e.g. a full disk: the roll allocates (and reports) as usual
+            log.warning("%s: cannot prepare the next head file: %s", self.name, e)
+            path.unlink(missing_ok=True)
+            with self.lock:
+                self._standby = None
+            return None
+        with self.lock:
+            if self.closed or self._standby != "making":
+                path.unlink(missing_ok=True)
+                return None
+            self._standby = "ready"
+        return path
+
+    def _adopt_standby(self, base_offset: int) -> None:
+        """Under the lock, on roll: a ready standby of the right size becomes the new segment's log
+        file (a rename: the blocks and resident pages come along)."""
+        if self._standby != "ready":
+            return
+        self._standby = None
+        path = self.dir / STANDBY_FILE
+        try:
+            if path.stat().st_size == self.config.segment_bytes:
+                os.rename(path, self.dir / log_file_name(base_offset, ".log"))
+            else:
+                path.unlink()
+        except OSError as e:
+            log.warning("%s: standby head file not used: %s", self.name, e)
+
+    def _drop_standby(self) -> None:
+        self._standby = None
+        (self.dir / STANDBY_FILE).unlink(missing_ok=True)
 
     def open(self) -> PartitionLog:
         """Load segments; after an unclean shutdown validate everything from the recovery point."""
@@ -496,6 +550,7 @@ class PartitionLog:
             old = self.active_segment
             if old.size == 0:
                 return old
+            self._adopt_standby(self.log_end_offset)
             new = self._segment(self.log_end_offset)
             new.preallocate()
             self.segments.append(new)
@@ -734,6 +789,7 @@ class PartitionLog:
         self.flush()
         with self.lock:
             self.closed = True
+            self._drop_standby()
             for seg in self.segments:
                 seg.close()
             self.producer_state.snapshot(self.dir / PRODUCER_STATE_FILE, self.log_end_offset)

@@ -22,6 +22,7 @@ import errno
 import logging
 import mmap
 import threading
+from collections import deque
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class Prefaulter:
         self.enabled = True
         self._cv = threading.Condition()
         self._files: dict[int, list[int]] = {}  # key -> [address, done, target, first position]
+        self._standbys: deque = deque()  # logs whose next head file to prepare
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="rdma-prefault", daemon=True)
         self._thread.start()
@@ -97,6 +99,23 @@ class Prefaulter:
         _madvise(addr + start, end - start, MADV_HUGEPAGE)
         return _madvise(addr + start, end - start, MADV_POPULATE_READ) == 0
 
+    def standby(self, plog) -> None:
+        """Prepare `plog`'s next head file in the background (`PartitionLog.prepare_standby`) and
+        make it resident, so the roll and the grant that follow cost a rename, not an allocation."""
+        with self._cv:
+            self._standbys.append(plog)
+            self._cv.notify()
+
+    def _prepare(self, plog) -> None:
+        try:
+            path = plog.prepare_standby()
+            if path is None:
+                return
+            with open(path, "r+b") as fh, mmap.mmap(fh.fileno(), 0) as mm:
+                self.populate(mm, 0, len(mm))
+        except (OSError, ValueError) as e:  # rolled or deleted meanwhile: the roll allocates
+            log.info("%s: next head file not made resident: %s", plog.name, e)
+
     def forget(self, key: int) -> None:
         with self._cv:
             self._files.pop(key, None)
@@ -117,11 +136,15 @@ class Prefaulter:
         while True:
             with self._cv:
                 job = self._next()
-                while job is None and not self._stop:
+                while job is None and not self._standbys and not self._stop:
                     self._cv.wait()
                     job = self._next()
                 if self._stop:
                     return
+                standby = self._standbys.popleft() if job is None else None
+            if standby is not None:  # leads ahead of live writes come first
+                self._prepare(standby)
+                continue
             key, addr, n = job
             # The mapping may be unmapped meanwhile (a roll trimmed and closed it): madvise then
             # fails with ENOMEM/EFAULT and touches nothing; populating never changes contents.

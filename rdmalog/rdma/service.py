@@ -74,6 +74,7 @@ class ProduceFile:
         self.sessions: set[int] = set()
         self.revoked = False
         self.full = False
+        self.standby_asked = False  # the next head file was asked for (preallocate)
 
     def revoke(self) -> None:
         """Withdraw remote access now (flags and deregistration only: safe under the log lock)."""
@@ -368,7 +369,7 @@ class RdmaService:
                     pos += LOG_OVERHEAD + length
                 f.next_order = (o + 1) & 0xFFFF
                 reply(o, _ACK_OK, base, last, end)
-            self.prefault.want(f.file_id, mm, seg.size, seg.capacity)
+            self._committed(f, seg)
             if res.flush_needed:
                 plog.flush()
         return True
@@ -400,12 +401,20 @@ class RdmaService:
                 else:
                     f.expect_pos = seg.size
                     reply(order, _ACK_OK, res.base_offset, res.last_offset, seg.size)
-                    self.prefault.want(f.file_id, seg.mmap, seg.size, seg.capacity)
+                    self._committed(f, seg)
                     if res.flush_needed:
                         plog.flush()
                     return
         reply(order, status, -1, -1, 0)
         self._revoke(f)  # later writes sit behind bytes that were not committed
+
+    def _committed(self, f: ProduceFile, seg) -> None:
+        """After a commit into f: keep the prefault lead; past half a preallocated file, have the
+        next head file made in the background, so the roll and its grant do not allocate."""
+        self.prefault.want(f.file_id, seg.mmap, seg.size, seg.capacity)
+        if not f.standby_asked and 2 * seg.size >= seg.capacity and f.part.log.config.preallocate:
+            f.standby_asked = True
+            self.prefault.standby(f.part.log)
 
     def _revoke(self, f: ProduceFile) -> None:
         f.revoke()

@@ -139,6 +139,34 @@ def test_preallocate_allocates_the_head_segment_blocks(tmp_path: Path, prealloca
     plog.close()
 
 
+def test_standby_head_file_is_taken_by_the_next_roll(tmp_path: Path) -> None:
+    """With `preallocate`, the next head file can be allocated ahead of the roll; the roll renames
+    it into place (same inode, blocks already there). Close removes an unused one, and a leftover
+    from a crash is removed at open. Without `preallocate` there is none."""
+    seg_bytes = 1 << 20
+    d = tmp_path / "t-0"
+    plog = open_log(d, segment_bytes=seg_bytes, preallocate="true")
+    plog.append(batch(2, size=100))
+    path = plog.prepare_standby()
+    assert path is not None and path.name == "standby.log.tmp"
+    assert os.stat(path).st_blocks * 512 >= seg_bytes and plog.prepare_standby() is None
+    inode = os.stat(path).st_ino
+    new = plog.roll()
+    assert not path.exists() and os.stat(new.path).st_ino == inode
+    plog.append(batch(3, size=100))
+    assert all_offsets(plog) == list(range(5))
+    assert plog.prepare_standby() is not None
+    plog.close()
+    assert not (d / "standby.log.tmp").exists()
+    (d / "standby.log.tmp").write_bytes(b"\0" * 100)  # as a crash would leave it
+    plog = open_log(d, segment_bytes=seg_bytes, preallocate="true")
+    assert not (d / "standby.log.tmp").exists() and all_offsets(plog) == list(range(5))
+    plog.close()
+    sparse = open_log(tmp_path / "s-0", segment_bytes=seg_bytes)
+    assert sparse.prepare_standby() is None
+    sparse.close()
+
+
 def test_roll_by_segment_ms_uses_batch_timestamps(tmp_path: Path, clock: Clock) -> None:
     plog = open_log(tmp_path / "t-0", clock=clock, segment_ms=1000)
     plog.append(batch(1, ts=T0))
