@@ -19,6 +19,8 @@ are stated against ("of_copy"). Prints one JSON object per line {"transport", "m
                                   256 MiB with --quick (1 GiB: a whole segment) on the native
                                   transports; native consumer fetch size 256 KiB, Kafka's 1 MiB
   consume_batches_gib_s           the same batches through poll_batches() (undecoded, one copy)
+  produce_gib_s_across_rolls      the same batches over 3 (quick) or 8 whole 128 MiB segments: the
+                                  producer asks for each next head file as one fills
   copy_gib_s                      a 64 MiB memoryview copy in this process (transport "host")
   fresh_file_write_gib_s          64 MiB written through a new sparse file's shared mapping: the
                                   page allocation every first write into a segment pays ("host")
@@ -48,6 +50,7 @@ from rdmalog.records import build_batch
 REC = b"x" * 100  # produce latency record
 REC_1K = b"c" * 1024  # consume latency record
 TOPICS = {"lat": 1 << 30, "tput": 1 << 30, "idle": 1 << 20, "klat": 1 << 30, "ktput": 1 << 30}
+ROLL_SEGMENT = 128 << 20  # topic "roll": sustained produce across segment rolls
 COPY_GIB_S: list[float] = []
 FETCH = 256 << 10  # the native consumer's fetch size for bandwidth
 
@@ -125,7 +128,7 @@ class Broker:
         # KafkaDirect's setup: 1 GiB files with preallocation (RDMA grants make the head resident)
         new = [
             NewTopic(t, 1, 1, config={"segment.bytes": str(b), "preallocate": "true"})
-            for t, b in TOPICS.items()
+            for t, b in {**TOPICS, "roll": ROLL_SEGMENT}.items()
         ]
         for f in admin.create_topics(new).values():
             f.result(30)
@@ -285,6 +288,27 @@ def tput_batch() -> bytes:
     return build_batch([(None, os.urandom(1024)) for _ in range(63)])  # ~64 KiB
 
 
+def bench_rolls(addr: str, transport: str, segments: int) -> None:
+    """Produce bandwidth over `segments` whole segments of ROLL_SEGMENT bytes: every roll asks
+    for the next head file (prepared in the background with `preallocate`)."""
+    from rdmalog.rdma import Producer
+
+    p = Producer(addr, transport)
+    batch = tput_batch()
+    p.produce("roll", 0, b"start")
+    k = segments * ROLL_SEGMENT // len(batch)
+    t0 = time.perf_counter()
+    for _ in range(k):
+        p.send_batch("roll", 0, batch)
+    p.flush(120)
+    dt = time.perf_counter() - t0
+    emit_bandwidth(
+        transport, "produce_gib_s_across_rolls", k * len(batch) / dt / 2**30,
+        batch_bytes=len(batch), segment_bytes=ROLL_SEGMENT, segments=segments,
+    )  # fmt: skip
+    p.close()
+
+
 def bench_throughput(addr: str, transport: str, total_bytes: int) -> None:
     from rdmalog.rdma import Consumer, Producer
 
@@ -424,6 +448,7 @@ def run(transport: str, quick: bool, data_root: str | None, kafka: bool) -> None
             bench_consume(b.control, transport, n)
             bench_pollers(b.control, transport, b.pid, seconds)
             bench_throughput(b.control, transport, (256 << 20) if quick else (1 << 30))
+            bench_rolls(b.control, transport, 3 if quick else 8)
             if kafka:
                 bench_kafka(b, n, (64 << 20) if quick else (512 << 20), seconds)
         finally:

@@ -22,7 +22,6 @@ import errno
 import logging
 import mmap
 import threading
-from collections import deque
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,6 @@ class Prefaulter:
         self.enabled = True
         self._cv = threading.Condition()
         self._files: dict[int, list[int]] = {}  # key -> [address, done, target, first position]
-        self._standbys: deque = deque()  # logs whose next head file to prepare
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="rdma-prefault", daemon=True)
         self._thread.start()
@@ -100,11 +98,13 @@ class Prefaulter:
         return _madvise(addr + start, end - start, MADV_POPULATE_READ) == 0
 
     def standby(self, plog) -> None:
-        """Prepare `plog`'s next head file in the background (`PartitionLog.prepare_standby`) and
-        make it resident, so the roll and the grant that follow cost a rename, not an allocation."""
-        with self._cv:
-            self._standbys.append(plog)
-            self._cv.notify()
+        """Prepare `plog`'s next head file (`PartitionLog.prepare_standby`) and make it resident,
+        in a thread of its own (the lead thread stays busy while a producer writes), so the roll
+        and the grant that follow cost a rename, not an allocation."""
+        if self.enabled:
+            threading.Thread(
+                target=self._prepare, args=(plog,), name="rdma-standby", daemon=True
+            ).start()
 
     def _prepare(self, plog) -> None:
         try:
@@ -136,15 +136,11 @@ class Prefaulter:
         while True:
             with self._cv:
                 job = self._next()
-                while job is None and not self._standbys and not self._stop:
+                while job is None and not self._stop:
                     self._cv.wait()
                     job = self._next()
                 if self._stop:
                     return
-                standby = self._standbys.popleft() if job is None else None
-            if standby is not None:  # leads ahead of live writes come first
-                self._prepare(standby)
-                continue
             key, addr, n = job
             # The mapping may be unmapped meanwhile (a roll trimmed and closed it): madvise then
             # fails with ENOMEM/EFAULT and touches nothing; populating never changes contents.

@@ -564,16 +564,16 @@ def test_spark_native_reads_reuse_a_pooled_consumer(broker, kind):
 
 
 def test_preallocated_next_head_is_ready_before_the_roll(broker):
-    """Past half of a preallocated head file, the service has the next one allocated and made
+    """While a preallocated head file fills, the service has the next one allocated and made
     resident in the background; the roll renames it into place, so the new grant finds it
-    resident and nothing is allocated on the datapath."""
+    resident and nothing is allocated on the datapath; the new head gets its own successor."""
     st, svc = broker
     seg_bytes = 4 << 20
     st.create_topic("nx", 1, {"segment.bytes": str(seg_bytes), "preallocate": "true"})
     plog = st.partition("nx", 0)
     p = Producer(svc.control_address)
     big = build_batch([(None, b"x" * 1000) for _ in range(500)])  # ~0.5 MiB
-    for _ in range(5):  # past half of the file
+    for _ in range(5):  # half of the file
         p.send_batch("nx", 0, big)
     p.flush()
     standby = plog.dir / "standby.log.tmp"
@@ -582,8 +582,9 @@ def test_preallocated_next_head_is_ready_before_the_roll(broker):
     for _ in range(5):  # fills the file: the producer asks for the next one, the log rolls
         p.send_batch("nx", 0, big)
     p.flush()
-    assert len(plog.segments) == 2 and not standby.exists()
+    assert len(plog.segments) == 2
     head = plog.active_segment.path
     assert os.stat(head).st_ino == inode and resident_fraction(head) > 0.99
+    assert wait_for(lambda: standby.exists() and os.stat(standby).st_ino != inode)
     assert len(store_records(st, "nx")) == 10 * 500
     p.close()
