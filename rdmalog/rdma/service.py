@@ -409,11 +409,12 @@ class RdmaService:
         self._revoke(f)  # later writes sit behind bytes that were not committed
 
     def _committed(self, f: ProduceFile, seg) -> None:
-        """After a commit into f: keep the prefault lead; for a preallocated file, have the next
-        head file made resident in the background right away (it may take longer than filling
-        this one), so the roll and its grant do not allocate."""
+        """After a commit into f: keep the prefault lead; a quarter into a preallocated file, have
+        the next head file made resident in the background (early: that can take longer than
+        filling this one), so the roll and its grant do not allocate. Files that never fill that
+        far (a trickle of records) cost no second segment of memory."""
         self.prefault.want(f.file_id, seg.mmap, seg.size, seg.capacity)
-        if not f.standby_asked and f.part.log.config.preallocate:
+        if not f.standby_asked and 4 * seg.size >= seg.capacity and f.part.log.config.preallocate:
             f.standby_asked = True
             self.prefault.standby(f.part.log)
 
