@@ -573,7 +573,7 @@ def test_preallocated_next_head_is_ready_before_the_roll(broker):
     plog = st.partition("nx", 0)
     p = Producer(svc.control_address)
     big = build_batch([(None, b"x" * 1000) for _ in range(500)])  # ~0.5 MiB
-    for _ in range(5):  # half of the file
+    for _ in range(5):  # more than a quarter of the file
         p.send_batch("nx", 0, big)
     p.flush()
     standby = plog.dir / "standby.log.tmp"
@@ -585,6 +585,9 @@ def test_preallocated_next_head_is_ready_before_the_roll(broker):
     assert len(plog.segments) == 2
     head = plog.active_segment.path
     assert os.stat(head).st_ino == inode and resident_fraction(head) > 0.99
+    for _ in range(3):  # a quarter into the new head: its own successor is made
+        p.send_batch("nx", 0, big)
+    p.flush()
     assert wait_for(lambda: standby.exists() and os.stat(standby).st_ino != inode)
-    assert len(store_records(st, "nx")) == 10 * 500
+    assert len(store_records(st, "nx")) == 13 * 500
     p.close()
