@@ -11,7 +11,9 @@ ctypes so the GIL is released while the kernel works. Without the flag (kernel <
 switches itself off. With the topic config `preallocate` the service also makes the whole head
 file resident when it grants access (`populate`), as KafkaDirect's registered, preallocated files
 are: nothing is left to allocate on the datapath (populated for reading, so the pages stay clean
-and no zeros are written back; the lead above makes them writable just ahead of the writes).
+and no zeros are written back; the lead above makes them writable just ahead of the writes), and
+has the next head file prepared the same way in the background (`standby`), so a roll does not
+allocate either.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def address_of(mm: mmap.mmap) -> int:
 
 
 class Prefaulter:
-    """`want(key, mm, position, capacity)` after each commit; `forget(key)` when the grant ends."""
+    """`want(key, mm, position, capacity)` after each commit; `forget(key)` when the grant ends;
+    `populate` (now) and `standby` (the next head file, in the background) for preallocated files."""
 
     def __init__(self, ahead: int = AHEAD):
         self.ahead = ahead
