@@ -30,6 +30,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_open(port: int) -> bool:
+    """True when something accepts connections on 127.0.0.1:port."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def _children(pid: int) -> list[int]:
     """Direct children of pid, from /proc/PID/task/*/children."""
     out: list[int] = []
@@ -162,11 +171,9 @@ class Broker:
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {self.tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    break
-            except OSError:
-                time.sleep(0.1)
+            if port_open(self.port):
+                break
+            time.sleep(0.1)
         else:
             raise TimeoutError(f"{self.name} did not listen on {self.bootstrap}: {self.tail()}")
         admin = AdminClient({"bootstrap.servers": self.bootstrap})

@@ -38,12 +38,13 @@ import json
 import multiprocessing
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from brokers import free_port, port_open
 
 from rdmalog.records import build_batch
 
@@ -82,25 +83,11 @@ def cpu_seconds(pid: int) -> float:
 
 
 # -- the broker ------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 class Broker:
     """`rdmalog serve` with the RDMA service on `transport`, and the benchmark's topics."""
 
     def __init__(self, transport: str, data_dir: str):
-        self.port, self.control_port = _free_port(), _free_port()
+        self.port, self.control_port = free_port(), free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.control = f"127.0.0.1:{self.control_port}"
         script = Path(sys.executable).parent / "rdmalog"
@@ -113,7 +100,7 @@ class Broker:
         for _ in range(600):  # up to 30 s
             if self.proc.poll() is not None:
                 raise RuntimeError(f"rdmalog serve exited with {self.proc.returncode}")
-            if _port_open(self.port) and _port_open(self.control_port):
+            if port_open(self.port) and port_open(self.control_port):
                 break
             time.sleep(0.05)
         else:

@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,9 +28,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # workload, and bench/brokers
 
 import workload  # noqa: E402
+from brokers import free_port, port_open  # noqa: E402
 
 PY = sys.executable
 SECTION = "## Spark streaming event delay (KafkaDirect 5.4)"
@@ -53,7 +53,7 @@ class Broker:
 
     def __init__(self, transport: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="ospbench-broker-")
-        port, control_port = _free_port(), _free_port()
+        port, control_port = free_port(), free_port()
         cmd = [str(Path(PY).parent / "rdmalog"), "serve", "--listen", f"127.0.0.1:{port}"]
         cmd += ["--data-dir", str(Path(self.dir) / "data")]
         overrides = {"offsets.topic.num.partitions": "1", "auto.create.topics.enable": "false"}
@@ -67,7 +67,7 @@ class Broker:
         self.control: str | None = f"127.0.0.1:{control_port}" if transport != "none" else None
         self.rdma_error: str | None = None
         deadline = time.monotonic() + 60
-        while not _port_open(port):
+        while not port_open(port):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"broker did not start: {self.log_path.read_text()[-2000:]}")
             time.sleep(0.1)
@@ -84,20 +84,6 @@ class Broker:
             log(f"broker logged an error: {self.log_path}")
             return
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def wait_for(path: Path, timeout: float, proc: subprocess.Popen | None = None) -> bool:
