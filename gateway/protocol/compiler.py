@@ -16,6 +16,7 @@ that point of the frame (sendfile).
 from __future__ import annotations
 
 import copy
+import itertools
 import struct
 import uuid
 from dataclasses import MISSING
@@ -179,18 +180,23 @@ def _dec_field(s: _Src, ind: int, f: FieldSpec, flexible: bool, target: str) -> 
     s.w(ind + 1, f"{target}.append({e})")
 
 
+def _layout(ent: EntitySpec) -> tuple[list, list]:
+    """An entity's untagged fields in wire order, each run of fixed-size fields grouped into a
+    list (one struct.pack/unpack), and its tagged fields by tag: the shape both codecs walk."""
+    groups: list = []
+    for fixed, fields in itertools.groupby((f for f in ent.fields if f.tag is None), _is_fixed):
+        run = list(fields)
+        groups.extend([run] if fixed else run)
+    tagged = sorted((f for f in ent.fields if f.tag is not None), key=lambda f: f.tag)
+    return groups, tagged
+
+
 def _dec_entity(s: _Src, ind: int, ent: EntitySpec, target: str) -> None:
     names: dict[str, str] = {}
-    regular = [f for f in ent.fields if f.tag is None]
-    tagged = sorted((f for f in ent.fields if f.tag is not None), key=lambda f: f.tag)
-    i = 0
-    while i < len(regular):
-        f = regular[i]
-        if _is_fixed(f):
-            run = []
-            while i < len(regular) and _is_fixed(regular[i]):
-                run.append(regular[i])
-                i += 1
+    groups, tagged = _layout(ent)
+    for f in groups:
+        if isinstance(f, list):  # a run of fixed-size fields: one struct
+            run = f
             locs = [s.var("v") for _ in run]
             codes = "".join(FIXED[g.ktype] for g in run)
             st = _struct(codes)
@@ -205,7 +211,6 @@ def _dec_entity(s: _Src, ind: int, ent: EntitySpec, target: str) -> None:
         loc = s.var("v")
         _dec_field(s, ind, f, ent.flexible, loc)
         names[f.name] = loc
-        i += 1
     if ent.flexible:
         for f in tagged:
             loc = s.var("v")
@@ -337,16 +342,10 @@ def _enc_field(s: _Src, ind: int, f: FieldSpec, flexible: bool, val: str, buf: s
 
 
 def _enc_entity(s: _Src, ind: int, ent: EntitySpec, val: str, buf: str) -> None:
-    regular = [f for f in ent.fields if f.tag is None]
-    tagged = sorted((f for f in ent.fields if f.tag is not None), key=lambda f: f.tag)
-    i = 0
-    while i < len(regular):
-        f = regular[i]
-        if _is_fixed(f):
-            run = []
-            while i < len(regular) and _is_fixed(regular[i]):
-                run.append(regular[i])
-                i += 1
+    groups, tagged = _layout(ent)
+    for f in groups:
+        if isinstance(f, list):  # a run of fixed-size fields: one struct
+            run = f
             args = []
             for g in run:
                 get = f"{val}.get({g.name!r}, {s.literal(g.default)})"
@@ -367,7 +366,6 @@ def _enc_entity(s: _Src, ind: int, ent: EntitySpec, val: str, buf: str) -> None:
         else:
             s.w(ind, f"{loc} = {val}.get({f.name!r}, {s.literal(f.default)})")
         _enc_field(s, ind, f, ent.flexible, loc, buf)
-        i += 1
     if not ent.flexible:
         return
     if not tagged:
