@@ -19,7 +19,6 @@ open so each side can tell when the other is gone.
 from __future__ import annotations
 
 import itertools
-import json
 import mmap
 import os
 import select
@@ -40,9 +39,13 @@ from rdmalog.rdma.transport import (
     Status,
     TransportError,
     WorkCompletion,
+    accept_setup,
+    recv_setup,
+    send_setup,
 )
 
 MR_ENTRIES = 1024
+SETUP_LIMIT = 65536  # bytes of a connection-setup line (ring and region paths)
 MR_ENTRY = 256
 MR_PATH_MAX = MR_ENTRY - 40
 ADDR_SHIFT = 32  # region addresses are rkey << 32: unique per region, offsets up to 4 GiB
@@ -508,15 +511,9 @@ class ShmListener:
         self.sock.listen(64)
 
     def accept(self, send_cq, recv_cq=None, timeout=None) -> ShmQP:
-        self.sock.settimeout(timeout)
-        try:
-            conn, _ = self.sock.accept()
-        except TimeoutError as e:
-            raise TransportError("no connection request") from e
-        conn.settimeout(5.0)
-        peer = _recv_json(conn)
+        conn, peer = accept_setup(self.sock, timeout, SETUP_LIMIT)
         qp = ShmQP(self.device, conn, send_cq, recv_cq or send_cq, peer)
-        _send_json(conn, qp.hello())
+        send_setup(conn, qp.hello())
         return qp
 
     def close(self) -> None:
@@ -525,22 +522,6 @@ class ShmListener:
             os.unlink(self.address)
         except FileNotFoundError:
             pass
-
-
-def _send_json(sock: socket.socket, obj: dict) -> None:
-    sock.sendall(json.dumps(obj).encode() + b"\n")
-
-
-def _recv_json(sock: socket.socket) -> dict:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise TransportError("peer closed during connection setup")
-        data += chunk
-        if len(data) > 65536:
-            raise TransportError("oversized connection request")
-    return json.loads(data)
 
 
 def _sweep(base: str) -> None:
@@ -646,8 +627,8 @@ class ShmDevice:
             sock.close()
             raise TransportError(f"cannot connect to {address}: {e}") from e
         qp = ShmQP(self, sock, send_cq, recv_cq or send_cq, {})
-        _send_json(sock, qp.hello())
-        qp._attach(_recv_json(sock))
+        send_setup(sock, qp.hello())
+        qp._attach(recv_setup(sock, SETUP_LIMIT))
         return qp
 
     def close(self) -> None:

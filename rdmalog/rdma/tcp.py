@@ -15,7 +15,6 @@ The connecting side runs no thread: its completion queue's poll/wait drives the 
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import select
 import selectors
@@ -33,9 +32,13 @@ from rdmalog.rdma.transport import (
     Status,
     TransportError,
     WorkCompletion,
+    accept_setup,
+    recv_setup,
+    send_setup,
 )
 
 ADDR_SHIFT = 32
+SETUP_LIMIT = 4096  # bytes of a connection-setup line
 _HDR = struct.Struct("<BBHIQQIIQQ")  # op, status, flags, rkey, wr_id, addr, length, imm, a, b
 HDR = _HDR.size
 OP_WRITE, OP_WRITE_IMM, OP_READ, OP_FAA, OP_CAS, OP_SEND, OP_DISCONNECT = range(1, 8)
@@ -422,34 +425,16 @@ class TcpListener:
         self.address = f"{host}:{port}"
 
     def accept(self, send_cq, recv_cq=None, timeout=None) -> TcpQP:
-        self.sock.settimeout(timeout)
-        try:
-            conn, _ = self.sock.accept()
-        except TimeoutError as e:
-            raise TransportError("no connection request") from e
-        conn.settimeout(5.0)
-        peer = _recv_json(conn)
+        conn, peer = accept_setup(self.sock, timeout, SETUP_LIMIT)
         conn.settimeout(None)
         qp = TcpQP(self.device, conn, send_cq, recv_cq or send_cq)
         qp.peer_qp_num = peer["qp"]
-        conn.sendall(json.dumps({"qp": qp.qp_num}).encode() + b"\n")
+        send_setup(conn, {"qp": qp.qp_num})
         self.device._serve(qp)  # from here on the engine executes what arrives
         return qp
 
     def close(self) -> None:
         self.sock.close()
-
-
-def _recv_json(sock: socket.socket) -> dict:
-    data = b""
-    while not data.endswith(b"\n"):
-        c = sock.recv(1)  # byte-wise: nothing after the newline may be consumed here
-        if not c:
-            raise TransportError("peer closed during connection setup")
-        data += c
-        if len(data) > 4096:
-            raise TransportError("oversized connection request")
-    return json.loads(data)
 
 
 class TcpDevice:
@@ -495,8 +480,8 @@ class TcpDevice:
         except OSError as e:
             raise TransportError(f"cannot connect to {address}: {e}") from e
         qp = TcpQP(self, sock, send_cq, recv_cq or send_cq)
-        sock.sendall(json.dumps({"qp": qp.qp_num}).encode() + b"\n")
-        qp.peer_qp_num = _recv_json(sock)["qp"]
+        send_setup(sock, {"qp": qp.qp_num})
+        qp.peer_qp_num = recv_setup(sock, SETUP_LIMIT)["qp"]
         sock.settimeout(None)
         for cq in {send_cq, qp.recv_cq}:
             cq._pumped.append(qp)

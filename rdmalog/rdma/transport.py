@@ -11,6 +11,8 @@ crash of either side.
 from __future__ import annotations
 
 import enum
+import json
+import socket
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -218,6 +220,38 @@ class Listener(Protocol):
 def check_bounds(length_of_region: int, offset: int, length: int) -> bool:
     """True when [offset, offset+length) lies inside a region of `length_of_region` bytes."""
     return 0 <= offset and 0 <= length and offset + length <= length_of_region
+
+
+# -- connection setup of the software transports: one JSON line each way over a stream socket --
+def send_setup(sock: socket.socket, message: dict) -> None:
+    sock.sendall(json.dumps(message).encode() + b"\n")
+
+
+def recv_setup(sock: socket.socket, limit: int) -> dict:
+    """The peer's setup line, read byte by byte so that nothing after it is consumed (the socket
+    carries the transport's own traffic next); TransportError on close or past `limit` bytes."""
+    data = b""
+    while not data.endswith(b"\n"):
+        c = sock.recv(1)
+        if not c:
+            raise TransportError("peer closed during connection setup")
+        data += c
+        if len(data) > limit:
+            raise TransportError("oversized connection request")
+    return json.loads(data)
+
+
+def accept_setup(
+    listener: socket.socket, timeout: float | None, limit: int
+) -> tuple[socket.socket, dict]:
+    """Accept one connection request and read its setup line (at most 5 s)."""
+    listener.settimeout(timeout)
+    try:
+        conn, _ = listener.accept()
+    except TimeoutError as e:
+        raise TransportError("no connection request") from e
+    conn.settimeout(5.0)
+    return conn, recv_setup(conn, limit)
 
 
 def open_device(kind: str, **kwargs) -> Device:
