@@ -419,18 +419,23 @@ class RdmaService:
             self.prefault.standby(f.part.log)
 
     def _revoke(self, f: ProduceFile) -> None:
+        """Withdraw f's access now. f stays in `files` until nothing waits in it: writes already
+        pending (a successor that arrived before its predecessor) or still arriving are answered
+        REVOKED by `_process` and `_check_timeouts`, which then forgets f (freeing its id)."""
         f.revoke()
         self.prefault.forget(f.file_id)
         with self.lock:
-            self.files.pop(f.file_id, None)
             if f.part.produce is f:
                 f.part.produce = None
 
     def _check_timeouts(self, now: float) -> None:
         for f in list(self.files.values()):
             if not f.pending:
-                if f.revoked:  # revoked by a roll listener: forget it (frees its file id)
-                    self._revoke(f)
+                if f.revoked:  # nothing waits in it any more: forget it (frees its file id)
+                    self._revoke(f)  # (a roll listener only sets the flag)
+                    with self.lock:
+                        if self.files.get(f.file_id) is f:
+                            del self.files[f.file_id]
                 continue
             with f.lock:
                 if not f.pending:

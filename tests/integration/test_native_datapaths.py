@@ -462,30 +462,47 @@ def test_preallocated_head_is_resident_when_granted(broker):
     p.close()
 
 
-def _post_in_reverse(p: Producer, topic: str, writes: list[bytes]) -> dict[int, tuple]:
+def _post_out_of_order(
+    p: Producer, topic: str, writes: list[bytes], waves: list[list[int]] | None = None
+) -> dict[int, tuple]:
     """Post `writes` (each one or more batches) at consecutive orders and positions of p's grant,
-    the last first: the broker holds them until the first arrives, then commits them as one run.
-    Returns {order: (status, base offset, last offset)} from the broker's acknowledgements."""
+    in `waves` of write indexes (default: one wave, the last write first, so the broker holds
+    them until the first arrives and commits them as one run); each wave but the last waits for
+    the acknowledgement of its last write. Returns {index: (status, base offset, last offset)}:
+    the broker's AckStatus, or the transport's Status of a WRITE that failed one-sidedly."""
     g = p.grants[(topic, 0)]
     posts, soff, fpos = [], 0, g.position
     for i, w in enumerate(writes):
         p.stage.buf[soff : soff + len(w)] = w
         posts.append(((g.order + i) & 0xFFFF, soff, len(w), fpos))
         soff, fpos = soff + len(w), fpos + len(w)
-    for order, so, n, fp in reversed(posts):
-        p.qp.post_write(
-            900 + order, p.stage, so, n, g.region.addr + fp, g.region.rkey,
-            imm=imm_encode(g.file_id, order), signaled=False,
-        )  # fmt: skip
     acks: dict[int, tuple] = {}
-    deadline = time.monotonic() + 10
-    while len(acks) < len(writes) and time.monotonic() < deadline:
-        for wc in p.cq.wait(0.5):
-            if wc.opcode == Opcode.RECV and wc.status == Status.SUCCESS:
-                _, order, status, base, last, _ = ACK.unpack_from(p.acks.buf, wc.wr_id * ACK_SIZE)
-                p.qp.post_recv(wc.wr_id, p.acks, wc.wr_id * ACK_SIZE, ACK_SIZE)
-                acks[order] = (status, base, last)
-    return {o - posts[0][0]: a for o, a in acks.items()}
+
+    def collect(until) -> None:
+        deadline = time.monotonic() + 10
+        while not until() and time.monotonic() < deadline:
+            for wc in p.cq.wait(0.5):
+                if wc.opcode == Opcode.RECV and wc.status == Status.SUCCESS:
+                    _, order, status, base, last, _ = ACK.unpack_from(
+                        p.acks.buf, wc.wr_id * ACK_SIZE
+                    )
+                    p.qp.post_recv(wc.wr_id, p.acks, wc.wr_id * ACK_SIZE, ACK_SIZE)
+                    acks[(order - posts[0][0]) & 0xFFFF] = (status, base, last)
+                elif wc.opcode == Opcode.WRITE and wc.status != Status.SUCCESS:
+                    acks[(wc.wr_id - 900 - posts[0][0]) & 0xFFFF] = (wc.status, -1, -1)
+
+    waves = waves or [list(reversed(range(len(writes))))]
+    for k, wave in enumerate(waves):
+        for i in wave:
+            order, so, n, fp = posts[i]
+            p.qp.post_write(
+                900 + order, p.stage, so, n, g.region.addr + fp, g.region.rkey,
+                imm=imm_encode(g.file_id, order), signaled=False,
+            )  # fmt: skip
+        if k < len(waves) - 1:
+            collect(lambda w=wave: w[-1] in acks)
+    collect(lambda: len(acks) == len(writes))
+    return acks
 
 
 def test_a_run_of_writes_commits_together_and_acks_each(broker, monkeypatch):
@@ -503,7 +520,7 @@ def test_a_run_of_writes_commits_together_and_acks_each(broker, monkeypatch):
     def one(*values: bytes) -> bytes:
         return bytes(build_batch([(None, v) for v in values]))
 
-    acks = _post_in_reverse(p, "run", [one(b"a"), one(b"b", b"c") + one(b"d"), one(b"e")])
+    acks = _post_out_of_order(p, "run", [one(b"a"), one(b"b", b"c") + one(b"d"), one(b"e")])
     assert acks == {0: (0, 1, 1), 1: (0, 2, 4), 2: (0, 5, 5)}
     assert runs == [3]
     assert [r.value for r in store_records(st, "run")] == [b"first", b"a", b"b", b"c", b"d", b"e"]
@@ -512,7 +529,7 @@ def test_a_run_of_writes_commits_together_and_acks_each(broker, monkeypatch):
     bad[-1] ^= 0xFF
     p.grants[("run", 0)].position = st.partition("run", 0).active_segment.size
     p.grants[("run", 0)].order = (p.grants[("run", 0)].order + 3) & 0xFFFF
-    acks = _post_in_reverse(p, "run", [one(b"f"), bytes(bad), one(b"g")])
+    acks = _post_out_of_order(p, "run", [one(b"f"), bytes(bad), one(b"g")])
     assert acks == {
         0: (AckStatus.OK, 6, 6),
         1: (AckStatus.CORRUPT, -1, -1),
@@ -590,4 +607,22 @@ def test_preallocated_next_head_is_ready_before_the_roll(broker):
     p.flush()
     assert wait_for(lambda: standby.exists() and os.stat(standby).st_ino != inode)
     assert len(store_records(st, "nx")) == 13 * 500
+    p.close()
+
+
+def test_writes_waiting_behind_a_revoking_write_are_answered(broker):
+    """A write that arrived before its predecessor waits; when the file is revoked meanwhile (here
+    by an overflow: a zero-length write), the waiting write is answered REVOKED, not stranded,
+    and the predecessor, posted after the revocation, fails one-sidedly (the region is gone)."""
+    st, svc = broker
+    st.create_topic("rv", 1)
+    p = Producer(svc.control_address)
+    p.produce("rv", 0, b"first")
+    late = bytes(build_batch([(None, b"late")]))
+    # order 2 waits for 1; 0 (an overflow) revokes the file; 1 arrives only after that
+    acks = _post_out_of_order(p, "rv", [b"", late, late], waves=[[2, 0], [1]])
+    assert acks[0] == (AckStatus.FULL, -1, -1) and acks[2] == (AckStatus.REVOKED, -1, -1)
+    assert acks[1] == (Status.REM_ACCESS_ERR, -1, -1), acks
+    assert p.produce("rv", 0, b"again")[0] == 1  # a fresh grant continues at the committed end
+    assert [r.value for r in store_records(st, "rv")] == [b"first", b"again"]
     p.close()
