@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
@@ -18,7 +18,7 @@ from rdmalog.spark.offsets import (
     resolve,
     to_json,
 )
-from rdmalog.spark.options import OffsetSpec, OptionError, ReadOptions
+from rdmalog.spark.options import OffsetSpec, OptionError, ReadOptions, TopicPartition
 from rdmalog.spark.reader import check_schema, read_arrow
 from rdmalog.spark.transport import open_offsets
 
@@ -110,7 +110,15 @@ class RdmalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start is None:
             return to_json(latest)
         begin = from_json(start)
-        new = [tp for tp in latest if tp not in begin]
+        self._start_new_at_earliest(begin, latest)
+        if HAS_ADMISSION_CONTROL and isinstance(limit, ReadMaxRows):
+            latest = rate_limit(limit.max_rows, begin, latest)
+        return to_json(latest)
+
+    def _start_new_at_earliest(self, begin: dict, seen: Iterable[TopicPartition]) -> None:
+        """Partitions in `seen` but not in `begin` appeared while the query runs: spark-sql-kafka
+        reads them from their earliest offset."""
+        new = [tp for tp in seen if tp not in begin]
         if new:
             begin.update(
                 resolve(
@@ -121,9 +129,6 @@ class RdmalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     fail_on_data_loss=False,
                 )
             )
-        if HAS_ADMISSION_CONTROL and isinstance(limit, ReadMaxRows):
-            latest = rate_limit(limit.max_rows, begin, latest)
-        return to_json(latest)
 
     def reportLatestOffset(self) -> dict | None:
         return to_json(self._latest())
@@ -140,17 +145,7 @@ class RdmalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if gone:
             names = ", ".join(f"{t}-{p}" for t, p in gone)
             report_data_loss(self.opts.fail_on_data_loss, f"topic-partitions {names} are gone")
-        new = [tp for tp in until if tp not in begin]
-        if new:
-            begin.update(
-                resolve(
-                    self._offsets(),
-                    OffsetSpec("earliest"),
-                    new,
-                    starting=True,
-                    fail_on_data_loss=False,
-                )
-            )
+        self._start_new_at_earliest(begin, until)
         for tp, off in until.items():
             if off < begin[tp]:
                 report_data_loss(
