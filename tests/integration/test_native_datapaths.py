@@ -437,6 +437,8 @@ def resident_fraction(path: Path) -> float:
 
     libc = ctypes.CDLL(None, use_errno=True)
     size = os.path.getsize(path)
+    if size == 0:  # created, not sized yet (a standby file being made)
+        return 0.0
     vec = (ctypes.c_ubyte * -(-size // mmap.PAGESIZE))()
     with open(path, "r+b") as fh, mmap.mmap(fh.fileno(), size) as mm:
         rc = libc.mincore(ctypes.c_void_p(address_of(mm)), ctypes.c_size_t(size), vec)
