@@ -389,21 +389,31 @@ class PartitionLog:
                     f"after.max.ms {after})"
                 )
 
-    def commit_written(self, length: int, leader_epoch: int | None = None) -> AppendResult:
-        """Commit `length` bytes written into the active segment's mapping at its committed position
-        (RDMA): validate, patch offsets in place, index and advance. Invalid bytes raise; nothing is
-        committed then."""
+    def validate_written(self, length: int) -> list[BatchInfo]:
+        """Validate the `length` bytes written into the active segment's mapping at its committed
+        position (RDMA) as a produce request's batches; raises when they are not valid."""
         with self.lock:
             seg = self.active_segment
             if seg.mmap is None or seg.size + length > seg.capacity:
                 raise InvalidRecordError("written region is outside the active segment")
-            mv = memoryview(seg.mmap)[seg.size : seg.size + length]
-            try:
+            with memoryview(seg.mmap)[seg.size : seg.size + length] as mv:
                 infos = validate_batches(mv, self.config.max_message_bytes)
-                self._check_timestamps(infos)
+            self._check_timestamps(infos)
+            return infos
+
+    def commit_written(
+        self, length: int, leader_epoch: int | None = None, infos: list[BatchInfo] | None = None
+    ) -> AppendResult:
+        """Commit `length` bytes written into the active segment's mapping at its committed position
+        (RDMA): validate (unless `infos` came from `validate_written` of the same bytes under the
+        same lock), patch offsets in place, index and advance. Invalid bytes raise; nothing is
+        committed then."""
+        with self.lock:
+            if infos is None:
+                infos = self.validate_written(length)
+            seg = self.active_segment
+            with memoryview(seg.mmap)[seg.size : seg.size + length] as mv:
                 return self._append(mv, infos, leader_epoch, in_place=True)
-            finally:
-                mv.release()
 
     def _append(
         self, mv: memoryview, infos: list[BatchInfo], leader_epoch: int | None, in_place: bool

@@ -170,6 +170,106 @@ static PyObject *guarded_copy(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* The shm completion ring (shm.py's _Ring): a header of three words on separate cache lines
+ * (reserve @0, head @64, waiting @128), then slots of `slot_size` bytes: seq u64, then kind,
+ * qp_num, imm, byte_len (u32 each), then a SEND's payload. One call per push or pop instead of
+ * five Python-level atomics and struct calls: the datapath does one of each per write. */
+#define RING_HDR 256
+#define SLOT_HDR 24
+
+static int ring_ok(Py_buffer *v, Py_ssize_t nslots, Py_ssize_t slot_size) {
+    if (nslots <= 0 || slot_size < SLOT_HDR || (slot_size & 7) || ((uintptr_t)v->buf & 7) ||
+        RING_HDR + nslots * slot_size > v->len) {
+        PyErr_SetString(PyExc_ValueError, "not a ring of that geometry");
+        return 0;
+    }
+    return 1;
+}
+
+/* ring_push(buf, nslots, slot_size, kind, qp_num, imm, byte_len, payload) -> -1 when full,
+ * else 1 if the owner announced it sleeps (ring its doorbell), 0 if not. Payload: bytes-like
+ * (a SEND) or None; at most slot_size - 24 bytes. */
+static PyObject *ring_push(PyObject *self, PyObject *args) {
+    Py_buffer v, pay = {0};
+    Py_ssize_t nslots, slot_size;
+    unsigned int kind, qpn, imm, blen;
+    PyObject *payload;
+    if (!PyArg_ParseTuple(args, "w*nnIIIIO", &v, &nslots, &slot_size, &kind, &qpn, &imm, &blen,
+                          &payload))
+        return NULL;
+    if (!ring_ok(&v, nslots, slot_size)) goto fail;
+    if (payload != Py_None) {
+        if (PyObject_GetBuffer(payload, &pay, PyBUF_SIMPLE) < 0) goto fail;
+        if (pay.len > slot_size - SLOT_HDR) {
+            PyErr_SetString(PyExc_ValueError, "payload larger than a ring slot");
+            PyBuffer_Release(&pay);
+            goto fail;
+        }
+    }
+    char *base = (char *)v.buf;
+    uint64_t *reserve = (uint64_t *)base, *head = (uint64_t *)(base + 64);
+    uint64_t *waiting = (uint64_t *)(base + 128);
+    uint64_t s = __atomic_load_n(reserve, __ATOMIC_ACQUIRE);
+    for (;;) {
+        if (s - __atomic_load_n(head, __ATOMIC_ACQUIRE) >= (uint64_t)nslots) {
+            if (pay.buf) PyBuffer_Release(&pay);
+            PyBuffer_Release(&v);
+            return PyLong_FromLong(-1);  /* full: the consumer is behind */
+        }
+        if (__atomic_compare_exchange_n(reserve, &s, s + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            break;
+    }
+    char *slot = base + RING_HDR + (Py_ssize_t)(s % (uint64_t)nslots) * slot_size;
+    uint32_t hdr[4] = {kind, qpn, imm, blen};
+    memcpy(slot + 8, hdr, sizeof hdr);  /* little-endian hosts only, as the Python side ("<") */
+    if (pay.buf) {
+        memcpy(slot + SLOT_HDR, pay.buf, (size_t)pay.len);
+        PyBuffer_Release(&pay);
+    }
+    __atomic_store_n((uint64_t *)slot, s + 1, __ATOMIC_RELEASE);  /* publish */
+    /* An RMW is a full barrier between publishing and reading `waiting` (Dekker with wait()). */
+    int bell = __atomic_fetch_add(waiting, 0, __ATOMIC_SEQ_CST) != 0;
+    PyBuffer_Release(&v);
+    return PyLong_FromLong(bell);
+fail:
+    PyBuffer_Release(&v);
+    return NULL;
+}
+
+/* ring_pop(buf, nslots, slot_size, head) -> (kind, qp_num, imm, byte_len, payload) of the slot
+ * at `head` once published (payload: bytes for a SEND (kind 1), else None), and the ring's head
+ * advanced; None when nothing is published there yet. */
+static PyObject *ring_pop(PyObject *self, PyObject *args) {
+    Py_buffer v;
+    Py_ssize_t nslots, slot_size;
+    unsigned long long h;
+    if (!PyArg_ParseTuple(args, "w*nnK", &v, &nslots, &slot_size, &h)) return NULL;
+    if (!ring_ok(&v, nslots, slot_size)) {
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    char *base = (char *)v.buf;
+    char *slot = base + RING_HDR + (Py_ssize_t)(h % (uint64_t)nslots) * slot_size;
+    if (__atomic_load_n((uint64_t *)slot, __ATOMIC_ACQUIRE) != h + 1) {
+        PyBuffer_Release(&v);
+        Py_RETURN_NONE;
+    }
+    uint32_t hdr[4];
+    memcpy(hdr, slot + 8, sizeof hdr);
+    PyObject *payload;
+    if (hdr[0] == 1) {
+        uint32_t n = hdr[3];
+        if ((Py_ssize_t)n > slot_size - SLOT_HDR) n = (uint32_t)(slot_size - SLOT_HDR);
+        payload = PyBytes_FromStringAndSize(slot + SLOT_HDR, n);
+    } else {
+        payload = Py_NewRef(Py_None);
+    }
+    __atomic_store_n((uint64_t *)(base + 64), h + 1, __ATOMIC_RELEASE);
+    PyBuffer_Release(&v);
+    if (!payload) return NULL;
+    return Py_BuildValue("(IIIIN)", hdr[0], hdr[1], hdr[2], hdr[3], payload);
+}
+
 static PyMethodDef methods[] = {
     {"copy", guarded_copy, METH_VARARGS,
      "copy(dst, dst_off, src, src_off, n) -> bool; False if the mapping faulted (SIGBUS)"},
@@ -180,6 +280,11 @@ static PyMethodDef methods[] = {
     {"store", store, METH_VARARGS, "store(buf, off, value) (release)"},
     {"wait_change", wait_change, METH_VARARGS,
      "wait_change(buf, off, old, spin_ns) -> value; spins without the GIL"},
+    {"ring_push", ring_push, METH_VARARGS,
+     "ring_push(buf, nslots, slot_size, kind, qp_num, imm, byte_len, payload) -> -1 full, "
+     "1 doorbell needed, 0 not"},
+    {"ring_pop", ring_pop, METH_VARARGS,
+     "ring_pop(buf, nslots, slot_size, head) -> (kind, qp_num, imm, byte_len, payload) or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -6,6 +6,11 @@ place with one FETCH_AND_ADD on the file's reservation word (order:16 | position
 reservation past the end of the file is reported with a zero-length WRITE_WITH_IMM so nobody waits
 for it, and the broker rolls the file. The broker acknowledges each write with a SEND once the
 batch is validated and committed; writes pipeline (up to the broker's posted receives).
+
+A WRITE's source must be registered memory. `send_batch(bytes)` copies the batch into the
+producer's registered staging area first; an application that builds its batches in a buffer it
+registered with `register()` sends them with no copy on the CPU but the WRITE itself (on an RNIC,
+none at all): `send_batch(topic, partition, buf[start:end])`.
 """
 
 from __future__ import annotations
@@ -20,7 +25,15 @@ from rdmalog.errors import CorruptRecordError, KafkaError
 from rdmalog.rdma.client import BrokerDisconnected, Endpoint
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
-from rdmalog.rdma.wire import ACK, ACK_SIZE, AckStatus, imm_encode, reservation_add, word_decode
+from rdmalog.rdma.wire import (
+    ACK,
+    ACK_SIZE,
+    ACKS_PER_SEND,
+    AckStatus,
+    imm_encode,
+    reservation_add,
+    word_decode,
+)
 from rdmalog.records import Record, build_batch
 
 # Enum members read on hot paths, as module constants: attribute access on an Enum class
@@ -31,6 +44,7 @@ _ACK_OK = AckStatus.OK
 _ATOMICS = (Opcode.FETCH_AND_ADD, Opcode.CMP_AND_SWAP)
 
 ACK_RECVS = 128
+ACK_BUF = ACKS_PER_SEND * ACK_SIZE  # one receive: the acknowledgements of up to 8 writes
 MAX_IN_FLIGHT = 64  # below the broker's posted receives per queue pair
 MAX_ATTEMPTS = 8
 
@@ -53,14 +67,46 @@ class Grant:
     word: RemoteRegion | None
 
 
+class RegisteredBuffer:
+    """Application memory registered for zero-copy sends (`Producer.register`). Build batches in
+    `view`; `buf[start:end]` names the batch between those positions for `send_batch`. Its bytes
+    must stay unchanged until that batch's Delivery is done (the broker may ask for a resend)."""
+
+    def __init__(self, producer: Producer, buf):
+        self.view = memoryview(buf).cast("B")
+        if self.view.readonly:
+            raise ValueError("a registered buffer must be writable (bytearray, mmap, ...)")
+        self._producer = producer
+        self.mr = producer.device.reg_mr(self.view, Access.LOCAL_WRITE)
+
+    def __getitem__(self, s: slice) -> RegisteredSlice:
+        start, stop, step = s.indices(len(self.view))
+        if step != 1 or stop <= start:
+            raise ValueError("a batch is a non-empty contiguous range of the buffer")
+        return RegisteredSlice(self, start, stop - start)
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredSlice:
+    """Bytes [offset, offset+length) of a registered buffer: one or more whole batches."""
+
+    source: RegisteredBuffer
+    offset: int
+    length: int
+
+
 @dataclass
 class Delivery:
     """One batch in flight; `wait()` returns (base_offset, last_offset)."""
 
     topic: str
     partition: int
-    stage_off: int
+    offset: int  # where the batch starts in `source` (the staging area or a registered buffer)
     length: int
+    source: RegisteredBuffer | None = None  # None: the producer's staging area
     attempts: int = 0
     key: tuple[int, int] | None = None  # (file id, order) of the current attempt
     wr: int = 0
@@ -106,19 +152,29 @@ class Producer(Endpoint):
         self._wr = 0
         self._seq = 0
         self._atomic_done: int | None = None
+        self._buffers: list[RegisteredBuffer] = []
+
+    def register(self, buf) -> RegisteredBuffer:
+        """Register writable application memory (bytearray, mmap, ...) to build batches in and
+        send without the copy into the staging area (the WRITE reads them where they are)."""
+        rb = RegisteredBuffer(self, buf)
+        self._buffers.append(rb)
+        return rb
 
     def _register(self) -> None:
         """Staging area, acknowledgement receives and the atomic result word on this session."""
         self.stage = self.device.alloc_mr(self.staging_bytes, Access.LOCAL_WRITE)
-        self.acks = self.device.alloc_mr(ACK_RECVS * ACK_SIZE, Access.LOCAL_WRITE)
+        self.acks = self.device.alloc_mr(ACK_RECVS * ACK_BUF, Access.LOCAL_WRITE)
         self.atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
         for i in range(ACK_RECVS):
-            self.qp.post_recv(i, self.acks, i * ACK_SIZE, ACK_SIZE)
+            self.qp.post_recv(i, self.acks, i * ACK_BUF, ACK_BUF)
 
     def _reconnected(self) -> None:
         self.grants.clear()
         self._stage_top = 0
         self._register()
+        for rb in self._buffers:  # the application's memory is kept; the new device maps it
+            rb.mr = self.device.reg_mr(rb.view, Access.LOCAL_WRITE)
 
     def disconnected(self, why: str) -> BrokerDisconnected:
         """Fail every batch not yet acknowledged: its outcome is unknown to us."""
@@ -150,14 +206,21 @@ class Producer(Endpoint):
         return self.send_batch(topic, partition, build_batch(records, compression=self.compression))
 
     def send_batch(self, topic: str, partition: int, batch) -> Delivery:
-        """Send ready v2 record batch bytes (one or more whole batches)."""
+        """Send ready v2 record batch bytes (one or more whole batches): any bytes-like object
+        (copied into the staging area), or a slice of a `register()`ed buffer (not copied)."""
         if self.broken is not None:
             raise self.disconnected(self.broken)
-        n = len(batch)
-        off = self._stage_alloc(n)
-        self.stage.buf[off : off + n] = batch
+        if type(batch) is RegisteredSlice:
+            if batch.source._producer is not self:
+                raise ValueError("the buffer was registered with another producer")
+            self._wait_in_flight()
+            src, off, n = batch.source, batch.offset, batch.length
+        else:
+            src, n = None, len(batch)
+            off = self._stage_alloc(n)
+            self.stage.buf[off : off + n] = batch
         self._seq += 1
-        d = Delivery(topic, partition, off, n, seq=self._seq, _producer=self)
+        d = Delivery(topic, partition, off, n, src, seq=self._seq, _producer=self)
         if self._retry:
             self._retry.append(d)  # keep send order behind batches being resent
         else:
@@ -190,15 +253,20 @@ class Producer(Endpoint):
             )
         if self._stage_top + n > len(self.stage.buf):
             self.flush()  # simple bump allocator: reuse the area once everything is acknowledged
-        elif len(self.inflight) >= MAX_IN_FLIGHT:  # keep the pipeline full, never drain it
-            self._drive(lambda: len(self.inflight) < MAX_IN_FLIGHT, self.timeout)
-            if len(self.inflight) >= MAX_IN_FLIGHT:
-                raise TimeoutError(f"{len(self.inflight)} batch(es) still unacknowledged")
+        else:
+            self._wait_in_flight()
         if not self.inflight and not self._retry:
             self._stage_top = 0
         off = self._stage_top
         self._stage_top += n
         return off
+
+    def _wait_in_flight(self) -> None:
+        """Keep the pipeline full, never drain it: wait only while MAX_IN_FLIGHT are unanswered."""
+        if len(self.inflight) >= MAX_IN_FLIGHT:
+            self._drive(lambda: len(self.inflight) < MAX_IN_FLIGHT, self.timeout)
+            if len(self.inflight) >= MAX_IN_FLIGHT:
+                raise TimeoutError(f"{len(self.inflight)} batch(es) still unacknowledged")
 
     # -- grants -----------------------------------------------------------------------------------------
     def _grant(self, topic: str, partition: int) -> Grant:
@@ -265,8 +333,9 @@ class Producer(Endpoint):
         self.inflight[d.key] = d
         self._wr += 1
         d.wr = self._wr
+        mr = self.stage if d.source is None else d.source.mr
         self.qp.post_write(
-            self._wr, self.stage, d.stage_off, n, g.region.addr + pos, g.region.rkey,
+            self._wr, mr, d.offset, n, g.region.addr + pos, g.region.rkey,
             imm=imm_encode(g.file_id, order), signaled=False,
         )  # fmt: skip
 
@@ -311,9 +380,11 @@ class Producer(Endpoint):
         if wc.opcode == _RECV:
             if wc.status != _SUCCESS:
                 return
-            fid, order, status, base, last, _ = ACK.unpack_from(self.acks.buf, wc.wr_id * ACK_SIZE)
-            self.qp.post_recv(wc.wr_id, self.acks, wc.wr_id * ACK_SIZE, ACK_SIZE)
-            self._ack(fid, order, status, base, last)  # an int: AckStatus(...) costs ~1 us
+            off = wc.wr_id * ACK_BUF
+            acks = list(ACK.iter_unpack(self.acks.buf[off : off + wc.byte_len]))
+            self.qp.post_recv(wc.wr_id, self.acks, off, ACK_BUF)
+            for fid, order, status, base, last, _ in acks:
+                self._ack(fid, order, status, base, last)  # an int: AckStatus(...) costs ~1 us
         elif wc.opcode in _ATOMICS:
             self._atomic_done = wc.status
         elif wc.status != _SUCCESS:

@@ -30,6 +30,7 @@ from rdmalog.rdma.transport import Access, Opcode, Status, TransportError, open_
 from rdmalog.rdma.wire import (
     ACK,
     ACK_SIZE,
+    ACKS_PER_SEND,
     SLOT_SIZE,
     AckStatus,
     imm_decode,
@@ -38,7 +39,6 @@ from rdmalog.rdma.wire import (
     word_decode,
     word_encode,
 )
-from rdmalog.records import BATCH_OVERHEAD, LOG_OVERHEAD, MIN_BATCH_LENGTH
 
 # Enum members read on hot paths, as module constants: attribute access on an Enum class
 # costs ~10x a global lookup on Python 3.11.
@@ -55,10 +55,6 @@ HELLO = struct.Struct("<Q")
 Reply = Callable[[int, AckStatus, int, int, int], None]
 Arrival = tuple["ProduceFile", int, int, Reply]  # (file, order, byte length, reply)
 MAX_RUN = 64  # writes committed together at most
-# Record batch header fields read when committing a run (Kafka's v2 layout, big-endian).
-_BASE_LEN = struct.Struct(">qi")  # baseOffset, batchLength
-_LOD = struct.Struct(">i")  # lastOffsetDelta at 23
-_PID = struct.Struct(">q")  # producerId at 43
 
 
 class ProduceFile:
@@ -179,6 +175,7 @@ class RdmaService:
         self.files: dict[int, ProduceFile] = {}
         self._file_ids = itertools.count(1)
         self.qps: dict[int, _ClientQP] = {}
+        self._acks_due: set[_ClientQP] = set()  # queue pairs with acknowledgements to send
         self._tokens: dict[int, Session] = {}
         self._bound = threading.Condition(self.lock)
         self._stop = threading.Event()
@@ -231,7 +228,7 @@ class RdmaService:
                 log.exception("rdma: connection setup failed")
                 continue
             try:
-                cqp = _ClientQP(self.device, qp)
+                cqp = _ClientQP(self.device, qp, self._acks_due)
                 with self.lock:
                     self.qps[qp.qp_num] = cqp
                 cqp.post_all()  # only now: a completion must find its QP in self.qps
@@ -266,6 +263,8 @@ class RdmaService:
                     self.arrive_many(arrivals)
                 except Exception:
                     log.exception("rdma commit failed")
+            elif self._acks_due:  # writes refused in _completion (no grant): answer them now
+                self._send_acks()
             self.send_cq.poll(256)  # acks are unsignaled: only errors land here
             now = time.monotonic()
             if now - last_check > 0.01:
@@ -310,6 +309,12 @@ class RdmaService:
         by_file: dict[int, tuple[ProduceFile, list[Arrival]]] = {}
         for a in arrivals:
             by_file.setdefault(id(a[0]), (a[0], []))[1].append(a)
+        try:
+            self._commit_arrivals(by_file, now)
+        finally:
+            self._send_acks()
+
+    def _commit_arrivals(self, by_file: dict, now: float) -> None:
         for f, mine in by_file.values():
             with f.lock:
                 for _, order, byte_len, reply in mine:
@@ -327,6 +332,15 @@ class RdmaService:
                         for o, n, r in run:
                             self._process(f, o, n, r)
 
+    def _send_acks(self) -> None:
+        """Send every queued acknowledgement (a SEND per queue pair and up to ACKS_PER_SEND)."""
+        while self._acks_due:
+            try:
+                cqp = self._acks_due.pop()
+            except KeyError:  # another thread took the last one
+                return
+            cqp.send_acks()
+
     def _process_run(self, f: ProduceFile, run: list[tuple[int, int, Reply]]) -> bool:
         """Commit consecutive writes together; False (nothing done) when any needs the one-by-one
         path: a revoked or full file, an idempotent producer's batch (duplicate detection answers
@@ -338,37 +352,36 @@ class RdmaService:
             seg = plog.active_segment if plog.segments else None
             if seg is not f.segment or f.expect_pos != seg.size:
                 return False
-            mm, start = seg.mmap, seg.size
             total = sum(n for _, n, _ in run)
-            if start + total > seg.capacity:
-                return False
-            pos = start
-            for _, n, _ in run:  # every batch's producer id: plain batches only
-                end = pos + n
-                while pos < end:
-                    if end - pos < BATCH_OVERHEAD:
-                        return False
-                    length = _BASE_LEN.unpack_from(mm, pos)[1]
-                    if length < MIN_BATCH_LENGTH or _PID.unpack_from(mm, pos + 43)[0] >= 0:
-                        return False
-                    pos += LOG_OVERHEAD + length
-                if pos != end:  # a batch crosses into the next write: let the one-by-one path judge
-                    return False
             try:
-                res = plog.commit_written(total)
+                infos = plog.validate_written(total)
+            except KafkaError:
+                return False
+            # Each write must hold whole batches, and none may carry a producer id.
+            ends, pos = [], 0
+            for _, n, _ in run:
+                pos += n
+                ends.append(pos)
+            i, spans = 0, []
+            for end in ends:
+                first = i
+                while i < len(infos) and infos[i].position < end:
+                    if infos[i].producer_id >= 0:
+                        return False
+                    i += 1
+                if i == first or infos[i - 1].position + infos[i - 1].size != end:
+                    return False
+                spans.append(sum(info.last_offset_delta + 1 for info in infos[first:i]))
+            try:
+                res = plog.commit_written(total, infos=infos)
             except KafkaError:
                 return False
             f.expect_pos = seg.size
-            pos = start
-            for o, n, reply in run:  # each write's offsets, from the headers just patched
-                end = pos + n
-                base = last = _BASE_LEN.unpack_from(mm, pos)[0]
-                while pos < end:
-                    b, length = _BASE_LEN.unpack_from(mm, pos)
-                    last = b + _LOD.unpack_from(mm, pos + 23)[0]
-                    pos += LOG_OVERHEAD + length
+            base, start = res.base_offset, seg.size - total
+            for (o, _, reply), count, end in zip(run, spans, ends, strict=True):
                 f.next_order = (o + 1) & 0xFFFF
-                reply(o, _ACK_OK, base, last, end)
+                reply(o, _ACK_OK, base, base + count - 1, start + end)
+                base += count
             self._committed(f, seg)
             if res.flush_needed:
                 plog.flush()
@@ -453,6 +466,7 @@ class RdmaService:
                     reply(o, status, -1, -1, 0)
                 f.pending.clear()
                 self._revoke(f)
+        self._send_acks()
 
     def try_append(self, topic: str, partition: int, buf, leader_epoch: int | None = None):
         """The gateway's append when no RDMA producer holds the partition's head file: a plain
@@ -754,14 +768,16 @@ class RdmaService:
 
 
 class _ClientQP:
-    """The service's end of one client queue pair: posted receives and the ack staging buffer."""
+    """The service's end of one client queue pair: posted receives and queued acknowledgements."""
 
-    def __init__(self, device, qp):
+    def __init__(self, device, qp, acks_due: set[_ClientQP]):
         self.qp = qp
         self.session: int | None = None
         self.recv_mr = device.alloc_mr(RECV_DEPTH * 64, Access.LOCAL_WRITE)
-        self.ack_mr = device.alloc_mr(ACK_SIZE, Access.LOCAL_WRITE)
+        self.ack_mr = device.alloc_mr(ACKS_PER_SEND * ACK_SIZE, Access.LOCAL_WRITE)
         self._lock = threading.Lock()
+        self._outbox: list[tuple[int, int, int, int, int, int]] = []
+        self._acks_due = acks_due  # the service's set of queue pairs with acknowledgements queued
 
     def post_all(self) -> None:
         for i in range(RECV_DEPTH):
@@ -773,12 +789,24 @@ class _ClientQP:
     def ack(
         self, file_id: int, order: int, status: AckStatus, base: int, last: int, nxt: int
     ) -> None:
+        """Queue an acknowledgement; `send_acks` sends what is queued (the service calls it once
+        it has committed what it could: a run of writes costs one SEND, not one each)."""
         with self._lock:
-            ACK.pack_into(self.ack_mr.buf, 0, file_id, order, status, base, last, nxt)
-            try:
-                self.qp.post_send(0, self.ack_mr, 0, ACK_SIZE, signaled=False)
-            except (TransportError, OSError):
-                pass  # the client is gone
+            self._outbox.append((file_id, order, status, base, last, nxt))
+        self._acks_due.add(self)
+
+    def send_acks(self) -> None:
+        with self._lock:
+            out, self._outbox = self._outbox, []
+            buf = self.ack_mr.buf
+            for i in range(0, len(out), ACKS_PER_SEND):
+                chunk = out[i : i + ACKS_PER_SEND]
+                for j, entry in enumerate(chunk):
+                    ACK.pack_into(buf, j * ACK_SIZE, *entry)
+                try:
+                    self.qp.post_send(0, self.ack_mr, 0, len(chunk) * ACK_SIZE, signaled=False)
+                except (TransportError, OSError):
+                    return  # the client is gone
 
     def reply(self, file_id: int) -> Reply:
         return lambda order, status, base, last, nxt: self.ack(

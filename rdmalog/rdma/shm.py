@@ -31,7 +31,16 @@ import time
 import weakref
 from collections import deque
 
-from rdmalog.rdma._atomic64 import compare_swap, copy, fetch_add, load, store, wait_change
+from rdmalog.rdma._atomic64 import (
+    compare_swap,
+    copy,
+    fetch_add,
+    load,
+    ring_pop,
+    ring_push,
+    store,
+    wait_change,
+)
 from rdmalog.rdma.transport import (
     Access,
     Opcode,
@@ -53,7 +62,6 @@ ADDR_SHIFT = 32  # region addresses are rkey << 32: unique per region, offsets u
 RING_HDR = 256  # reserve @0, head @64, waiting @128: separate cache lines
 SLOT_HDR = 24  # seq u64, kind u32, qp_num u32, imm u32, byte_len u32
 KIND_SEND, KIND_WRITE_IMM, KIND_DISCONNECT = 1, 2, 3
-_SLOT = struct.Struct("<IIII")  # kind, qp_num, imm, byte_len (after the seq word)
 
 PAGE = mmap.ALLOCATIONGRANULARITY
 # plain ints on the hot path: IntFlag arithmetic costs microseconds
@@ -130,46 +138,27 @@ class _Ring:
     def slot_off(self, seq: int) -> int:
         return RING_HDR + (seq % self.nslots) * self.slot_size
 
-    def push(self, kind: int, qp_num: int, imm: int, byte_len: int, payload=None, wait=1.0) -> bool:
-        """Claim a slot (CAS on reserve), fill it, publish it; False if the ring stayed full."""
-        buf, n = self.buf, self.nslots
-        deadline = 0.0
-        while True:
-            s = load(buf, 0)
-            if s - load(buf, 64) >= n:  # full: the consumer is behind (a CQ overrun on an RNIC)
-                now = time.monotonic()
-                if not deadline:
-                    deadline = now + wait
-                elif now > deadline:
-                    return False
-                time.sleep(0)
-                continue
-            if compare_swap(buf, 0, s, s + 1) == s:
-                break
-        off = self.slot_off(s)
-        _SLOT.pack_into(buf, off + 8, kind, qp_num, imm, byte_len)
-        if payload is not None:
-            buf[off + SLOT_HDR : off + SLOT_HDR + len(payload)] = payload
-        store(buf, off, s + 1)
-        return True
-
-    def _need_doorbell(self) -> bool:
-        # An RMW is a full barrier between publishing and reading `waiting` (Dekker with wait()).
-        return fetch_add(self.buf, 128, 0) != 0
+    def push(self, kind: int, qp_num: int, imm: int, byte_len: int, payload=None, wait=1.0) -> int:
+        """Claim a slot, fill it, publish it (one C call): 1 if the owner sleeps and its doorbell
+        must be rung, 0 if not, -1 if the ring stayed full for `wait` seconds."""
+        r = ring_push(self.buf, self.nslots, self.slot_size, kind, qp_num, imm, byte_len, payload)
+        if r >= 0:
+            return r
+        deadline = time.monotonic() + wait
+        while r < 0 and time.monotonic() < deadline:  # full: the consumer is behind (CQ overrun)
+            time.sleep(0)
+            r = ring_push(
+                self.buf, self.nslots, self.slot_size, kind, qp_num, imm, byte_len, payload
+            )
+        return r
 
     def pop(self):
-        """(kind, qp_num, imm, byte_len, payload view) of the next published slot, or None."""
-        h = self.head
-        off = self.slot_off(h)
-        if load(self.buf, off) != h + 1:
-            return None
-        kind, qpn, imm, blen = _SLOT.unpack_from(self.buf, off + 8)
-        payload = (
-            bytes(self.buf[off + SLOT_HDR : off + SLOT_HDR + blen]) if kind == KIND_SEND else None
-        )
-        self.head = h + 1
-        store(self.buf, 64, h + 1)
-        return kind, qpn, imm, blen, payload
+        """(kind, qp_num, imm, byte_len, payload bytes or None) of the next published slot, or
+        None."""
+        e = ring_pop(self.buf, self.nslots, self.slot_size, self.head)
+        if e is not None:
+            self.head += 1
+        return e
 
     def ready(self) -> bool:
         return load(self.buf, self.slot_off(self.head)) == self.head + 1
@@ -370,10 +359,10 @@ class ShmQP:
     def _notify(self, kind: int, imm: int, byte_len: int, payload=None) -> bool:
         ring = self._peer_ring
         with self._lock:
-            ok = ring.push(kind, self.peer_qp_num, imm, byte_len, payload)
-        if ok and ring._need_doorbell():
+            r = ring.push(kind, self.peer_qp_num, imm, byte_len, payload)
+        if r > 0:
             _ring_bell(self._peer_bell)
-        return ok
+        return r >= 0
 
     def post_write(self, wr_id, mr, offset, length, remote_addr, rkey, imm=None, signaled=True):
         if not self._local(mr, offset, length):
@@ -552,7 +541,7 @@ class ShmDevice:
         _sweep(base)
         self.dir = tempfile.mkdtemp(prefix=f"rdmalog-{os.getpid()}-", dir=base)
         self._finalizer = weakref.finalize(self, shutil.rmtree, self.dir, True)  # also at exit
-        self.slot_size = SLOT_HDR + max_send
+        self.slot_size = SLOT_HDR + -(-max_send // 8) * 8  # slots stay 8-byte aligned
         with open(os.path.join(self.dir, "mrtable"), "wb") as f:
             f.truncate(MR_ENTRIES * MR_ENTRY)
         self._tmap, self._table = _map_file(

@@ -4,7 +4,8 @@
   write tells the broker "my reservation overflowed the file" so no later order waits for it.
 - Reservation word of a shared head file: order:16 | position:48 (Figure 5); a producer reserves
   with one FETCH_AND_ADD of (1 << 48) + length. The top bits let it see the position overflow.
-- Produce acknowledgement, a SEND from broker to producer: file id, order, status, offsets.
+- Produce acknowledgements, a SEND from broker to producer: one entry per write (file id, order,
+  status, offsets), up to ACKS_PER_SEND entries in one SEND (a run of writes committed together).
 - Metadata slot (16 bytes, one 8-byte word carries everything that must change atomically):
   word0 = last readable byte (48 bits) | VALID << 62 | MUTABLE << 63; word1 = file base offset.
 """
@@ -51,6 +52,7 @@ class AckStatus(enum.IntEnum):
 
 ACK = struct.Struct("<HHIqqq")  # file_id, order, status, base_offset, last_offset, next_position
 ACK_SIZE = ACK.size
+ACKS_PER_SEND = 8  # 256 bytes: within every transport's SEND limit (shm ring slots: 488)
 
 SLOT_SIZE = 16
 SLOT_VALID = 1 << 62

@@ -20,11 +20,11 @@ from rdmalog.errors import CorruptRecordError, PolicyViolationError
 from rdmalog.rdma import Consumer, Producer
 from rdmalog.rdma.client import Endpoint
 from rdmalog.rdma.control import ControlError
+from rdmalog.rdma.producer import ACK_BUF
 from rdmalog.rdma.service import RdmaService
 from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status
 from rdmalog.rdma.wire import (
     ACK,
-    ACK_SIZE,
     AckStatus,
     imm_encode,
     reservation_add,
@@ -351,6 +351,42 @@ def test_head_rolled_by_the_broker_under_a_producer(broker):
     c.close()
 
 
+def test_batches_built_in_a_registered_buffer_are_sent_without_staging(broker):
+    """send_batch of a registered buffer's slice: the WRITE reads the batch where the application
+    built it (the staging area stays untouched), in both modes, across a roll the producer did
+    not ask for (the revoked write is resent from the same bytes); a Kafka-path read returns them."""
+    st, svc = broker
+    st.create_topic("z", 1)
+    for mode in ("exclusive", "shared"):
+        p = Producer(svc.control_address, mode=mode)
+        buf = p.register(bytearray(1 << 16))
+        spans, pos = [], 0
+        for i in range(3):
+            b = bytes(build_batch([(b"k", b"%s-%d" % (mode.encode(), i))]))
+            buf.view[pos : pos + len(b)] = b
+            spans.append((pos, pos + len(b)))
+            pos += len(b)
+        p.stage.buf[:pos] = b"\xee" * pos  # a WRITE from staging would now commit garbage
+        ds = [p.send_batch("z", 0, buf[a:b]) for a, b in spans[:2]]
+        p.flush()
+        st.partition("z", 0).roll()  # revokes the grant under the producer
+        ds.append(p.send_batch("z", 0, buf[slice(*spans[2])]))
+        p.flush()
+        assert all(d.error is None for d in ds)
+        p.close()
+    values = [r.value for r in store_records(st, "z")]
+    assert values == [b"%s-%d" % (m, i) for m in (b"exclusive", b"shared") for i in range(3)]
+    p = Producer(svc.control_address)
+    with pytest.raises(ValueError):
+        p.register(b"read-only bytes")
+    other = Producer(svc.control_address)
+    theirs = other.register(bytearray(64))
+    with pytest.raises(ValueError):
+        p.send_batch("z", 0, theirs[0:64])
+    other.close()
+    p.close()
+
+
 def test_close_releases_the_grant_at_once(broker):
     """close() says bye: the next producer (either mode) never finds the partition still held."""
     st, svc = broker
@@ -485,11 +521,12 @@ def _post_out_of_order(
         while not until() and time.monotonic() < deadline:
             for wc in p.cq.wait(0.5):
                 if wc.opcode == Opcode.RECV and wc.status == Status.SUCCESS:
-                    _, order, status, base, last, _ = ACK.unpack_from(
-                        p.acks.buf, wc.wr_id * ACK_SIZE
-                    )
-                    p.qp.post_recv(wc.wr_id, p.acks, wc.wr_id * ACK_SIZE, ACK_SIZE)
-                    acks[(order - posts[0][0]) & 0xFFFF] = (status, base, last)
+                    off = wc.wr_id * ACK_BUF  # one SEND: the acknowledgements of a run
+                    for _, order, status, base, last, _ in ACK.iter_unpack(
+                        bytes(p.acks.buf[off : off + wc.byte_len])
+                    ):
+                        acks[(order - posts[0][0]) & 0xFFFF] = (status, base, last)
+                    p.qp.post_recv(wc.wr_id, p.acks, off, ACK_BUF)
                 elif wc.opcode == Opcode.WRITE and wc.status != Status.SUCCESS:
                     acks[(wc.wr_id - 900 - posts[0][0]) & 0xFFFF] = (wc.status, -1, -1)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import struct
 import threading
+import time
 
 import pytest
 
@@ -362,3 +363,54 @@ def test_service_stop_returns_with_no_clients(kind, tmp_path):
     svc.stop()
     assert not any(t.is_alive() for t in svc._threads)
     st.close()
+
+
+def _push_many(path: str, nslots: int, slot: int, who: int, n: int) -> None:
+    from rdmalog.rdma.shm import KIND_WRITE_IMM, _Ring
+
+    ring = _Ring(path, nslots, slot, create=False)
+    for i in range(n):
+        assert ring.push(KIND_WRITE_IMM, who, i, 100 + i, wait=30) >= 0
+    ring.close()
+
+
+def test_shm_ring_many_producers_full_and_doorbell(tmp_path):
+    """The shm completion ring (C push/pop): slots from two processes all arrive, each
+    producer's in its order; a full ring refuses a push instead of overwriting; the push that
+    finds the owner asleep says to ring its doorbell; a SEND payload round-trips and one larger
+    than a slot is refused."""
+    from rdmalog.rdma.shm import KIND_SEND, KIND_WRITE_IMM, _Ring
+
+    path = str(tmp_path / "ring")
+    ring = _Ring(path, 8, 64, create=True)
+    assert ring.push(KIND_SEND, 1, 0, 5, b"hello") == 0
+    assert ring.pop() == (KIND_SEND, 1, 0, 5, b"hello")
+    assert ring.pop() is None
+    with pytest.raises(ValueError):
+        ring.push(KIND_SEND, 1, 0, 41, b"x" * 41)  # 64-byte slots hold 40 bytes of payload
+    for i in range(8):
+        assert ring.push(KIND_WRITE_IMM, 2, i, 0) == 0
+    assert ring.push(KIND_WRITE_IMM, 2, 8, 0, wait=0.05) == -1  # full: nothing overwritten
+    assert [ring.pop()[2] for _ in range(8)] == list(range(8))
+    ring.buf[128:136] = (1).to_bytes(8, "little")  # the owner announces that it sleeps
+    assert ring.push(KIND_WRITE_IMM, 2, 9, 0) == 1
+    ring.buf[128:136] = bytes(8)
+    assert ring.pop()[2] == 9
+
+    ctx = multiprocessing.get_context("spawn")
+    n = 3000  # far more than the 8 slots: producers wait for the consumer below
+    procs = [ctx.Process(target=_push_many, args=(path, 8, 64, who, n)) for who in (1, 2)]
+    for pr in procs:
+        pr.start()
+    got: dict[int, list[int]] = {1: [], 2: []}
+    deadline = time.monotonic() + 60  # spawned interpreters take a while to start
+    while len(got[1]) + len(got[2]) < 2 * n and time.monotonic() < deadline:
+        e = ring.pop()
+        if e is not None:
+            assert e[3] == 100 + e[2]
+            got[e[1]].append(e[2])
+    for pr in procs:
+        pr.join(30)
+        assert pr.exitcode == 0
+    assert got == {1: list(range(n)), 2: list(range(n))}
+    ring.close()
