@@ -382,6 +382,7 @@ class RdmaService:
                 f.next_order = (o + 1) & 0xFFFF
                 reply(o, _ACK_OK, base, base + count - 1, start + end)
                 base += count
+            self._send_acks()  # before anything else: the producer waits for them
             self._committed(f, seg)
             if res.flush_needed:
                 plog.flush()
@@ -414,6 +415,7 @@ class RdmaService:
                 else:
                     f.expect_pos = seg.size
                     reply(order, _ACK_OK, res.base_offset, res.last_offset, seg.size)
+                    self._send_acks()
                     self._committed(f, seg)
                     if res.flush_needed:
                         plog.flush()
