@@ -149,6 +149,7 @@ class Producer(Endpoint):
         self.inflight: dict[tuple[int, int], Delivery] = {}
         self._retry: deque[Delivery] = deque()
         self._stage_top = 0
+        self._staged: deque[Delivery] = deque()  # deliveries holding staging bytes, oldest first
         self._wr = 0
         self._seq = 0
         self._atomic_done: int | None = None
@@ -172,6 +173,7 @@ class Producer(Endpoint):
     def _reconnected(self) -> None:
         self.grants.clear()
         self._stage_top = 0
+        self._staged.clear()
         self._register()
         for rb in self._buffers:  # the application's memory is kept; the new device maps it
             rb.mr = self.device.reg_mr(rb.view, Access.LOCAL_WRITE)
@@ -221,6 +223,8 @@ class Producer(Endpoint):
             self.stage.buf[off : off + n] = batch
         self._seq += 1
         d = Delivery(topic, partition, off, n, src, seq=self._seq, _producer=self)
+        if src is None:
+            self._staged.append(d)
         if self._retry:
             self._retry.append(d)  # keep send order behind batches being resent
         else:
@@ -247,16 +251,31 @@ class Producer(Endpoint):
 
     # -- staging buffer --------------------------------------------------------------------------------
     def _stage_alloc(self, n: int) -> int:
-        if n > len(self.stage.buf):
-            raise ProduceError(
-                f"batch of {n} bytes exceeds the {len(self.stage.buf)}-byte staging area"
-            )
-        if self._stage_top + n > len(self.stage.buf):
-            self.flush()  # simple bump allocator: reuse the area once everything is acknowledged
-        else:
-            self._wait_in_flight()
-        if not self.inflight and not self._retry:
-            self._stage_top = 0
+        """Where in the staging area a batch of n bytes goes: a ring, in send order, whose oldest
+        batches are freed as they are acknowledged (or fail), so a producer streaming bytes never
+        has to drain its pipeline to reuse the area."""
+        size = len(self.stage.buf)
+        if n > size:
+            raise ProduceError(f"batch of {n} bytes exceeds the {size}-byte staging area")
+        self._wait_in_flight()
+        live = self._staged
+        while True:
+            while live and live[0].done:
+                live.popleft()
+            if not live:
+                self._stage_top = 0
+                break
+            top, tail = self._stage_top, live[0].offset
+            if top >= tail and top + n <= size:
+                break
+            if top >= tail and n < tail:
+                self._stage_top = 0  # wrap; strictly below tail, so full never looks empty
+                break
+            if top < tail and top + n < tail:
+                break
+            self._drive(lambda: live[0].done, self.timeout)  # wait for the oldest to be answered
+            if not live[0].done:
+                raise TimeoutError(f"{len(self.inflight)} batch(es) still unacknowledged")
         off = self._stage_top
         self._stage_top += n
         return off

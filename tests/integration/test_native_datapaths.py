@@ -351,6 +351,24 @@ def test_head_rolled_by_the_broker_under_a_producer(broker):
     c.close()
 
 
+def test_staging_area_is_reused_as_a_ring_without_draining(broker, monkeypatch):
+    """Batches of uneven sizes streamed through a staging area 30x smaller than the data: the
+    area is reused as acknowledgements free its oldest bytes (never a flush), and every batch is
+    committed intact and in order."""
+    st, svc = broker
+    st.create_topic("s", 1)
+    p = Producer(svc.control_address, staging_bytes=40_000)
+    monkeypatch.setattr(p, "flush", lambda *a: pytest.fail("the staging area was drained"))
+    values = [bytes([65 + i % 26]) * (2000 + 997 * (i % 9)) for i in range(200)]
+    ds = [p.send("s", 0, v) for v in values]
+    for d in ds:
+        d.wait(10)
+    assert [d.result for d in ds] == [(i, i) for i in range(200)]
+    assert [r.value for r in store_records(st, "s")] == values
+    monkeypatch.undo()
+    p.close()
+
+
 def test_batches_built_in_a_registered_buffer_are_sent_without_staging(broker):
     """send_batch of a registered buffer's slice: the WRITE reads the batch where the application
     built it (the staging area stays untouched), in both modes, across a roll the producer did
