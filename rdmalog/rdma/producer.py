@@ -4,8 +4,9 @@ Exclusive mode: the producer owns the head file and tracks the write position it
 is one WRITE_WITH_IMM (immediate = file id | order). Shared mode: each batch first reserves its
 place with one FETCH_AND_ADD on the file's reservation word (order:16 | position:48); a
 reservation past the end of the file is reported with a zero-length WRITE_WITH_IMM so nobody waits
-for it, and the broker rolls the file. The broker acknowledges each write with a SEND once the
-batch is validated and committed; writes pipeline (up to the broker's posted receives).
+for it, and the broker rolls the file. The broker acknowledges each write once the batch is
+validated and committed (the acknowledgements of a run committed together share a SEND); writes
+pipeline (up to the broker's posted receives).
 
 A WRITE's source must be registered memory. `send_batch(bytes)` copies the batch into the
 producer's registered staging area first; an application that builds its batches in a buffer it
@@ -80,6 +81,8 @@ class RegisteredBuffer:
         self.mr = producer.device.reg_mr(self.view, Access.LOCAL_WRITE)
 
     def __getitem__(self, s: slice) -> RegisteredSlice:
+        if not isinstance(s, slice):
+            raise TypeError("name a batch with a slice: buf[start:end]")
         start, stop, step = s.indices(len(self.view))
         if step != 1 or stop <= start:
             raise ValueError("a batch is a non-empty contiguous range of the buffer")
@@ -104,7 +107,7 @@ class Delivery:
 
     topic: str
     partition: int
-    offset: int  # where the batch starts in `source` (the staging area or a registered buffer)
+    source_offset: int  # where the batch starts in its source: staging area or registered buffer
     length: int
     source: RegisteredBuffer | None = None  # None: the producer's staging area
     attempts: int = 0
@@ -265,7 +268,7 @@ class Producer(Endpoint):
             if not live:
                 self._stage_top = 0
                 break
-            top, tail = self._stage_top, live[0].offset
+            top, tail = self._stage_top, live[0].source_offset
             if top >= tail and top + n <= size:
                 break
             if top >= tail and n < tail:
@@ -354,7 +357,7 @@ class Producer(Endpoint):
         d.wr = self._wr
         mr = self.stage if d.source is None else d.source.mr
         self.qp.post_write(
-            self._wr, mr, d.offset, n, g.region.addr + pos, g.region.rkey,
+            self._wr, mr, d.source_offset, n, g.region.addr + pos, g.region.rkey,
             imm=imm_encode(g.file_id, order), signaled=False,
         )  # fmt: skip
 
@@ -400,7 +403,8 @@ class Producer(Endpoint):
             if wc.status != _SUCCESS:
                 return
             off = wc.wr_id * ACK_BUF
-            acks = list(ACK.iter_unpack(self.acks.buf[off : off + wc.byte_len]))
+            n = wc.byte_len - wc.byte_len % ACK_SIZE  # whole entries only
+            acks = list(ACK.iter_unpack(self.acks.buf[off : off + n]))
             self.qp.post_recv(wc.wr_id, self.acks, off, ACK_BUF)
             for fid, order, status, base, last, _ in acks:
                 self._ack(fid, order, status, base, last)  # an int: AckStatus(...) costs ~1 us
