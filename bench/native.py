@@ -26,6 +26,9 @@ are stated against ("of_copy"). Prints one JSON object per line {"transport", "m
   consume_batches_gib_s           the same batches through poll_batches() (undecoded, one copy)
   produce_gib_s_across_rolls      the same batches over 3 (quick) or 8 whole 128 MiB segments: the
                                   producer asks for each next head file as one fills
+  commit_us_p50 / _p99            a native consumer's offset commit: commit_async() (one
+                                  FETCH_AND_ADD on its commit slot, "mode": "slot") and commit()
+                                  (OffsetCommit through the gateway, "mode": "coordinator")
   copy_gib_s                      a 64 MiB memoryview copy in this process (transport "host")
   fresh_file_write_gib_s          64 MiB written through a new sparse file's shared mapping: the
                                   page allocation every first write into a segment pays ("host")
@@ -213,6 +216,21 @@ def bench_consume(addr: str, transport: str, n: int) -> None:
     empty_polls(transport, lambda: c.poll(0))
     c.close()
     p.close()
+
+
+def bench_commit(b: Broker, transport: str, n: int) -> None:
+    from rdmalog.rdma import Consumer
+
+    c = Consumer(b.control, transport, group_id=f"bench-{transport}", bootstrap=b.bootstrap)
+    for mode, commit, k in (("slot", c.commit_async, n), ("coordinator", c.commit, n // 10)):
+        commit({("lat", 0): 0})  # the first asks for the slot / connects the coordinator client
+        lat = []
+        for i in range(1, k + 1):
+            t0 = time.perf_counter()
+            commit({("lat", 0): i})
+            lat.append((time.perf_counter() - t0) * 1e6)
+        emit_latency(transport, "commit", lat, mode=mode)
+    c.close()
 
 
 def empty_polls(transport: str, poll, **extra) -> None:
@@ -459,6 +477,7 @@ def run(transport: str, quick: bool, data_root: str | None, kafka: bool) -> None
             bench_produce(b.control, transport, "exclusive", n)
             bench_produce(b.control, transport, "shared", n)
             bench_consume(b.control, transport, n)
+            bench_commit(b, transport, n)
             bench_pollers(b.control, transport, b.pid, seconds)
             bench_throughput(b.control, transport, (256 << 20) if quick else (1 << 30))
             bench_rolls(b.control, transport, 3 if quick else 8)

@@ -480,8 +480,9 @@ def open_store(config: BrokerConfig):
     return store
 
 
-def start_rdma(store, config: BrokerConfig):
-    """Start KafkaDirect's datapaths for native clients when `rdma.transport` names one."""
+def start_rdma(store, config: BrokerConfig, groups: GroupService | None = None):
+    """Start KafkaDirect's datapaths for native clients when `rdma.transport` names one; offsets
+    native consumers commit through commit slots go to `groups`' coordinator."""
     transport = config.get("rdma.transport")
     if transport == "none":
         return None
@@ -493,9 +494,29 @@ def start_rdma(store, config: BrokerConfig):
         config.get("rdma.host"),
         config.get("rdma.control.port"),
         order_timeout=config.get("rdma.order.timeout.ms") / 1000,
+        commit_sink=None if groups is None else _commit_sink(groups),
+        commit_interval=config.get("rdma.commit.interval.ms") / 1000,
     ).start()
     log.info("RDMA datapaths on %s, control requests at %s", transport, service.control_address)
     return service
+
+
+def _commit_sink(groups: GroupService):
+    """Hand RDMA commit-slot offsets to the coordinator on its event loop, as simple commits
+    (generation -1, no member), the kind a Kafka consumer with manual assignment makes."""
+    from gateway.groups.model import CommitEntry
+
+    def commit(group: str, entries: list[CommitEntry]) -> None:
+        errors = groups.coordinator.commit_offsets(group, -1, "", entries)
+        refused = {tp: e for tp, e in errors.items() if e}
+        if refused:
+            log.warning("RDMA commits of group %s refused (Kafka error codes): %s", group, refused)
+
+    def sink(group: str, offsets: dict[tuple[str, int], int]) -> None:
+        entries = [CommitEntry(t, p, o) for (t, p), o in offsets.items()]
+        groups.loop.call_soon_threadsafe(commit, group, entries)
+
+    return sink
 
 
 async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
@@ -505,7 +526,7 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
     try:
         # groups are loaded from __consumer_offsets before the first client can ask for them
         gateway.broker.groups = GroupService(store, config, asyncio.get_running_loop()).start()
-        gateway.broker.rdma = start_rdma(store, config)
+        gateway.broker.rdma = start_rdma(store, config, gateway.broker.groups)
         host, port = _listen_address(config, listen)
         await gateway.start(host, port)
     except BaseException:
@@ -518,10 +539,11 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
 async def shutdown(gateway: Gateway) -> None:
     """Stop a gateway started by `start` and flush/close its store."""
     await gateway.stop()
+    if gateway.broker.rdma is not None:
+        gateway.broker.rdma.stop()  # hands the last RDMA commits to the coordinator ...
+        await asyncio.sleep(0)  # ... which writes them here, before the store closes
     if gateway.broker.groups is not None:
         gateway.broker.groups.stop()
-    if gateway.broker.rdma is not None:
-        gateway.broker.rdma.stop()
     await asyncio.get_running_loop().run_in_executor(None, gateway.broker.store.close)
     log.info("store flushed and closed")
 

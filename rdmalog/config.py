@@ -181,6 +181,7 @@ BROKER_DEFS = _defs(
     ("rdma.host", "string", "127.0.0.1"),
     ("rdma.control.port", "int", 0, _at_least(0)),
     ("rdma.order.timeout.ms", "int", 1000, _at_least(1)),
+    ("rdma.commit.interval.ms", "int", 100, _at_least(1)),
     ("zookeeper.connect", "string", None),
     ("zookeeper.session.timeout.ms", "int", 18000),
     ("zookeeper.connection.timeout.ms", "int", None),

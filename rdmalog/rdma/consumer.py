@@ -17,8 +17,9 @@ import time
 from typing import NamedTuple
 
 from rdmalog.rdma.client import Endpoint
+from rdmalog.rdma.commit_slots import SLOT_BYTES, add_for, slot_word
 from rdmalog.rdma.control import ControlError
-from rdmalog.rdma.transport import Access, RemoteRegion, Status, TransportError
+from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import LRB_MASK, SLOT_MUTABLE, SLOT_SIZE, SLOT_VALID
 from rdmalog.records import (
     BATCH_OVERHEAD,
@@ -93,7 +94,8 @@ class Consumer(Endpoint):
     """`assign([(topic, partition)])`, `seek(...)`, `poll(timeout)` -> [ConsumerRecord].
 
     With `group_id` (and the gateway's Kafka `bootstrap` address) positions can be committed to
-    the group coordinator (`commit()`, `committed()`), and `assign` starts from them.
+    the group coordinator (`commit()`, `committed()`), and `assign` starts from them;
+    `commit_async()` commits with one FETCH_AND_ADD per partition (commit slots).
     """
 
     def __init__(
@@ -130,6 +132,8 @@ class Consumer(Endpoint):
                 raise
 
     def _register(self) -> None:
+        self._commit_slots: dict[tuple[str, int], list[int]] = {}  # tp -> [addr, rkey, word]
+        self._atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
         self.slots: RemoteRegion | None = None
         self._slot_mr = self.device.alloc_mr(MAX_SLOTS * SLOT_SIZE, Access.LOCAL_WRITE)
         self._slot_view = None  # shm: live view of our slot region
@@ -188,6 +192,47 @@ class Consumer(Endpoint):
         if offsets is None:
             offsets = {tp: a.offset for tp, a in self.parts.items()}
         self.offsets.commit(offsets)
+
+    def commit_async(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
+        """Commit `offsets` (default: every assigned partition's position) through commit slots:
+        one FETCH_AND_ADD per partition whose offset moved, no request and no broker CPU. The
+        broker hands them to the group coordinator within `rdma.commit.interval.ms` and when this
+        consumer closes; until then they are not durable (a broker crash in between makes the
+        group re-read those records, as a lost asynchronous commit of a Kafka consumer would)."""
+        if self.group_id is None:
+            raise ValueError("commit_async() needs a group_id")
+        if self.broken is not None:
+            raise self.disconnected(self.broken)
+        if offsets is None:
+            offsets = {tp: a.offset for tp, a in self.parts.items()}
+        for (topic, partition), offset in offsets.items():
+            slot = self._commit_slots.get((topic, partition))
+            if slot is None:
+                r = self.control(
+                    "commit_slot", group=self.group_id, topic=topic, partition=partition
+                )
+                region = RemoteRegion.from_dict(r["region"])
+                slot = [region.addr + r["index"] * SLOT_BYTES, region.rkey, r["word"]]
+                self._commit_slots[(topic, partition)] = slot
+            add = add_for(slot[2], offset)
+            if add == 0:
+                continue
+            self.qp.post_fetch_add(1, self._atom, 0, slot[0], slot[1], add)
+            self._wait_atomic(f"commit of {topic}-{partition}")
+            slot[2] = slot_word(offset)
+
+    def _wait_atomic(self, what: str) -> None:
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            for wc in self.cq.wait(max(0.0, deadline - time.monotonic())):
+                if wc.opcode != Opcode.FETCH_AND_ADD:
+                    continue
+                if wc.status == _SUCCESS:
+                    return
+                if wc.status == Status.WR_FLUSH_ERR or not self.ctl.alive():
+                    raise self.disconnected(f"{what} failed: {wc.status.name}")
+                raise TransportError(f"{what} failed: {wc.status.name}")
+        raise TimeoutError(f"{what} was not completed in {self.timeout}s")
 
     def committed(self, topic: str, partition: int) -> int | None:
         """The group's committed offset of a partition (None: nothing committed yet)."""

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from rdmalog.errors import KafkaError, PolicyViolationError
 from rdmalog.rdma._atomic64 import copy, fetch_add, store
+from rdmalog.rdma.commit_slots import CommitSink, CommitSlots
 from rdmalog.rdma.control import ControlError, ControlServer, Session
 from rdmalog.rdma.prefault import Prefaulter
 from rdmalog.rdma.transport import Access, Opcode, Status, TransportError, open_device
@@ -157,6 +158,8 @@ class RdmaService:
         control_port: int = 0,
         order_timeout: float = 1.0,
         slots_per_consumer: int = 64,
+        commit_sink: CommitSink | None = None,
+        commit_interval: float = 0.1,
     ):
         self.store = store
         self.kind = transport
@@ -168,6 +171,8 @@ class RdmaService:
         self.rdma_address = self.listener.address
         self.recv_cq = self.device.create_cq(4096)
         self.send_cq = self.device.create_cq(4096)
+        self.commits = CommitSlots(self.device, commit_sink)  # offset commits by FETCH_AND_ADD
+        self.commit_interval = commit_interval
         self.control = ControlServer(self._handle, self._session_closed, host, control_port)
         self.control_address = self.control.address
         self.lock = threading.RLock()
@@ -199,6 +204,7 @@ class RdmaService:
         self.control.stop()
         for t in self._threads:
             t.join(5)
+        self.commits.fold()  # what sessions still open committed through their slots
         with self.lock:
             for f in list(self.files.values()):
                 f.revoke()
@@ -242,7 +248,7 @@ class RdmaService:
                 qp.close()
 
     def _completion_loop(self) -> None:
-        last_check = time.monotonic()
+        last_check = last_fold = time.monotonic()
         while not self._stop.is_set():
             try:
                 wcs = self.recv_cq.wait(0.02, 64)
@@ -270,6 +276,9 @@ class RdmaService:
             if now - last_check > 0.01:
                 last_check = now
                 self._check_timeouts(now)
+            if now - last_fold > self.commit_interval:
+                last_fold = now
+                self.commits.fold()
 
     def _completion(self, wc) -> Arrival | None:
         """Handle one completion; a produce notification is returned for `arrive_many`."""
@@ -563,6 +572,13 @@ class RdmaService:
         if op == "release":
             self._release_read(s, req["topic"], int(req["partition"]), int(req["base_offset"]))
             return {}
+        if op == "commit_slot":
+            try:
+                return self.commits.slot(
+                    s.id, req.get("group") or "", req["topic"], int(req["partition"])
+                )
+            except ValueError as e:
+                raise ControlError("invalid_request", str(e)) from e
         if op == "bye":  # a clean close: release now, so a successor's request never sees it held
             self._release_session(s)
             return {}
@@ -730,7 +746,9 @@ class RdmaService:
             return self._register_reader(s, ps, nxt[0], 0)
 
     def _release_session(self, s: Session) -> None:
-        """Give back everything the session holds (its grants, read files and slots)."""
+        """Give back everything the session holds (its grants, read files and slots); what it
+        committed through commit slots goes to the coordinator first."""
+        self.commits.close_session(s.id)
         with self.lock:
             for fid in s.state.pop("grants", ()):
                 f = self.files.get(fid)

@@ -165,3 +165,67 @@ def test_restart_under_native_clients(broker_factory, transport: str, sig: int) 
             values.append(msg.value())
     kafka.close()
     assert values == want
+
+
+def _wait_committed(c: Consumer, topic: str, want: int, seconds: float = 10.0) -> int | None:
+    """The group's committed offset once it reads `want` (bounded: the fold is asynchronous)."""
+    deadline = time.monotonic() + seconds
+    got = c.committed(topic, 0)
+    while got != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+        got = c.committed(topic, 0)
+    return got
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_commits_through_commit_slots(broker_factory, transport: str) -> None:
+    """commit_async(): one FETCH_AND_ADD on the partition's commit slot; the broker folds it into
+    the group coordinator within rdma.commit.interval.ms, when the consumer closes, and when the
+    broker stops (SIGTERM) - a Kafka consumer of the group then resumes there after the restart.
+    Moving a commit backwards (after a seek) works too: the add wraps modulo 2**64."""
+    broker, control = _start(broker_factory, transport)
+    topic, group = f"slots-{transport}", f"slots-{transport}"
+    _create_topic(broker.bootstrap, topic)
+    p = Producer(control, transport)
+    for i in range(30):
+        p.send(topic, 0, b"s%d" % i)
+    p.flush()
+    p.close()
+
+    c = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    c.assign([(topic, 0)])
+    assert [o for o, _ in _native_poll(c, 10)][:10] == list(range(10))
+    c.seek(topic, 0, 10)
+    c.commit_async()  # the position: 10
+    assert _wait_committed(c, topic, 10) == 10  # folded by the interval, c still open
+    c.commit_async({(topic, 0): 25})
+    c.commit_async({(topic, 0): 7})  # backwards
+    c.close()  # folded at once: the last word counts
+    check = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    assert _wait_committed(check, topic, 7) == 7
+    check.close()
+
+    c = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    c.commit_async({(topic, 0): 21})
+    broker.stop(signal.SIGTERM)  # the broker folds what open sessions committed as it stops
+    broker.start()
+    kafka = KafkaConsumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "latest",  # only the folded commit can make it start at 21
+        }
+    )
+    kafka.subscribe([topic])
+    seen: list[int] = []
+    deadline = time.monotonic() + 30
+    while (not seen or seen[-1] < 29) and time.monotonic() < deadline:
+        msg = kafka.poll(0.1)
+        if msg is not None and not msg.error():
+            seen.append(msg.offset())
+    kafka.close()
+    assert seen == list(range(21, 30))
+
+    with pytest.raises(ValueError):
+        Consumer(control, transport).commit_async({(topic, 0): 1})  # no group
