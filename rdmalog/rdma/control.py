@@ -34,6 +34,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rdmalog.errors import KafkaError
+
 log = logging.getLogger(__name__)
 
 MAX_LINE = 1 << 16
@@ -119,6 +121,9 @@ class ControlServer:
                     reply = self.handler(s, req)
                 except ControlError as e:
                     reply = {"error": e.code, "message": str(e)}
+                except KafkaError as e:  # e.g. an unknown topic: the client's mistake, not ours
+                    log.info("control request refused: %s", e)
+                    reply = {"error": type(e).__name__, "message": str(e)}
                 except Exception as e:  # a bug or a store error: the client gets a reason
                     log.exception("control request failed")
                     reply = {"error": type(e).__name__, "message": str(e)}

@@ -573,10 +573,12 @@ class RdmaService:
             self._release_read(s, req["topic"], int(req["partition"]), int(req["base_offset"]))
             return {}
         if op == "commit_slot":
+            topic, partition = str(req.get("topic") or ""), req.get("partition")
+            if type(partition) is not int:
+                raise ControlError("invalid_request", "commit_slot needs an integer partition")
+            self.store.partition(topic, partition)  # raises for an unknown topic or partition
             try:
-                return self.commits.slot(
-                    s.id, req.get("group") or "", req["topic"], int(req["partition"])
-                )
+                return self.commits.slot(s.id, str(req.get("group") or ""), topic, partition)
             except ValueError as e:
                 raise ControlError("invalid_request", str(e)) from e
         if op == "bye":  # a clean close: release now, so a successor's request never sees it held

@@ -683,3 +683,14 @@ def test_writes_waiting_behind_a_revoking_write_are_answered(broker):
     assert p.produce("rv", 0, b"again")[0] == 1  # a fresh grant continues at the committed end
     assert [r.value for r in store_records(st, "rv")] == [b"first", b"again"]
     p.close()
+
+
+def test_commit_slots_need_a_group_coordinator(broker):
+    """A service started without a coordinator to fold into (the store alone) refuses commit
+    slots with a reason instead of taking commits it could never make durable."""
+    st, svc = broker
+    st.create_topic("cs", 1)
+    c = Consumer(svc.control_address)
+    with pytest.raises(ControlError, match="coordinator"):
+        c.control("commit_slot", group="g", topic="cs", partition=0)
+    c.close()

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.brokers import free_port
 from rdmalog.rdma import BrokerDisconnected, Consumer, Producer
+from rdmalog.rdma.control import ControlError
 
 
 def _start(broker_factory, transport: str):
@@ -229,3 +230,11 @@ def test_commits_through_commit_slots(broker_factory, transport: str) -> None:
 
     with pytest.raises(ValueError):
         Consumer(control, transport).commit_async({(topic, 0): 1})  # no group
+    c = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    for bad in ({"topic": "nope", "partition": 0}, {"topic": topic, "partition": "0"}, {}):
+        with pytest.raises(ControlError):
+            c.control("commit_slot", group=group, **bad)
+    with pytest.raises(ControlError):
+        c.control("commit_slot", group="", topic=topic, partition=0)
+    c.commit_async({(topic, 0): 3})  # the session still works
+    c.close()
