@@ -35,6 +35,18 @@ def _create_topic(bootstrap: str, name: str) -> None:
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(15)
 
 
+def _start_with_records(broker_factory, transport: str, topic: str, prefix: bytes, n: int):
+    """A broker with `topic` holding n records prefix0, prefix1, ... produced natively."""
+    broker, control = _start(broker_factory, transport)
+    _create_topic(broker.bootstrap, topic)
+    p = Producer(control, transport)
+    for i in range(n):
+        p.send(topic, 0, prefix + b"%d" % i)
+    p.flush()
+    p.close()
+    return broker, control
+
+
 def _native_poll(c: Consumer, count: int, rounds: int = 300) -> list[tuple[int, bytes]]:
     out: list[tuple[int, bytes]] = []
     for _ in range(rounds):
@@ -46,15 +58,8 @@ def _native_poll(c: Consumer, count: int, rounds: int = 300) -> list[tuple[int, 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_group_offsets_shared_with_kafka_consumers(broker_factory, transport: str) -> None:
-    broker, control = _start(broker_factory, transport)
     topic, group = f"offsets-{transport}", f"group-{transport}"
-    _create_topic(broker.bootstrap, topic)
-
-    p = Producer(control, transport)
-    for i in range(20):
-        p.send(topic, 0, b"n%d" % i)
-    p.flush()
-    p.close()
+    broker, control = _start_with_records(broker_factory, transport, topic, b"n", 20)
 
     native = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
     assert native.committed(topic, 0) is None
@@ -184,14 +189,8 @@ def test_commits_through_commit_slots(broker_factory, transport: str) -> None:
     the group coordinator within rdma.commit.interval.ms, when the consumer closes, and when the
     broker stops (SIGTERM) - a Kafka consumer of the group then resumes there after the restart.
     Moving a commit backwards (after a seek) works too: the add wraps modulo 2**64."""
-    broker, control = _start(broker_factory, transport)
-    topic, group = f"slots-{transport}", f"slots-{transport}"
-    _create_topic(broker.bootstrap, topic)
-    p = Producer(control, transport)
-    for i in range(30):
-        p.send(topic, 0, b"s%d" % i)
-    p.flush()
-    p.close()
+    topic = group = f"slots-{transport}"
+    broker, control = _start_with_records(broker_factory, transport, topic, b"s", 30)
 
     c = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
     c.assign([(topic, 0)])
