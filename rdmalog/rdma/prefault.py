@@ -11,9 +11,9 @@ ctypes so the GIL is released while the kernel works. Without the flag (kernel <
 switches itself off. With the topic config `preallocate` the service also makes the whole head
 file resident when it grants access (`populate`), as KafkaDirect's registered, preallocated files
 are: nothing is left to allocate on the datapath (populated for reading, so the pages stay clean
-and no zeros are written back; the lead above makes them writable just ahead of the writes), and
-has the next head file prepared the same way in the background (`standby`), so a roll does not
-allocate either.
+and no zeros are written back; such heads get no lead: it would only move each page's first
+write fault from the producer into the broker), and has the next head file prepared the same way
+in the background (`standby`), so a roll does not allocate either.
 """
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ class Prefaulter:
     def populate(self, mm: mmap.mmap, position: int, capacity: int) -> bool:
         """Make [position, capacity) resident now, in the caller's thread (GIL released), as
         ibv_reg_mr pins a registered region. Populated for reading: the pages exist (no allocation
-        is left for the datapath) but stay clean, so no zeros are written back to disk; `want`
-        keeps making a short lead ahead of the writes writable. False when the kernel cannot."""
+        is left for the datapath) but stay clean, so no zeros are written back to disk. False
+        when the kernel cannot."""
         if not self.enabled:
             return False
         try:

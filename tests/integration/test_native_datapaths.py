@@ -515,6 +515,10 @@ def test_preallocated_head_is_resident_when_granted(broker):
     assert os.stat(pre).st_blocks * 512 >= seg_bytes
     assert resident_fraction(pre) > 0.99
     assert resident_fraction(sparse) < 0.5
+    # Only the sparse head gets the prefaulter's lead: the resident one has nothing to allocate.
+    grants = {t: svc.parts[(t, 0)].produce for t in ("pre", "sparse")}
+    assert grants["pre"].resident and not grants["sparse"].resident
+    assert set(svc.prefault._files) == {grants["sparse"].file_id}
     p.close()
 
 
