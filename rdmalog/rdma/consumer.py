@@ -206,6 +206,8 @@ class Consumer(Endpoint):
         if offsets is None:
             offsets = {tp: a.offset for tp, a in self.parts.items()}
         for (topic, partition), offset in offsets.items():
+            if offset < 0:
+                raise ValueError(f"cannot commit offset {offset} of {topic}-{partition}")
             slot = self._commit_slots.get((topic, partition))
             if slot is None:
                 r = self.control(

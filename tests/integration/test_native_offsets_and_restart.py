@@ -235,5 +235,7 @@ def test_commits_through_commit_slots(broker_factory, transport: str) -> None:
             c.control("commit_slot", group=group, **bad)
     with pytest.raises(ControlError):
         c.control("commit_slot", group="", topic=topic, partition=0)
+    with pytest.raises(ValueError):
+        c.commit_async({(topic, 0): -1})
     c.commit_async({(topic, 0): 3})  # the session still works
     c.close()
