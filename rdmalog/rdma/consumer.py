@@ -133,7 +133,7 @@ class Consumer(Endpoint):
 
     def _register(self) -> None:
         self._commit_slots: dict[tuple[str, int], list[int]] = {}  # tp -> [addr, rkey, word]
-        self._atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
+        self._atom = None  # FETCH_AND_ADD result word, registered by the first commit_async()
         self.slots: RemoteRegion | None = None
         self._slot_mr = self.device.alloc_mr(MAX_SLOTS * SLOT_SIZE, Access.LOCAL_WRITE)
         self._slot_view = None  # shm: live view of our slot region
@@ -219,6 +219,8 @@ class Consumer(Endpoint):
             add = add_for(slot[2], offset)
             if add == 0:
                 continue
+            if self._atom is None:
+                self._atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
             self.qp.post_fetch_add(1, self._atom, 0, slot[0], slot[1], add)
             self._wait_atomic(f"commit of {topic}-{partition}")
             slot[2] = slot_word(offset)
