@@ -482,8 +482,9 @@ def test_consumer_without_the_c_decoder_reads_the_same(broker, kind, monkeypatch
     ]
 
 
-def resident_fraction(path: Path) -> float:
-    """The share of a file's pages in the page cache (mincore on a fresh mapping; reads nothing)."""
+def resident_fraction(path: Path, length: int | None = None) -> float:
+    """The share of a file's pages (its first `length` bytes) in the page cache (mincore on a
+    fresh mapping; reads nothing)."""
     import ctypes
     import mmap
 
@@ -491,6 +492,8 @@ def resident_fraction(path: Path) -> float:
 
     libc = ctypes.CDLL(None, use_errno=True)
     size = os.path.getsize(path)
+    if length is not None:
+        size = min(size, length)
     if size == 0:  # created, not sized yet (a standby file being made)
         return 0.0
     vec = (ctypes.c_ubyte * -(-size // mmap.PAGESIZE))()
@@ -502,10 +505,14 @@ def resident_fraction(path: Path) -> float:
 
 def test_preallocated_head_is_resident_when_granted(broker):
     """With `preallocate` (KafkaDirect's setup) a produce grant makes the whole head file resident,
-    as registering it with an RNIC pins it: the datapath never allocates a page. Without it the
-    head stays sparse and only a lead ahead of the writes is populated."""
+    as registering it with an RNIC pins it: the first megabytes before the grant is answered, the
+    rest in the background, so the datapath never allocates a page and no producer waits for a
+    whole file. Without it the head stays sparse and only a lead ahead of the writes is populated."""
+    from rdmalog.rdma.prefault import MADV_POPULATE_READ, MADV_POPULATE_WRITE
+
     st, svc = broker
     seg_bytes = 32 << 20
+    svc.prefault.grant_resident = 4 << 20
     st.create_topic("pre", 1, {"segment.bytes": str(seg_bytes), "preallocate": "true"})
     st.create_topic("sparse", 1, {"segment.bytes": str(seg_bytes)})
     p = Producer(svc.control_address)
@@ -513,12 +520,17 @@ def test_preallocated_head_is_resident_when_granted(broker):
         assert p.produce(topic, 0, b"v") == (0, 0)
     pre, sparse = (st.partition(t, 0).active_segment.path for t in ("pre", "sparse"))
     assert os.stat(pre).st_blocks * 512 >= seg_bytes
-    assert resident_fraction(pre) > 0.99
+    assert resident_fraction(pre, 4 << 20) > 0.99  # before the grant was answered
+    assert wait_for(lambda: resident_fraction(pre) > 0.99)
     assert resident_fraction(sparse) < 0.5
-    # Only the sparse head gets the prefaulter's lead: the resident one has nothing to allocate.
+    # The resident head is populated for reading (clean pages, nothing written back); only the
+    # sparse one gets the prefaulter's writable lead.
     grants = {t: svc.parts[(t, 0)].produce for t in ("pre", "sparse")}
     assert grants["pre"].resident and not grants["sparse"].resident
-    assert set(svc.prefault._files) == {grants["sparse"].file_id}
+    advice = {key: f[4] for key, f in svc.prefault._files.items()}
+    assert advice.get(grants["pre"].file_id, MADV_POPULATE_READ) == MADV_POPULATE_READ
+    assert advice[grants["sparse"].file_id] == MADV_POPULATE_WRITE
+    assert p.produce("pre", 0, b"w") == (1, 1)
     p.close()
 
 

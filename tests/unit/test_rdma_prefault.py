@@ -62,3 +62,45 @@ def test_an_unmapped_file_is_dropped_quietly(tmp_path):
         assert _wait(lambda: 7 not in pf._files or pf._files[7][1] >= SIZE)
     finally:
         pf.stop()
+
+
+def _resident_pages(m: mmap.mmap, start: int, end: int) -> int:
+    import ctypes
+
+    from rdmalog.rdma.prefault import address_of
+
+    vec = (ctypes.c_ubyte * ((end - start) // mmap.PAGESIZE))()
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.mincore(ctypes.c_void_p(address_of(m) + start), ctypes.c_size_t(end - start), vec)
+    assert rc == 0, os.strerror(ctypes.get_errno())
+    return sum(v & 1 for v in vec)
+
+
+def test_populate_makes_the_grant_part_resident_now_and_the_rest_in_the_background(tmp_path):
+    """A granted head: the first `grant_resident` bytes are resident when populate returns (it
+    does not wait for the rest: with the background thread stopped the rest stays absent), the
+    rest follows from the background thread; contents never change."""
+    size = 64 << 20  # larger than the kernel's readahead around the populated part
+    path = tmp_path / "00000000000000000000.log"
+    with open(path, "w+b") as f:
+        f.truncate(size)
+        os.posix_fallocate(f.fileno(), 0, size)
+        m = mmap.mmap(f.fileno(), size)
+    m[:5] = b"batch"
+    pages = size // mmap.PAGESIZE
+    idle = Prefaulter(grant_resident=1 << 20)
+    idle.stop()
+    running = Prefaulter(grant_resident=1 << 20)
+    try:
+        assert idle.populate(3, m, 5, size)
+        assert _resident_pages(m, 0, 1 << 20) == (1 << 20) // mmap.PAGESIZE
+        assert _resident_pages(m, 0, size) < pages
+        assert running.populate(3, m, 5, size)
+        assert _wait(lambda: _resident_pages(m, 0, size) == pages)
+        assert _wait(lambda: running._files[3][1] == size)
+        assert m[:5] == b"batch" and m[5:].count(0) == size - 5
+        running.forget(3)
+        assert 3 not in running._files
+    finally:
+        running.stop()
+        m.close()
