@@ -71,7 +71,8 @@ class Grant:
 class RegisteredBuffer:
     """Application memory registered for zero-copy sends (`Producer.register`). Build batches in
     `view`; `buf[start:end]` names the batch between those positions for `send_batch`. Its bytes
-    must stay unchanged until that batch's Delivery is done (the broker may ask for a resend)."""
+    must stay unchanged until that batch's Delivery is done (the broker may ask for a resend).
+    `close()` (or leaving a `with` block) unregisters it once its batches are answered."""
 
     def __init__(self, producer: Producer, buf):
         self.view = memoryview(buf).cast("B")
@@ -80,7 +81,23 @@ class RegisteredBuffer:
         self._producer = producer
         self.mr = producer.device.reg_mr(self.view, Access.LOCAL_WRITE)
 
+    @property
+    def closed(self) -> bool:
+        return self.mr is None
+
+    def close(self, timeout: float | None = None) -> None:
+        """`Producer.unregister(self)`: waits for its batches in flight, then deregisters."""
+        self._producer.unregister(self, timeout)
+
+    def __enter__(self) -> RegisteredBuffer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def __getitem__(self, s: slice) -> RegisteredSlice:
+        if self.mr is None:
+            raise ValueError("the buffer was unregistered")
         if not isinstance(s, slice):
             raise TypeError("name a batch with a slice: buf[start:end]")
         start, stop, step = s.indices(len(self.view))
@@ -165,6 +182,28 @@ class Producer(Endpoint):
         self._buffers.append(rb)
         return rb
 
+    def unregister(self, rb: RegisteredBuffer, timeout: float | None = None) -> None:
+        """Deregister a `register()`ed buffer once no batch of it waits for an answer (a resend
+        reads it again); the application may then reuse or free the memory. Idempotent."""
+        if rb.mr is None:
+            return
+        if rb._producer is not self:
+            raise ValueError("the buffer was registered with another producer")
+
+        def answered() -> bool:
+            return not any(d.source is rb for d in (*self.inflight.values(), *self._retry))
+
+        if self.broken is None and not answered():
+            self._drive(answered, timeout or self.timeout)
+            if not answered():
+                raise TimeoutError("batches of the buffer are still unacknowledged")
+        self._buffers.remove(rb)
+        mr, rb.mr = rb.mr, None
+        try:
+            mr.deregister()
+        except TransportError:  # the session is gone: so is the registration
+            pass
+
     def _register(self) -> None:
         """Staging area, acknowledgement receives and the atomic result word on this session."""
         self.stage = self.device.alloc_mr(self.staging_bytes, Access.LOCAL_WRITE)
@@ -218,6 +257,8 @@ class Producer(Endpoint):
         if type(batch) is RegisteredSlice:
             if batch.source._producer is not self:
                 raise ValueError("the buffer was registered with another producer")
+            if batch.source.mr is None:
+                raise ValueError("the buffer was unregistered")
             self._wait_in_flight()
             src, off, n = batch.source, batch.offset, batch.length
         else:

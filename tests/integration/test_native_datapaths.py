@@ -20,7 +20,7 @@ from rdmalog.errors import CorruptRecordError, PolicyViolationError
 from rdmalog.rdma import Consumer, Producer
 from rdmalog.rdma.client import Endpoint
 from rdmalog.rdma.control import ControlError
-from rdmalog.rdma.producer import ACK_BUF
+from rdmalog.rdma.producer import ACK_BUF, RegisteredSlice
 from rdmalog.rdma.service import RdmaService
 from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status
 from rdmalog.rdma.wire import (
@@ -403,6 +403,30 @@ def test_batches_built_in_a_registered_buffer_are_sent_without_staging(broker):
         p.send_batch("z", 0, theirs[0:64])
     other.close()
     p.close()
+
+
+def test_a_registered_buffer_is_unregistered_once_its_batches_are_answered(broker):
+    """close() on a registered buffer waits for its batches in flight (a resend would read them
+    again), then deregisters it: its slices are refused, the producer goes on with others."""
+    st, svc = broker
+    st.create_topic("u", 1)
+    p = Producer(svc.control_address)
+    batch = bytes(build_batch([(None, b"x" * 100)]))
+    with p.register(bytearray(len(batch) * 8)) as buf:
+        for i in range(8):
+            buf.view[i * len(batch) : (i + 1) * len(batch)] = batch
+        ds = [p.send_batch("u", 0, buf[i * len(batch) : (i + 1) * len(batch)]) for i in range(8)]
+        rkey = buf.mr.rkey
+    assert all(d.done and d.error is None for d in ds)  # answered before the deregistration
+    assert buf.closed and buf not in p._buffers and rkey not in p.device._mrs
+    with pytest.raises(ValueError, match="unregistered"):
+        buf[0 : len(batch)]
+    with pytest.raises(ValueError, match="unregistered"):
+        p.send_batch("u", 0, RegisteredSlice(buf, 0, len(batch)))
+    buf.close()  # idempotent
+    assert p.produce("u", 0, b"after") == (8, 8)
+    p.close()
+    assert len(store_records(st, "u")) == 9
 
 
 def test_close_releases_the_grant_at_once(broker):
