@@ -506,15 +506,16 @@ def _commit_sink(groups: GroupService):
     (generation -1, no member), the kind a Kafka consumer with manual assignment makes."""
     from gateway.groups.model import CommitEntry
 
-    def commit(group: str, entries: list[CommitEntry]) -> None:
+    def commit(group: str, entries: list[CommitEntry], done) -> None:
         errors = groups.coordinator.commit_offsets(group, -1, "", entries)
         refused = {tp: e for tp, e in errors.items() if e}
         if refused:
             log.warning("RDMA commits of group %s refused (Kafka error codes): %s", group, refused)
+        done(errors)  # the consumer reads the answer from its slots' result words
 
-    def sink(group: str, offsets: dict[tuple[str, int], int]) -> None:
+    def sink(group: str, offsets: dict[tuple[str, int], int], done) -> None:
         entries = [CommitEntry(t, p, o) for (t, p), o in offsets.items()]
-        groups.loop.call_soon_threadsafe(commit, group, entries)
+        groups.loop.call_soon_threadsafe(commit, group, entries, done)
 
     return sink
 

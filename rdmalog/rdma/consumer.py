@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
+from rdmalog.rdma import commit_slots
 from rdmalog.rdma.client import Endpoint
-from rdmalog.rdma.commit_slots import SLOT_BYTES, add_for, slot_word
+from rdmalog.rdma.commit_slots import SLOT_BYTES, PendingCommits, add_for, slot_word
 from rdmalog.rdma.control import ControlError
+from rdmalog.rdma.offsets import OffsetCommitError
 from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import LRB_MASK, SLOT_MUTABLE, SLOT_SIZE, SLOT_VALID
 from rdmalog.records import (
@@ -46,6 +49,17 @@ IDLE_CHECK = 4096  # empty polls between two looks at the control connection (br
 _LEN = struct.Struct(">i")
 _SLOT = struct.Struct("<QQ")
 MAX_SLOTS = 4096
+
+
+CommitCallback = Callable[[dict[tuple[str, int], int], Exception | None], None]
+
+
+def _commit_error(group: str | None, codes: dict[int, int]) -> OffsetCommitError | None:
+    """None when every slot's fold was committed, else the first Kafka error code's error."""
+    code = next((c for c in codes.values() if c), 0)
+    if not code:
+        return None
+    return OffsetCommitError(f"group {group!r}: commit refused (Kafka error {code})", code)
 
 
 class ConsumerRecord(NamedTuple):
@@ -132,8 +146,13 @@ class Consumer(Endpoint):
                 raise
 
     def _register(self) -> None:
-        self._commit_slots: dict[tuple[str, int], list[int]] = {}  # tp -> [addr, rkey, word]
+        self._commit_slots: dict[tuple[str, int], list[int]] = {}  # tp -> [addr, rkey, word, index]
         self._atom = None  # FETCH_AND_ADD result word, registered by the first commit_async()
+        self._results: tuple[int, int] | None = None  # (addr, rkey) of our slots' result words
+        self._results_q = None  # shm: a live view of them
+        self._results_mr = None  # tcp: where they are READ to
+        self._results_look = 0.0
+        self._pending = PendingCommits()
         self.slots: RemoteRegion | None = None
         self._slot_mr = self.device.alloc_mr(MAX_SLOTS * SLOT_SIZE, Access.LOCAL_WRITE)
         self._slot_view = None  # shm: live view of our slot region
@@ -142,7 +161,12 @@ class Consumer(Endpoint):
 
     def _reconnected(self) -> None:
         """Re-register and re-request every assignment from the next offset to deliver."""
+        lost = self._pending.drop()
         self._register()
+        self._call_back(
+            (cb, offsets, OffsetCommitError("the broker restarted before confirming the commit"))
+            for cb, offsets in lost
+        )
         for a in self.parts.values():
             a.active, a.mr, a.have = False, None, 0
         for (topic, partition), a in self.parts.items():
@@ -193,18 +217,26 @@ class Consumer(Endpoint):
             offsets = {tp: a.offset for tp, a in self.parts.items()}
         self.offsets.commit(offsets)
 
-    def commit_async(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
+    def commit_async(
+        self,
+        offsets: dict[tuple[str, int], int] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> None:
         """Commit `offsets` (default: every assigned partition's position) through commit slots:
         one FETCH_AND_ADD per partition whose offset moved, no request and no broker CPU. The
         broker hands them to the group coordinator within `rdma.commit.interval.ms` and when this
         consumer closes; until then they are not durable (a broker crash in between makes the
-        group re-read those records, as a lost asynchronous commit of a Kafka consumer would)."""
+        group re-read those records, as a lost asynchronous commit of a Kafka consumer would).
+        `callback(offsets, error)` runs in a later poll() (or close()) once the coordinator has
+        answered: error None, or an OffsetCommitError with the Kafka error code (a group with
+        active members refuses these commits: UNKNOWN_MEMBER_ID)."""
         if self.group_id is None:
             raise ValueError("commit_async() needs a group_id")
         if self.broken is not None:
             raise self.disconnected(self.broken)
         if offsets is None:
             offsets = {tp: a.offset for tp, a in self.parts.items()}
+        words = {}
         for (topic, partition), offset in offsets.items():
             if offset < 0:
                 raise ValueError(f"cannot commit offset {offset} of {topic}-{partition}")
@@ -214,16 +246,57 @@ class Consumer(Endpoint):
                     "commit_slot", group=self.group_id, topic=topic, partition=partition
                 )
                 region = RemoteRegion.from_dict(r["region"])
-                slot = [region.addr + r["index"] * SLOT_BYTES, region.rkey, r["word"]]
+                slot = [region.addr + r["index"] * SLOT_BYTES, region.rkey, r["word"], r["index"]]
                 self._commit_slots[(topic, partition)] = slot
+                if self._results is None:
+                    self._results = (region.addr + r["results_at"], region.rkey)
             add = add_for(slot[2], offset)
-            if add == 0:
-                continue
-            if self._atom is None:
-                self._atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
-            self.qp.post_fetch_add(1, self._atom, 0, slot[0], slot[1], add)
-            self._wait_atomic(f"commit of {topic}-{partition}")
-            slot[2] = slot_word(offset)
+            if add:
+                if self._atom is None:
+                    self._atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
+                self.qp.post_fetch_add(1, self._atom, 0, slot[0], slot[1], add)
+                self._wait_atomic(f"commit of {topic}-{partition}")
+                slot[2] = slot_word(offset)
+            words[slot[3]] = slot[2]
+        if callback is not None and words:
+            self._pending.add(callback, dict(offsets), words)
+
+    def _look_at_commits(self, wait: bool = False) -> None:
+        """Run the callbacks of commits the coordinator answered (their slots' result words)."""
+        if not self._pending or self._results is None:
+            return
+        addr, rkey = self._results
+        if self._results_q is None and self._results_mr is None:
+            view = self.qp.map_remote(addr, rkey, commit_slots.MAX_SLOTS * SLOT_BYTES)
+            if view is not None:
+                self._results_q = view.cast("Q")
+            else:
+                self._results_mr = self.device.alloc_mr(
+                    commit_slots.MAX_SLOTS * SLOT_BYTES, Access.LOCAL_WRITE
+                )
+        if self._results_q is not None:
+            result = self._results_q.__getitem__
+        else:  # a READ per look, so at most every 10 ms unless asked to wait
+            now = time.monotonic()
+            if not wait and now - self._results_look < 0.01:
+                return
+            self._results_look = now
+            lo, hi = self._pending.indexes()
+            off = lo * SLOT_BYTES
+            st = self.qp.read_now(self._results_mr, off, (hi - lo) * SLOT_BYTES, addr + off, rkey)
+            if st != _SUCCESS:
+                raise TransportError(f"commit result READ failed: {st.name}")
+            words = self._results_mr.buf.cast("Q")
+            result = words.__getitem__
+        answered = self._pending.settle(result)
+        self._call_back(
+            (cb, offsets, _commit_error(self.group_id, codes)) for cb, offsets, codes in answered
+        )
+
+    @staticmethod
+    def _call_back(calls) -> None:
+        for cb, offsets, error in list(calls):
+            cb(offsets, error)
 
     def _wait_atomic(self, what: str) -> None:
         deadline = time.monotonic() + self.timeout
@@ -281,6 +354,8 @@ class Consumer(Endpoint):
     def _poll(self, timeout: float, max_records: int, raw: bool) -> list:
         if self.broken is not None:
             raise self.disconnected(self.broken)
+        if self._pending:
+            self._look_at_commits()
         out: list[ConsumerRecord] = []
         deadline = None
         spins = 0
@@ -434,8 +509,17 @@ class Consumer(Endpoint):
 
     def close(self) -> None:
         if self.broken is None:
+            deadline = time.monotonic() + self.timeout  # the next fold answers them
+            while self._pending and time.monotonic() < deadline:
+                self._look_at_commits(wait=True)
+                time.sleep(0.005)
             for a in self.parts.values():
                 self._release(a)
+        lost = self._pending.drop()
+        self._call_back(
+            (cb, offsets, OffsetCommitError("no answer before close(); folded as the session ends"))
+            for cb, offsets in lost
+        )
         if self.offsets is not None:
             self.offsets.close()
         super().close()

@@ -15,7 +15,12 @@ log = logging.getLogger(__name__)
 
 
 class OffsetCommitError(Exception):
-    """The coordinator refused a commit or an offset fetch (the Kafka error's text inside)."""
+    """The coordinator refused a commit or an offset fetch (the Kafka error's text inside;
+    `error_code` when the answer was a Kafka error code)."""
+
+    def __init__(self, message: str, error_code: int | None = None):
+        super().__init__(message)
+        self.error_code = error_code
 
 
 class GroupOffsets:

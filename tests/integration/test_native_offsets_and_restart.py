@@ -239,3 +239,57 @@ def test_commits_through_commit_slots(broker_factory, transport: str) -> None:
         c.commit_async({(topic, 0): -1})
     c.commit_async({(topic, 0): 3})  # the session still works
     c.close()
+
+
+def _poll_until(c: Consumer, pred, seconds: float = 10.0) -> bool:
+    """Poll (which runs commit callbacks) until pred() holds; bounded."""
+    deadline = time.monotonic() + seconds
+    while not pred() and time.monotonic() < deadline:
+        c.poll(0.01)
+    return pred()
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_commit_async_callbacks_report_the_coordinators_answer(broker_factory, transport) -> None:
+    """commit_async(callback=...): once the broker has folded the slot, a later poll() runs the
+    callback with the coordinator's answer, read from the slot's result word - None when it was
+    committed (commits superseded before the fold are answered with the one that carried them),
+    the Kafka error when it was refused: a group with an active Kafka member refuses these simple
+    commits (UNKNOWN_MEMBER_ID), which would otherwise be lost without the consumer knowing."""
+    from rdmalog.rdma.offsets import OffsetCommitError
+
+    topic = group = f"cb-{transport}"
+    broker, control = _start_with_records(broker_factory, transport, topic, b"c", 10)
+    c = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    c.assign([(topic, 0)])
+    calls: list[tuple[dict, Exception | None]] = []
+    cb = lambda offsets, error: calls.append((offsets, error))  # noqa: E731
+
+    c.commit_async({(topic, 0): 5}, callback=cb)
+    assert _poll_until(c, lambda: len(calls) == 1)
+    assert calls == [({(topic, 0): 5}, None)] and c.committed(topic, 0) == 5
+    c.commit_async({(topic, 0): 6}, callback=cb)
+    c.commit_async({(topic, 0): 8}, callback=cb)  # before the next fold: one fold carries both
+    assert _poll_until(c, lambda: len(calls) == 3)
+    assert calls[1:] == [({(topic, 0): 6}, None), ({(topic, 0): 8}, None)]
+    assert c.committed(topic, 0) == 8
+
+    kafka = KafkaConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    kafka.subscribe([topic])
+    deadline = time.monotonic() + 30
+    while not kafka.assignment() and time.monotonic() < deadline:
+        kafka.poll(0.1)
+    assert kafka.assignment(), "the Kafka consumer never joined the group"
+    c.commit_async({(topic, 0): 9}, callback=cb)
+    assert _poll_until(c, lambda: len(calls) == 4)
+    offsets, error = calls[3]
+    assert offsets == {(topic, 0): 9} and isinstance(error, OffsetCommitError)
+    assert error.error_code == 25  # UNKNOWN_MEMBER_ID: the group has a member
+    kafka.close()  # leaves: the group is empty again and takes simple commits
+
+    c.commit_async({(topic, 0): 10}, callback=cb)
+    c.close()  # waits for the answer: the callback runs before close() returns
+    assert calls[4] == ({(topic, 0): 10}, None)
+    check = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    assert check.committed(topic, 0) == 10
+    check.close()

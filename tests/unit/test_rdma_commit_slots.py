@@ -1,0 +1,53 @@
+"""Commit-slot arithmetic and the consumer's bookkeeping of result words (no transport)."""
+
+from __future__ import annotations
+
+from rdmalog.rdma.commit_slots import (
+    PendingCommits,
+    add_for,
+    parse_result,
+    result_word,
+    slot_word,
+)
+
+
+def test_adds_move_a_slot_either_way_modulo_2_64():
+    word = 0
+    for offset in (10, 3, 2**40, 0):
+        word = (word + add_for(word, offset)) % 2**64
+        assert word == slot_word(offset)
+
+
+def test_result_words_carry_the_word_and_a_signed_error_code():
+    assert parse_result(0) == (0, 0)
+    assert parse_result(result_word(slot_word(41), 0)) == (42, 0)
+    assert parse_result(result_word(slot_word(41), 25)) == (42, 25)
+    assert parse_result(result_word(slot_word(7), -1)) == (8, -1)  # UNKNOWN_SERVER_ERROR
+
+
+def test_a_fold_answers_every_commit_up_to_the_word_it_carried():
+    pending = PendingCommits()
+    results = {0: 0, 1: 0}
+    pending.add("a", {("t", 0): 5}, {0: slot_word(5)})
+    pending.add("b", {("t", 0): 6, ("t", 1): 1}, {0: slot_word(6), 1: slot_word(1)})
+    pending.add("c", {("t", 0): 8}, {0: slot_word(8)})
+    assert pending.indexes() == (0, 2)
+    assert pending.settle(results.__getitem__) == []  # nothing folded yet
+    results[0] = result_word(slot_word(6), 0)  # a fold carried 6 (5 was superseded by it)
+    assert pending.settle(results.__getitem__) == [("a", {("t", 0): 5}, {0: 0})]
+    results[1] = result_word(slot_word(1), 25)  # b's other partition was refused
+    done = pending.settle(results.__getitem__)
+    assert done == [("b", {("t", 0): 6, ("t", 1): 1}, {0: 0, 1: 25})]
+    assert pending  # c waits for a fold that carries 8
+    results[0] = result_word(slot_word(8), 0)
+    assert [d[0] for d in pending.settle(results.__getitem__)] == ["c"] and not pending
+
+
+def test_the_same_word_again_is_answered_by_a_later_fold_only_once_per_commit():
+    pending = PendingCommits()
+    results = {0: result_word(slot_word(5), 0)}  # 5 was committed and answered long ago
+    pending.add("again", {("t", 0): 5}, {0: slot_word(5)})  # unchanged: already answered
+    assert [d[0] for d in pending.settle(results.__getitem__)] == ["again"]
+    pending.add("x", {("t", 0): 3}, {0: slot_word(3)})
+    assert pending.settle(results.__getitem__) == []  # the old answer is for 5, not 3
+    assert pending.drop() == [("x", {("t", 0): 3})] and not pending
