@@ -11,6 +11,8 @@ need_apt=()
 if [[ ",$extras," == *",test,"* ]]; then
     command -v kcat >/dev/null || need_apt+=(kcat)
     command -v npm >/dev/null || need_apt+=(nodejs npm)  # KafkaJS compat scenarios
+    # the verbs transport's mapping is checked against Debian's pyverbs (no device needed)
+    [[ -d /usr/lib/python3/dist-packages/pyverbs ]] || need_apt+=(python3-pyverbs)
 fi
 if [[ ",$extras," == *",spark,"* || ",$extras," == *",test,"* ]]; then
     # PySpark, and the Java kafka-clients compat scenarios

@@ -42,17 +42,29 @@ class Opcode(enum.IntEnum):
 
 
 class Status(enum.IntEnum):
-    """ibv_wc_status (the subset these transports produce)."""
+    """ibv_wc_status (the software transports produce a subset; a device any of them)."""
 
     SUCCESS = 0
     LOC_LEN_ERR = 1
+    LOC_QP_OP_ERR = 2
+    LOC_EEC_OP_ERR = 3
     LOC_PROT_ERR = 4
     WR_FLUSH_ERR = 5
+    MW_BIND_ERR = 6
+    BAD_RESP_ERR = 7
+    LOC_ACCESS_ERR = 8
     REM_INV_REQ_ERR = 9
     REM_ACCESS_ERR = 10
     REM_OP_ERR = 11
     RETRY_EXC_ERR = 12
     RNR_RETRY_EXC_ERR = 13
+    LOC_RDD_VIOL_ERR = 14
+    REM_INV_RD_REQ_ERR = 15
+    REM_ABORT_ERR = 16
+    INV_EECN_ERR = 17
+    INV_EEC_STATE_ERR = 18
+    FATAL_ERR = 19
+    RESP_TIMEOUT_ERR = 20
     GENERAL_ERR = 21
 
 

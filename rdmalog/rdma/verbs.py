@@ -10,7 +10,8 @@ segment file's mapping) can be addressed through every queue pair. rdmacm (synch
 resolves addresses and exchanges QP numbers; the QPs themselves are "external" QPs on our PD,
 moved to RTS with the attributes rdmacm computes, plus REMOTE_ATOMIC access. Immediate data
 travels in network byte order as on the wire; WorkCompletion.imm_data is host order.
-pyverbs is imported lazily so the rest of the package never needs it.
+pyverbs is imported lazily so the rest of the package never needs it. `WrTracker` is the one
+piece of bookkeeping between the interface and the device (see its docstring).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 
 from rdmalog.rdma.transport import (
     Access,
@@ -86,6 +88,105 @@ def _address_of(buf) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(view))
 
 
+SIGNAL_EVERY = 64  # a run of unsignaled sends is cut by a signaled one (send-queue reclaim)
+
+# The completion opcode of each work request the interface posts.
+_SEND_OPCODES = {
+    Opcode.WRITE: Opcode.WRITE,
+    Opcode.WRITE_WITH_IMM: Opcode.WRITE,  # completes as a WRITE at the initiator
+    Opcode.READ: Opcode.READ,
+    Opcode.FETCH_AND_ADD: Opcode.FETCH_AND_ADD,
+    Opcode.CMP_AND_SWAP: Opcode.CMP_AND_SWAP,
+    Opcode.SEND: Opcode.SEND,
+}
+
+
+def wc_status(value: int) -> Status:
+    """A device's ibv_wc_status as a Status (an unknown value is a GENERAL_ERR, never a crash)."""
+    try:
+        return Status(value)
+    except ValueError:
+        return Status.GENERAL_ERR
+
+
+class WrTracker:
+    """One queue pair's work requests between the interface and the device (no I/O).
+
+    Every posted request gets an id of its own on the device, so a completion names its request
+    even where the application uses the same ids on both queues. Two device rules make this
+    necessary: an error completion's opcode is undefined (libibverbs), so it comes from what was
+    posted; and unsignaled sends hold their send-queue slots until a later signaled one
+    completes, so every SIGNAL_EVERY-th unsignaled send goes out signaled and its successful
+    completion is swallowed here (a producer that posts only unsignaled WRITEs would otherwise
+    fill its send queue after `depth` writes)."""
+
+    def __init__(self, signal_every: int = SIGNAL_EVERY):
+        self.signal_every = signal_every
+        self._lock = threading.Lock()  # posts and polls may come from different threads
+        self._last = 0
+        self._run = 0  # unsignaled sends since the last signaled one
+        # (device id, application id, completion opcode, signaled by the application), in order
+        self._sends: deque[tuple[int, int, Opcode, bool]] = deque()
+        self._recvs: dict[int, int] = {}  # device id -> application id
+
+    def send(self, wr_id: int, opcode: Opcode, signaled: bool) -> tuple[int, bool]:
+        """(device id, signaled on the device) for a send-queue request."""
+        with self._lock:
+            self._last += 1
+            device_signaled = signaled
+            self._run = 0 if signaled else self._run + 1
+            if self._run >= self.signal_every:
+                device_signaled, self._run = True, 0
+            self._sends.append((self._last, wr_id, _SEND_OPCODES[opcode], signaled))
+            return self._last, device_signaled
+
+    def recv(self, wr_id: int) -> int:
+        """The device id for a receive."""
+        with self._lock:
+            self._last += 1
+            self._recvs[self._last] = wr_id
+            return self._last
+
+    def complete(self, device_id: int, status: Status, opcode: int) -> tuple[int, Opcode] | None:
+        """(application id, opcode) of a device completion; None when it is not the
+        application's (an internally signaled send that succeeded, or an unknown id)."""
+        with self._lock:
+            wr_id = self._recvs.pop(device_id, None)
+            if wr_id is not None:
+                ok = status == Status.SUCCESS and opcode == Opcode.RECV_RDMA_WITH_IMM
+                return wr_id, Opcode.RECV_RDMA_WITH_IMM if ok else Opcode.RECV
+            sends = self._sends
+            while sends and sends[0][0] < device_id:  # a send queue completes in order
+                sends.popleft()
+            if not sends or sends[0][0] != device_id:
+                return None
+            _, wr_id, op, signaled = sends.popleft()
+            if status == Status.SUCCESS and not signaled:
+                return None
+            return wr_id, op
+
+
+def send_wr(
+    device_id: int, op: Opcode, addr: int, length: int, lkey: int, signaled: bool, imm=None
+):
+    """A pyverbs SendWR of one local range (set_wr_rdma / set_wr_atomic add the remote side)."""
+    import pyverbs.enums as e
+    from pyverbs.wr import SGE, SendWR
+
+    opcode = {
+        Opcode.WRITE: e.IBV_WR_RDMA_WRITE,
+        Opcode.WRITE_WITH_IMM: e.IBV_WR_RDMA_WRITE_WITH_IMM,
+        Opcode.READ: e.IBV_WR_RDMA_READ,
+        Opcode.FETCH_AND_ADD: e.IBV_WR_ATOMIC_FETCH_AND_ADD,
+        Opcode.CMP_AND_SWAP: e.IBV_WR_ATOMIC_CMP_AND_SWP,
+        Opcode.SEND: e.IBV_WR_SEND,
+    }[op]
+    flags = e.IBV_SEND_SIGNALED if signaled else 0
+    kw = {"imm_data": socket.htonl(imm & 0xFFFFFFFF)} if imm is not None else {}  # big-endian
+    sg = [SGE(addr, length, lkey)]
+    return SendWR(wr_id=device_id, opcode=opcode, num_sge=1, sg=sg, send_flags=flags, **kw)
+
+
 class VerbsMR:
     def __init__(self, dev: VerbsDevice, buf, access: Access, owner=None):
         from pyverbs.mr import MR
@@ -111,14 +212,22 @@ class VerbsCQ:
         from pyverbs.cq import CQ
 
         self.cq = CQ(dev.ctx, depth, None, None, 0)
+        self.qps: dict[int, VerbsQP] = {}  # the queue pairs completing here, by number
 
     def poll(self, max_entries: int = 16) -> list[WorkCompletion]:
         n, wcs = self.cq.poll(max_entries)
         out = []
         for wc in wcs[:n]:
-            op = Opcode(wc.opcode)
+            qp = self.qps.get(wc.qp_num)
+            if qp is None:  # closed meanwhile: nobody waits for it
+                continue
+            status = wc_status(wc.status)
+            mine = qp.wrs.complete(wc.wr_id, status, wc.opcode)
+            if mine is None:
+                continue
+            wr_id, op = mine
             imm = socket.ntohl(wc.imm_data) if op == Opcode.RECV_RDMA_WITH_IMM else None
-            out.append(WorkCompletion(wc.wr_id, Status(wc.status), op, wc.byte_len, imm, wc.qp_num))
+            out.append(WorkCompletion(wr_id, status, op, wc.byte_len, imm, wc.qp_num))
         return out
 
     def wait(self, timeout: float | None, max_entries: int = 16) -> list[WorkCompletion]:
@@ -147,6 +256,8 @@ class VerbsQP:
         init = QPInitAttr(qp_type=e.IBV_QPT_RC, scq=send_cq.cq, rcq=recv_cq.cq, cap=cap)
         self.qp = QP(dev.pd, init, QPAttr())
         self.qp_num = self.qp.qp_num
+        self.wrs = WrTracker()
+        send_cq.qps[self.qp_num] = recv_cq.qps[self.qp_num] = self
         self.closed = False
 
     def to_rts(self) -> None:
@@ -164,29 +275,21 @@ class VerbsQP:
                 )
             self.qp.modify(attr, mask)
 
-    def _wr(self, wr_id, opcode, mr, offset, length, signaled=True, imm=None):
-        import pyverbs.enums as e
-        from pyverbs.wr import SGE, SendWR
-
+    def _wr(self, wr_id, op: Opcode, mr, offset, length, signaled=True, imm=None):
+        """The device work request for an interface post (ids and signaling via `wrs`)."""
         if not (0 <= offset and offset + length <= mr.length):
             raise TransportError("local buffer out of bounds")
-        flags = e.IBV_SEND_SIGNALED if signaled else 0
-        sge = SGE(mr.addr + offset, length, mr.lkey)
-        kw = {"imm_data": socket.htonl(imm & 0xFFFFFFFF)} if imm is not None else {}
-        return SendWR(wr_id=wr_id, opcode=opcode, num_sge=1, sg=[sge], send_flags=flags, **kw)
+        device_id, signaled = self.wrs.send(wr_id, op, signaled)
+        return send_wr(device_id, op, mr.addr + offset, length, mr.lkey, signaled, imm)
 
     def post_write(self, wr_id, mr, offset, length, remote_addr, rkey, imm=None, signaled=True):
-        import pyverbs.enums as e
-
-        op = e.IBV_WR_RDMA_WRITE if imm is None else e.IBV_WR_RDMA_WRITE_WITH_IMM
+        op = Opcode.WRITE if imm is None else Opcode.WRITE_WITH_IMM
         wr = self._wr(wr_id, op, mr, offset, length, signaled, imm)
         wr.set_wr_rdma(rkey, remote_addr)
         self.qp.post_send(wr)
 
     def post_read(self, wr_id, mr, offset, length, remote_addr, rkey, signaled=True):
-        import pyverbs.enums as e
-
-        wr = self._wr(wr_id, e.IBV_WR_RDMA_READ, mr, offset, length, signaled)
+        wr = self._wr(wr_id, Opcode.READ, mr, offset, length, signaled)
         wr.set_wr_rdma(rkey, remote_addr)
         self.qp.post_send(wr)
 
@@ -200,7 +303,7 @@ class VerbsQP:
     def map_remote(self, remote_addr: int, rkey: int, length: int) -> None:
         return None
 
-    def _atomic(self, wr_id, op, mr, offset, remote_addr, rkey, a, b):
+    def _atomic(self, wr_id, op: Opcode, mr, offset, remote_addr, rkey, a, b):
         if remote_addr % 8:
             raise TransportError("remote atomic address must be 8-byte aligned")
         wr = self._wr(wr_id, op, mr, offset, 8)
@@ -208,27 +311,19 @@ class VerbsQP:
         self.qp.post_send(wr)
 
     def post_fetch_add(self, wr_id, mr, offset, remote_addr, rkey, add):
-        import pyverbs.enums as e
-
-        self._atomic(wr_id, e.IBV_WR_ATOMIC_FETCH_AND_ADD, mr, offset, remote_addr, rkey, add, 0)
+        self._atomic(wr_id, Opcode.FETCH_AND_ADD, mr, offset, remote_addr, rkey, add, 0)
 
     def post_cmp_swap(self, wr_id, mr, offset, remote_addr, rkey, compare, swap):
-        import pyverbs.enums as e
-
-        self._atomic(
-            wr_id, e.IBV_WR_ATOMIC_CMP_AND_SWP, mr, offset, remote_addr, rkey, compare, swap
-        )
+        self._atomic(wr_id, Opcode.CMP_AND_SWAP, mr, offset, remote_addr, rkey, compare, swap)
 
     def post_send(self, wr_id, mr, offset, length, signaled=True):
-        import pyverbs.enums as e
-
-        self.qp.post_send(self._wr(wr_id, e.IBV_WR_SEND, mr, offset, length, signaled))
+        self.qp.post_send(self._wr(wr_id, Opcode.SEND, mr, offset, length, signaled))
 
     def post_recv(self, wr_id, mr, offset, length):
         from pyverbs.wr import SGE, RecvWR
 
         sg = [SGE(mr.addr + offset, length, mr.lkey)] if length else []
-        self.qp.post_recv(RecvWR(wr_id=wr_id, num_sge=len(sg), sg=sg))
+        self.qp.post_recv(RecvWR(wr_id=self.wrs.recv(wr_id), num_sge=len(sg), sg=sg))
 
     def peer_alive(self) -> bool:
         return not self.closed
@@ -242,6 +337,9 @@ class VerbsQP:
                 pass
             self.qp.close()
             self.cmid.close()
+            for cq in (self.send_cq, self.recv_cq):  # its late (flush) completions have no reader
+                if cq.qps.get(self.qp_num) is self:
+                    del cq.qps[self.qp_num]
 
 
 def _conn_param(qp_num: int):
