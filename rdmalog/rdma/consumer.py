@@ -153,6 +153,7 @@ class Consumer(Endpoint):
         self._results_mr = None  # tcp: where they are READ to
         self._results_look = 0.0
         self._pending = PendingCommits()
+        self._commits_waiting = self._pending.waiting  # tested on every poll: a list, not a call
         self.slots: RemoteRegion | None = None
         self._slot_mr = self.device.alloc_mr(MAX_SLOTS * SLOT_SIZE, Access.LOCAL_WRITE)
         self._slot_view = None  # shm: live view of our slot region
@@ -354,7 +355,7 @@ class Consumer(Endpoint):
     def _poll(self, timeout: float, max_records: int, raw: bool) -> list:
         if self.broken is not None:
             raise self.disconnected(self.broken)
-        if self._pending:
+        if self._commits_waiting:
             self._look_at_commits()
         out: list[ConsumerRecord] = []
         deadline = None
