@@ -423,6 +423,15 @@ class RdmaService:
                     log.info("%s: refused RDMA write of %d bytes: %s", plog.name, byte_len, e)
                     status = AckStatus.CORRUPT
                 else:
+                    if seg.size == f.expect_pos:
+                        # A duplicate of an idempotent producer's committed batch: answered with
+                        # the original's offsets, as Kafka does, but its bytes stay uncommitted
+                        # where they were written, and later writes sit behind them: revoke, so
+                        # those come back REVOKED and are resent under a new grant.
+                        reply(order, _ACK_OK, res.base_offset, res.last_offset, seg.size)
+                        self._revoke(f)
+                        self._send_acks()
+                        return
                     f.expect_pos = seg.size
                     reply(order, _ACK_OK, res.base_offset, res.last_offset, seg.size)
                     self._send_acks()

@@ -429,6 +429,29 @@ def test_a_registered_buffer_is_unregistered_once_its_batches_are_answered(broke
     assert len(store_records(st, "u")) == 9
 
 
+@pytest.mark.parametrize("mode", ["exclusive", "shared"])
+def test_a_duplicate_idempotent_batch_is_answered_and_what_follows_still_commits(broker, mode):
+    """A batch of an idempotent producer that was already committed (a resend) is answered with
+    the original's offsets and not committed again; the write after it, which sits behind its
+    uncommitted bytes, is resent under a new grant and committed - not answered as the duplicate
+    (it was, with the duplicate's offsets, and lost, when both had the same length)."""
+    st, svc = broker
+    st.create_topic("dup", 1)
+    p = Producer(svc.control_address, mode=mode)
+    idem = bytes(build_batch([(b"k", b"A" * 50)], producer_id=7, producer_epoch=0, base_sequence=0))
+    plain = bytes(build_batch([(b"k", b"B" * 50)]))  # same length
+    assert len(idem) == len(plain)
+    assert p.send_batch("dup", 0, idem).wait(10) == (0, 0)
+    again = p.send_batch("dup", 0, idem)
+    after = p.send_batch("dup", 0, plain)
+    p.flush()
+    assert again.result == (0, 0) and again.error is None
+    assert after.result == (1, 1) and after.error is None
+    assert p.produce("dup", 0, b"C" * 50) == (2, 2)
+    p.close()
+    assert [r.value[:1] for r in store_records(st, "dup")] == [b"A", b"B", b"C"]
+
+
 def test_close_releases_the_grant_at_once(broker):
     """close() says bye: the next producer (either mode) never finds the partition still held."""
     st, svc = broker
