@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rdmalog.compression import Codec
-from rdmalog.errors import CorruptRecordError, KafkaError
+from rdmalog.errors import CorruptRecordError, KafkaError, error_for_code
 from rdmalog.rdma.client import BrokerDisconnected, Endpoint
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
@@ -469,9 +469,11 @@ class Producer(Endpoint):
             return
         if status == _ACK_OK:
             d.result = (base, last)
-        elif status == AckStatus.CORRUPT:
+        elif status == AckStatus.CORRUPT:  # base carries the refusal's Kafka error code
             self._drop_grant(fid)
-            d.error = CorruptRecordError("the broker refused the batch (validation failed)")
+            code = base if base > 0 else CorruptRecordError.error_code
+            cls = error_for_code(code)
+            d.error = cls(f"the broker refused the batch: Kafka error {code} ({cls.__name__})")
         else:  # FULL, ABORTED, REVOKED: nothing was committed; resend under a new grant
             self._drop_grant(fid)
             self._retry.append(d)

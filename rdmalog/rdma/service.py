@@ -415,32 +415,30 @@ class RdmaService:
         with plog.lock:
             seg = plog.active_segment if plog.segments else None
             if seg is not f.segment or f.expect_pos != seg.size:
-                status = AckStatus.REVOKED
+                answer = (AckStatus.REVOKED, -1, -1, 0)
             else:
                 try:
                     res = plog.commit_written(byte_len)
                 except KafkaError as e:
                     log.info("%s: refused RDMA write of %d bytes: %s", plog.name, byte_len, e)
-                    status = AckStatus.CORRUPT
+                    answer = (AckStatus.CORRUPT, e.error_code, -1, 0)  # the reason's Kafka code
                 else:
-                    if seg.size == f.expect_pos:
-                        # A duplicate of an idempotent producer's committed batch: answered with
-                        # the original's offsets, as Kafka does, but its bytes stay uncommitted
-                        # where they were written, and later writes sit behind them: revoke, so
-                        # those come back REVOKED and are resent under a new grant.
+                    if seg.size != f.expect_pos:
+                        f.expect_pos = seg.size
                         reply(order, _ACK_OK, res.base_offset, res.last_offset, seg.size)
-                        self._revoke(f)
                         self._send_acks()
+                        self._committed(f, seg)
+                        if res.flush_needed:
+                            plog.flush()
                         return
-                    f.expect_pos = seg.size
-                    reply(order, _ACK_OK, res.base_offset, res.last_offset, seg.size)
-                    self._send_acks()
-                    self._committed(f, seg)
-                    if res.flush_needed:
-                        plog.flush()
-                    return
-        reply(order, status, -1, -1, 0)
-        self._revoke(f)  # later writes sit behind bytes that were not committed
+                    # Nothing appended: a duplicate of an idempotent producer's committed batch,
+                    # answered with the original's offsets, as Kafka does. Its bytes stay where
+                    # they were written, uncommitted, and later writes sit behind them: revoke
+                    # (below), so those come back REVOKED and are resent under a new grant.
+                    answer = (_ACK_OK, res.base_offset, res.last_offset, seg.size)
+        reply(order, *answer)
+        self._revoke(f)  # later writes sit behind bytes that were not committed (outside the
+        # log's lock: the grant path takes the service lock first)
 
     def _committed(self, f: ProduceFile, seg) -> None:
         """After a commit into f: keep the prefault lead; a quarter into a preallocated file, have

@@ -44,7 +44,8 @@ def word_encode(order: int, position: int) -> int:
 
 class AckStatus(enum.IntEnum):
     OK = 0
-    CORRUPT = 1  # the batch failed validation: not committed; access revoked
+    CORRUPT = 1  # refused (validation, sequence, ...): not committed; access revoked; the
+    # ack's base_offset carries the Kafka error code of the refusal
     FULL = 2  # the file is full: it was rolled; ask for access to the new head
     ABORTED = 3  # a predecessor never arrived: not committed; access revoked
     REVOKED = 4  # the grant is gone (rolled by someone else, revoked after an error)

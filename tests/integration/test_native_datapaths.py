@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rdmalog.config import BrokerConfig
-from rdmalog.errors import CorruptRecordError, PolicyViolationError
+from rdmalog.errors import CorruptRecordError, KafkaError, PolicyViolationError
 from rdmalog.rdma import Consumer, Producer
 from rdmalog.rdma.client import Endpoint
 from rdmalog.rdma.control import ControlError
@@ -448,8 +448,15 @@ def test_a_duplicate_idempotent_batch_is_answered_and_what_follows_still_commits
     assert again.result == (0, 0) and again.error is None
     assert after.result == (1, 1) and after.error is None
     assert p.produce("dup", 0, b"C" * 50) == (2, 2)
+    # A refusal names its reason with the Kafka error code: here a gap in the sequence.
+    gap = build_batch([(b"k", b"D")], producer_id=7, producer_epoch=0, base_sequence=5)
+    refused = p.send_batch("dup", 0, gap)
+    with pytest.raises(KafkaError) as e:
+        refused.wait(10)
+    assert e.value.error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER, not "corrupt"
+    assert p.produce("dup", 0, b"E") == (3, 3)
     p.close()
-    assert [r.value[:1] for r in store_records(st, "dup")] == [b"A", b"B", b"C"]
+    assert [r.value[:1] for r in store_records(st, "dup")] == [b"A", b"B", b"C", b"E"]
 
 
 def test_close_releases_the_grant_at_once(broker):
@@ -652,7 +659,7 @@ def test_a_run_of_writes_commits_together_and_acks_each(broker, monkeypatch):
     acks = _post_out_of_order(p, "run", [one(b"f"), bytes(bad), one(b"g")])
     assert acks == {
         0: (AckStatus.OK, 6, 6),
-        1: (AckStatus.CORRUPT, -1, -1),
+        1: (AckStatus.CORRUPT, CorruptRecordError.error_code, -1),  # the reason's Kafka code
         2: (AckStatus.REVOKED, -1, -1),
     }
     assert runs == [3, 3]
