@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from rdmalog.errors import KafkaError, PolicyViolationError
+from rdmalog.errors import KafkaError, PolicyViolationError, error_for_code
 from rdmalog.rdma._atomic64 import copy, fetch_add, store
 from rdmalog.rdma.commit_slots import CommitSink, CommitSlots
 from rdmalog.rdma.control import ControlError, ControlServer, Session
@@ -540,7 +540,7 @@ class RdmaService:
             return AppendResult(base, last, -1, ps.log.log_start_offset, False)
         if status in (AckStatus.FULL, AckStatus.REVOKED, AckStatus.ABORTED):
             return self.append(topic, partition, buf, leader_epoch)  # the head changed: retry
-        raise PolicyViolationError(f"append refused: {status.name}")
+        raise error_for_code(base)(f"append refused: Kafka error {base}")  # CORRUPT: the reason
 
     # -- control requests ---------------------------------------------------------------------------
     def _part(self, topic: str, partition: int) -> PartState:

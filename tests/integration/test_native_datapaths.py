@@ -190,6 +190,31 @@ def test_shared_mode_two_processes_and_the_gateway(broker, kind):
     assert len(st.partition("s", 0).segments) > 1
 
 
+def test_gateway_idempotent_appends_into_a_shared_grant(broker):
+    """A Kafka idempotent producer's batches through the gateway into a partition a native shared
+    producer holds: a retried batch is answered with the original's offsets and not stored twice,
+    the native producer's next writes still commit, and a sequence gap is refused with its own
+    Kafka error (OUT_OF_ORDER_SEQUENCE_NUMBER, what a Kafka client acts on), not a generic one."""
+    from rdmalog.errors import OutOfOrderSequenceError
+
+    st, svc = broker
+    st.create_topic("gi", 1)
+    p = Producer(svc.control_address, mode="shared")
+    assert p.produce("gi", 0, b"native-0") == (0, 0)
+    kafka = build_batch([(None, b"kafka-0")], producer_id=11, producer_epoch=0, base_sequence=0)
+    assert svc.append("gi", 0, kafka).base_offset == 1
+    assert svc.append("gi", 0, kafka).base_offset == 1  # a retry: the original's offset
+    assert p.produce("gi", 0, b"native-1") == (2, 2)
+    gap = build_batch([(None, b"kafka-9")], producer_id=11, producer_epoch=0, base_sequence=9)
+    with pytest.raises(OutOfOrderSequenceError):
+        svc.append("gi", 0, gap)
+    assert p.produce("gi", 0, b"native-2") == (3, 3)
+    p.close()
+    assert [r.value for r in store_records(st, "gi")] == [
+        b"native-0", b"kafka-0", b"native-1", b"native-2",
+    ]  # fmt: skip
+
+
 def test_exclusive_grant_excludes_others(broker):
     st, svc = broker
     st.create_topic("x", 1)
