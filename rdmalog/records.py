@@ -163,6 +163,22 @@ def set_log_append_time(buf: memoryview | bytearray, pos: int, size: int, timest
     )
 
 
+_PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+
+
+def stamp_producer(buf: memoryview | bytearray, pos: int, pid: int, epoch: int, seq: int) -> int:
+    """Make the batch at `pos` an idempotent producer's: its id, epoch and first sequence, then
+    the CRC again. Returns how many sequence numbers its records take."""
+    length = _I.unpack_from(buf, pos + LENGTH)[0]
+    _PRODUCER.pack_into(buf, pos + PRODUCER_ID, pid, epoch, seq)
+    _UI.pack_into(
+        buf,
+        pos + CRC_POS,
+        _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES : pos + length + LOG_OVERHEAD]),
+    )
+    return _I.unpack_from(buf, pos + LAST_OFFSET_DELTA)[0] + 1
+
+
 def read_header(buf: memoryview | bytes, pos: int = 0) -> tuple[int, int]:
     """(baseOffset, size including log overhead) of the batch at `pos`."""
     base, length = _OFF_LEN.unpack_from(buf, pos)

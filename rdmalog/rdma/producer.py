@@ -35,7 +35,7 @@ from rdmalog.rdma.wire import (
     reservation_add,
     word_decode,
 )
-from rdmalog.records import Record, build_batch
+from rdmalog.records import Record, build_batch, read_header, stamp_producer
 
 # Enum members read on hot paths, as module constants: attribute access on an Enum class
 # costs ~10x a global lookup on Python 3.11.
@@ -47,6 +47,7 @@ _ATOMICS = (Opcode.FETCH_AND_ADD, Opcode.CMP_AND_SWAP)
 ACK_RECVS = 128
 ACK_BUF = ACKS_PER_SEND * ACK_SIZE  # one receive: the acknowledgements of up to 8 writes
 MAX_IN_FLIGHT = 64  # below the broker's posted receives per queue pair
+IDEMPOTENT_IN_FLIGHT = 5  # the batches per producer a log remembers for duplicate detection
 MAX_ATTEMPTS = 8
 
 
@@ -133,6 +134,7 @@ class Delivery:
     seq: int = 0
     result: tuple[int, int] | None = None
     error: Exception | None = None
+    saved: bytes | None = None  # idempotent: staged bytes kept over a reconnect
     _producer: Producer | None = field(default=None, repr=False)
 
     @property
@@ -149,7 +151,14 @@ class Delivery:
 
 
 class Producer(Endpoint):
-    """`send(topic, partition, value, key=...)` or `send_batch(topic, partition, batch_bytes)`."""
+    """`send(topic, partition, value, key=...)` or `send_batch(topic, partition, batch_bytes)`.
+
+    `idempotent=True` is Kafka's idempotent producer: the broker hands out a producer id, every
+    batch carries it and its partition's next sequence numbers (stamped into the header of
+    batches given to `send_batch`, in place for registered memory), at most 5 batches are in
+    flight, and when the broker goes away unanswered batches are kept: `reconnect()` sends them
+    again, and the log answers those it already holds with their original offsets, so a restart
+    neither loses nor duplicates them."""
 
     def __init__(
         self,
@@ -159,8 +168,17 @@ class Producer(Endpoint):
         staging_bytes: int = 8 << 20,
         timeout: float = 10.0,
         compression: int = Codec.NONE,
+        idempotent: bool = False,
     ):
         super().__init__(control_address, transport, timeout)
+        self.idempotent = idempotent
+        self.max_in_flight = IDEMPOTENT_IN_FLIGHT if idempotent else MAX_IN_FLIGHT
+        self.producer_id, self.producer_epoch = -1, -1
+        self._next_sequence: dict[tuple[str, int], int] = {}
+        self._in_doubt: list[Delivery] = []  # idempotent: unanswered when the broker went away
+        if idempotent:
+            r = self.control("producer_id")
+            self.producer_id, self.producer_epoch = r["producer_id"], r["producer_epoch"]
         self.mode = mode
         self.compression = compression
         self.staging_bytes = staging_bytes
@@ -219,16 +237,33 @@ class Producer(Endpoint):
         self._register()
         for rb in self._buffers:  # the application's memory is kept; the new device maps it
             rb.mr = self.device.reg_mr(rb.view, Access.LOCAL_WRITE)
+        in_doubt, self._in_doubt = self._in_doubt, []
+        for d in in_doubt:  # idempotent: send again, in the original order, same sequences
+            if d.source is None:
+                d.source_offset = self._stage_alloc(d.length)
+                self.stage.buf[d.source_offset : d.source_offset + d.length] = d.saved
+                self._staged.append(d)
+            d.saved, d.attempts = None, 0
+            self._retry.append(d)
 
     def disconnected(self, why: str) -> BrokerDisconnected:
-        """Fail every batch not yet acknowledged: its outcome is unknown to us."""
+        """Fail every batch not yet acknowledged: its outcome is unknown to us. An idempotent
+        producer keeps them instead (their staged bytes copied out) for `reconnect()`."""
         err = super().disconnected(why)
-        for d in [*self.inflight.values(), *self._retry]:
-            if not d.done:
-                d.error = err
+        pending = sorted(
+            (d for d in [*self.inflight.values(), *self._retry] if not d.done), key=lambda d: d.seq
+        )
         self.inflight.clear()
         self._retry.clear()
         self.grants.clear()
+        if self.idempotent:
+            for d in pending:
+                if d.source is None and d.saved is None:  # the staging area is about to go
+                    d.saved = bytes(self.stage.buf[d.source_offset : d.source_offset + d.length])
+            self._in_doubt += pending
+        else:
+            for d in pending:
+                d.error = err
         return err
 
     # -- public API ----------------------------------------------------------------------------------
@@ -252,6 +287,20 @@ class Producer(Endpoint):
     def send_batch(self, topic: str, partition: int, batch) -> Delivery:
         """Send ready v2 record batch bytes (one or more whole batches): any bytes-like object
         (copied into the staging area), or a slice of a `register()`ed buffer (not copied)."""
+        return self._send(topic, partition, batch, stamp=self.idempotent)
+
+    def _stamp(self, buf: memoryview, start: int, n: int, tp: tuple[str, int]) -> None:
+        """Our producer id, epoch and the partition's next sequences into each batch's header
+        (once the batch is sure to be sent: a sequence taken and not sent would be a gap)."""
+        pos, end = start, start + n
+        while pos < end:
+            size = read_header(buf, pos)[1]
+            seq = self._next_sequence.get(tp, 0)
+            used = stamp_producer(buf, pos, self.producer_id, self.producer_epoch, seq)
+            self._next_sequence[tp] = (seq + used) & 0x7FFFFFFF
+            pos += size
+
+    def _send(self, topic: str, partition: int, batch, stamp: bool) -> Delivery:
         if self.broken is not None:
             raise self.disconnected(self.broken)
         if type(batch) is RegisteredSlice:
@@ -265,6 +314,8 @@ class Producer(Endpoint):
             src, n = None, len(batch)
             off = self._stage_alloc(n)
             self.stage.buf[off : off + n] = batch
+        if stamp:
+            self._stamp(self.stage.buf if src is None else src.view, off, n, (topic, partition))
         self._seq += 1
         d = Delivery(topic, partition, off, n, src, seq=self._seq, _producer=self)
         if src is None:
@@ -325,10 +376,11 @@ class Producer(Endpoint):
         return off
 
     def _wait_in_flight(self) -> None:
-        """Keep the pipeline full, never drain it: wait only while MAX_IN_FLIGHT are unanswered."""
-        if len(self.inflight) >= MAX_IN_FLIGHT:
-            self._drive(lambda: len(self.inflight) < MAX_IN_FLIGHT, self.timeout)
-            if len(self.inflight) >= MAX_IN_FLIGHT:
+        """Keep the pipeline full, never drain it: wait only while max_in_flight are unanswered."""
+        limit = self.max_in_flight
+        if len(self.inflight) + len(self._retry) >= limit:
+            self._drive(lambda: len(self.inflight) + len(self._retry) < limit, self.timeout)
+            if len(self.inflight) + len(self._retry) >= limit:
                 raise TimeoutError(f"{len(self.inflight)} batch(es) still unacknowledged")
 
     # -- grants -----------------------------------------------------------------------------------------
@@ -446,9 +498,12 @@ class Producer(Endpoint):
             off = wc.wr_id * ACK_BUF
             n = wc.byte_len - wc.byte_len % ACK_SIZE  # whole entries only
             acks = list(ACK.iter_unpack(self.acks.buf[off : off + n]))
-            self.qp.post_recv(wc.wr_id, self.acks, off, ACK_BUF)
             for fid, order, status, base, last, _ in acks:
                 self._ack(fid, order, status, base, last)  # an int: AckStatus(...) costs ~1 us
+            try:
+                self.qp.post_recv(wc.wr_id, self.acks, off, ACK_BUF)
+            except TransportError:  # the broker went away right after answering
+                raise self.disconnected("the queue pair to the broker is closed") from None
         elif wc.opcode in _ATOMICS:
             self._atomic_done = wc.status
         elif wc.status != _SUCCESS:

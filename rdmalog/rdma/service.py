@@ -590,6 +590,10 @@ class RdmaService:
                 return self.commits.slot(s.id, str(req.get("group") or ""), topic, partition)
             except ValueError as e:
                 raise ControlError("invalid_request", str(e)) from e
+        if op == "producer_id":  # an idempotent native producer's id (Kafka's InitProducerId)
+            if self.store.producer_ids is None:
+                raise ControlError("invalid_request", "this store hands out no producer ids")
+            return {"producer_id": self.store.producer_ids.allocate(), "producer_epoch": 0}
         if op == "bye":  # a clean close: release now, so a successor's request never sees it held
             self._release_session(s)
             return {}

@@ -484,6 +484,38 @@ def test_a_duplicate_idempotent_batch_is_answered_and_what_follows_still_commits
     assert [r.value[:1] for r in store_records(st, "dup")] == [b"A", b"B", b"C", b"E"]
 
 
+def test_idempotent_producer_stamps_every_batch_with_its_id_and_sequences(broker):
+    """idempotent=True: the broker hands out a producer id; every batch - built by send(), given
+    as bytes (two batches in one write) or built in registered memory - carries it and its
+    partition's next sequence numbers, as a Kafka idempotent producer's batches do."""
+    from rdmalog.records import validate_batches
+
+    st, svc = broker
+    st.create_topic("ip", 2)
+    p = Producer(svc.control_address, idempotent=True)
+    other = Producer(svc.control_address, idempotent=True)
+    assert p.producer_id >= 0 and other.producer_id not in (-1, p.producer_id)
+    other.close()
+    p.send("ip", 0, b"a")
+    p.send_records("ip", 0, [(None, b"b"), (None, b"c")])
+    p.send_batch("ip", 0, build_batch([(None, b"d")]) + build_batch([(None, b"e")]))
+    b = build_batch([(None, b"f")])
+    buf = p.register(bytearray(len(b)))
+    buf.view[:] = b
+    p.send_batch("ip", 0, buf[0 : len(b)])
+    p.send("ip", 1, b"x")
+    p.flush()
+    p.close()
+    for partition, seqs in ((0, [0, 1, 3, 4, 5]), (1, [0])):
+        seg = st.partition("ip", partition).active_segment
+        infos = validate_batches(memoryview(bytes(seg.mmap[: seg.size])), 1 << 20)
+        assert [(i.producer_id, i.producer_epoch) for i in infos] == [(p.producer_id, 0)] * len(
+            seqs
+        )
+        assert [i.base_sequence for i in infos] == seqs
+    assert [r.value for r in store_records(st, "ip")] == [b"a", b"b", b"c", b"d", b"e", b"f"]
+
+
 def test_close_releases_the_grant_at_once(broker):
     """close() says bye: the next producer (either mode) never finds the partition still held."""
     st, svc = broker
