@@ -35,7 +35,7 @@ from rdmalog.rdma.wire import (
     reservation_add,
     word_decode,
 )
-from rdmalog.records import Record, build_batch, read_header, stamp_producer
+from rdmalog.records import BATCH_OVERHEAD, Record, build_batch, read_header, stamp_producer
 
 # Enum members read on hot paths, as module constants: attribute access on an Enum class
 # costs ~10x a global lookup on Python 3.11.
@@ -293,12 +293,28 @@ class Producer(Endpoint):
         """Our producer id, epoch and the partition's next sequences into each batch's header
         (once the batch is sure to be sent: a sequence taken and not sent would be a gap)."""
         pos, end = start, start + n
-        while pos < end:
+        while end - pos >= BATCH_OVERHEAD:
             size = read_header(buf, pos)[1]
+            if size < BATCH_OVERHEAD or pos + size > end:
+                return  # not a batch: left as it is, for the broker to refuse
             seq = self._next_sequence.get(tp, 0)
             used = stamp_producer(buf, pos, self.producer_id, self.producer_epoch, seq)
             self._next_sequence[tp] = (seq + used) & 0x7FFFFFFF
             pos += size
+
+    def _wait_unused(self, src: RegisteredBuffer, off: int, n: int) -> None:
+        """Until no unanswered batch uses bytes [off, off+n) of `src` (bounded by the timeout)."""
+
+        def unused() -> bool:
+            return not any(
+                d.source is src and d.source_offset < off + n and off < d.source_offset + d.length
+                for d in (*self.inflight.values(), *self._retry, *self._in_doubt)
+            )
+
+        if not unused():
+            self._drive(unused, self.timeout)
+            if not unused():
+                raise TimeoutError("an earlier send of these bytes is still unacknowledged")
 
     def _send(self, topic: str, partition: int, batch, stamp: bool) -> Delivery:
         if self.broken is not None:
@@ -310,6 +326,8 @@ class Producer(Endpoint):
                 raise ValueError("the buffer was unregistered")
             self._wait_in_flight()
             src, off, n = batch.source, batch.offset, batch.length
+            if stamp:  # restamping bytes a batch in flight still needs would change its sequence
+                self._wait_unused(src, off, n)
         else:
             src, n = None, len(batch)
             off = self._stage_alloc(n)

@@ -503,17 +503,21 @@ def test_idempotent_producer_stamps_every_batch_with_its_id_and_sequences(broker
     buf = p.register(bytearray(len(b)))
     buf.view[:] = b
     p.send_batch("ip", 0, buf[0 : len(b)])
+    p.send_batch("ip", 0, buf[0 : len(b)])  # sent again: waits for the first, then restamps
     p.send("ip", 1, b"x")
+    garbage = p.send_batch("ip", 1, b"\xff" * 100)  # not a batch: left alone, refused
     p.flush()
+    assert isinstance(garbage.error, KafkaError)
+    assert p.produce("ip", 1, b"y") == (1, 1)
     p.close()
-    for partition, seqs in ((0, [0, 1, 3, 4, 5]), (1, [0])):
+    for partition, seqs in ((0, [0, 1, 3, 4, 5, 6]), (1, [0, 1])):
         seg = st.partition("ip", partition).active_segment
         infos = validate_batches(memoryview(bytes(seg.mmap[: seg.size])), 1 << 20)
         assert [(i.producer_id, i.producer_epoch) for i in infos] == [(p.producer_id, 0)] * len(
             seqs
         )
         assert [i.base_sequence for i in infos] == seqs
-    assert [r.value for r in store_records(st, "ip")] == [b"a", b"b", b"c", b"d", b"e", b"f"]
+    assert [r.value for r in store_records(st, "ip")] == [b"a", b"b", b"c", b"d", b"e", b"f", b"f"]
 
 
 def test_close_releases_the_grant_at_once(broker):
