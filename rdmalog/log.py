@@ -495,7 +495,17 @@ class PartitionLog:
                 dup = self.producer_state.check(
                     pid, info.producer_epoch, info.base_sequence, info.count
                 )
-                if dup is not None:
+                if dup is not None:  # answered as a whole: through its producer's last batch
+                    tail = [i for i in infos if i.producer_id == pid][-1]
+                    if tail is not info:
+                        end = self.producer_state.check(
+                            pid, tail.producer_epoch, tail.base_sequence, tail.count
+                        )
+                        if end is None:  # part retried, part new: not one earlier append
+                            raise OutOfOrderSequenceError(
+                                f"producer {pid}: a duplicate batch and new ones in one append"
+                            )
+                        dup = dup._replace(last_seq=end.last_seq, last_offset=end.last_offset)
                     return dup
             seen[pid] = (info.base_sequence + info.count - 1) % 2**31
         return None

@@ -557,6 +557,12 @@ def test_idempotent_retries_are_acknowledged_not_rewritten(tmp_path: Path) -> No
         plog.append(idem(2, epoch=1) + idem(5, epoch=1))  # batches of one request must follow on
     assert plog.append(idem(2, epoch=1) + idem(4, epoch=1)).last_offset == 10
     assert plog.log_end_offset == 11
+    # A retried append of several batches is answered as a whole, through its last batch
+    again = plog.append(idem(2, epoch=1) + idem(4, epoch=1))
+    assert (again.base_offset, again.last_offset) == (7, 10)
+    with pytest.raises(OutOfOrderSequenceError):  # part retried, part new: refused, not half-taken
+        plog.append(idem(2, epoch=1) + idem(4, epoch=1) + idem(6, epoch=1))
+    assert plog.log_end_offset == 11
     plog.close()
 
 
