@@ -26,6 +26,9 @@ are stated against ("of_copy"). Prints one JSON object per line {"transport", "m
                                   in turn, as ib_write_bw does), the only kind an RNIC can write
   produce_gib_s_staged            the same through send_batch(bytes): each batch is first copied
                                   into the producer's registered staging area
+  produce_gib_s_idempotent        the same bytes (a quarter as many) from an idempotent producer:
+                                  stamped (CRC again), at most 5 in flight, committed one by one;
+                                  produce_latency "mode": "idempotent" likewise
   consume_batches_gib_s           the same batches through poll_batches() (undecoded, one copy)
   produce_gib_s_across_rolls      the same batches over 3 (quick) or 8 whole 128 MiB segments: the
                                   producer asks for each next head file as one fills (new memory
@@ -66,6 +69,7 @@ TOPICS = {
     "lat": 1 << 30,
     "tput": 1 << 30,
     "staged": 1 << 30,
+    "idem": 256 << 20,
     "idle": 1 << 20,
     "klat": 1 << 30,
     "ktput": 1 << 30,
@@ -199,7 +203,8 @@ def bench_fresh_file(data_root: str | None, size: int = 64 << 20) -> None:
 def bench_produce(b: Broker, transport: str, mode: str, n: int) -> None:
     from rdmalog.rdma import Producer
 
-    p = Producer(b.control, transport, mode=mode)
+    idem = mode == "idempotent"  # exclusive, with producer id and sequences
+    p = Producer(b.control, transport, mode="exclusive" if idem else mode, idempotent=idem)
     for _ in range(50):
         p.produce("lat", 0, REC)
     settle(b.pid)
@@ -381,6 +386,17 @@ def bench_throughput(b: Broker, transport: str, total_bytes: int) -> None:
         dt = time.perf_counter() - t0
         metric = "produce_gib_s" if topic == "tput" else "produce_gib_s_staged"
         emit_bandwidth(transport, metric, k * len(batch) / dt / 2**30, batch_bytes=len(batch))
+    ip = Producer(addr, transport, idempotent=True)  # 5 in flight, stamped, one-by-one commits
+    ip.produce("idem", 0, b"start")
+    ki = max(1, k // 4)
+    settle(b.pid)
+    t0 = time.perf_counter()
+    for _ in range(ki):
+        ip.send_batch("idem", 0, batch)
+    ip.flush(120)
+    gib_s = ki * len(batch) / (time.perf_counter() - t0) / 2**30
+    emit_bandwidth(transport, "produce_gib_s_idempotent", gib_s, batch_bytes=len(batch))
+    ip.close()
     c = Consumer(addr, transport, fetch_size=FETCH)
     c.assign([("tput", 0)], offset=start)
     settle(b.pid)
@@ -501,6 +517,7 @@ def run(transport: str, quick: bool, data_root: str | None, kafka: bool) -> None
             seconds = 2.0 if quick else 5.0
             bench_produce(b, transport, "exclusive", n)
             bench_produce(b, transport, "shared", n)
+            bench_produce(b, transport, "idempotent", n)
             bench_consume(b.control, transport, n)
             bench_commit(b, transport, n)
             bench_pollers(b.control, transport, b.pid, seconds)
