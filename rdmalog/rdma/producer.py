@@ -237,7 +237,7 @@ class Producer(Endpoint):
         self._register()
         for rb in self._buffers:  # the application's memory is kept; the new device maps it
             rb.mr = self.device.reg_mr(rb.view, Access.LOCAL_WRITE)
-        in_doubt, self._in_doubt = self._in_doubt, []
+        in_doubt, self._in_doubt = sorted(self._in_doubt, key=lambda d: d.seq), []
         for d in in_doubt:  # idempotent: send again, in the original order, same sequences
             if d.source is None:
                 d.source_offset = self._stage_alloc(d.length)
@@ -258,9 +258,7 @@ class Producer(Endpoint):
         self.grants.clear()
         if self.idempotent:
             for d in pending:
-                if d.source is None and d.saved is None:  # the staging area is about to go
-                    d.saved = bytes(self.stage.buf[d.source_offset : d.source_offset + d.length])
-            self._in_doubt += pending
+                self._keep_in_doubt(d)
         else:
             for d in pending:
                 d.error = err
@@ -437,8 +435,25 @@ class Producer(Endpoint):
             d.error = ProduceError(f"gave up after {MAX_ATTEMPTS} attempts")
             return
         try:
+            self._write(d)
+        except BrokerDisconnected:
+            if not self.idempotent:
+                raise
+            self._keep_in_doubt(d)  # its sequence numbers are taken: resent, never dropped
+
+    def _keep_in_doubt(self, d: Delivery) -> None:
+        """Idempotent: keep a batch the broker went away under for `reconnect()` to resend."""
+        if d.source is None and d.saved is None:  # the staging area goes with the session
+            d.saved = bytes(self.stage.buf[d.source_offset : d.source_offset + d.length])
+        if not any(x is d for x in self._in_doubt):
+            self._in_doubt.append(d)
+
+    def _write(self, d: Delivery) -> None:
+        try:
             g = self._grant(d.topic, d.partition)
         except BrokerDisconnected as e:
+            if self.idempotent:
+                raise
             d.error = e
             return
         except ControlError as e:

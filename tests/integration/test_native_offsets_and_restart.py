@@ -295,20 +295,23 @@ def test_commit_async_callbacks_report_the_coordinators_answer(broker_factory, t
     check.close()
 
 
+@pytest.mark.parametrize("mode", ["exclusive", "shared"])
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_idempotent_producer_neither_loses_nor_duplicates_across_a_broker_kill(
-    broker_factory, transport: str
+    broker_factory, transport: str, mode: str
 ) -> None:
     """An idempotent native producer streams while the broker is killed (SIGKILL) and started
     again: batches it had sent but not heard back about are sent again after reconnect() with
     the same sequences, and the log answers those it already holds (committed, or recovered from
     the file after the crash) with their original offsets. Every record is then stored exactly
     once, in send order; a plain producer would have had to choose between losing and repeating
-    them."""
+    them. In shared mode a send can find the broker gone after its sequences were taken (while it
+    reserves space): that batch is kept and resent too, not dropped (a gap in the sequence would
+    have every later batch refused)."""
     broker, control = _start(broker_factory, transport)
-    topic = f"idem-{transport}"
+    topic = f"idem-{transport}-{mode}"
     _create_topic(broker.bootstrap, topic)
-    p = Producer(control, transport, timeout=5.0, idempotent=True)
+    p = Producer(control, transport, timeout=5.0, idempotent=True, mode=mode)
     assert p.producer_id >= 0
     total, kill_at = 400, (100, 200, 300)  # three crashes: each may catch batches in doubt
     sent: list = []
