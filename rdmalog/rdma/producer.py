@@ -238,9 +238,14 @@ class Producer(Endpoint):
         for rb in self._buffers:  # the application's memory is kept; the new device maps it
             rb.mr = self.device.reg_mr(rb.view, Access.LOCAL_WRITE)
         in_doubt, self._in_doubt = sorted(self._in_doubt, key=lambda d: d.seq), []
-        for d in in_doubt:  # idempotent: send again, in the original order, same sequences
+        for i, d in enumerate(in_doubt):  # idempotent: send again, in order, same sequences
             if d.source is None:
-                d.source_offset = self._stage_alloc(d.length)
+                try:
+                    d.source_offset = self._stage_alloc(d.length)  # may wait for answers
+                except (BrokerDisconnected, TimeoutError):  # gone again: keep the rest too
+                    for rest in in_doubt[i:]:
+                        self._keep_in_doubt(rest)
+                    raise
                 self.stage.buf[d.source_offset : d.source_offset + d.length] = d.saved
                 self._staged.append(d)
             d.saved, d.attempts = None, 0
