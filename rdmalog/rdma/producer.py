@@ -47,7 +47,7 @@ _ATOMICS = (Opcode.FETCH_AND_ADD, Opcode.CMP_AND_SWAP)
 ACK_RECVS = 128
 ACK_BUF = ACKS_PER_SEND * ACK_SIZE  # one receive: the acknowledgements of up to 8 writes
 MAX_IN_FLIGHT = 64  # below the broker's posted receives per queue pair
-IDEMPOTENT_IN_FLIGHT = 5  # the batches per producer a log remembers for duplicate detection
+IDEMPOTENT_IN_FLIGHT = 5  # per partition: the batches a log remembers per producer (duplicates)
 MAX_ATTEMPTS = 8
 
 
@@ -155,8 +155,8 @@ class Producer(Endpoint):
 
     `idempotent=True` is Kafka's idempotent producer: the broker hands out a producer id, every
     batch carries it and its partition's next sequence numbers (stamped into the header of
-    batches given to `send_batch`, in place for registered memory), at most 5 batches are in
-    flight, and when the broker goes away unanswered batches are kept: `reconnect()` sends them
+    batches given to `send_batch`, in place for registered memory), at most 5 batches of a
+    partition are in flight, and when the broker goes away unanswered batches are kept: `reconnect()` sends them
     again, and the log answers those it already holds with their original offsets, so a restart
     neither loses nor duplicates them."""
 
@@ -172,7 +172,6 @@ class Producer(Endpoint):
     ):
         super().__init__(control_address, transport, timeout)
         self.idempotent = idempotent
-        self.max_in_flight = IDEMPOTENT_IN_FLIGHT if idempotent else MAX_IN_FLIGHT
         self.producer_id, self.producer_epoch = -1, -1
         self._next_sequence: dict[tuple[str, int], int] = {}
         self._in_doubt: list[Delivery] = []  # idempotent: unanswered when the broker went away
@@ -241,7 +240,7 @@ class Producer(Endpoint):
         for i, d in enumerate(in_doubt):  # idempotent: send again, in order, same sequences
             if d.source is None:
                 try:
-                    d.source_offset = self._stage_alloc(d.length)  # may wait for answers
+                    d.source_offset = self._stage_alloc(d.length, (d.topic, d.partition))
                 except (BrokerDisconnected, TimeoutError):  # gone again: keep the rest too
                     for rest in in_doubt[i:]:
                         self._keep_in_doubt(rest)
@@ -327,13 +326,13 @@ class Producer(Endpoint):
                 raise ValueError("the buffer was registered with another producer")
             if batch.source.mr is None:
                 raise ValueError("the buffer was unregistered")
-            self._wait_in_flight()
+            self._wait_in_flight((topic, partition))
             src, off, n = batch.source, batch.offset, batch.length
             if stamp:  # restamping bytes a batch in flight still needs would change its sequence
                 self._wait_unused(src, off, n)
         else:
             src, n = None, len(batch)
-            off = self._stage_alloc(n)
+            off = self._stage_alloc(n, (topic, partition))
             self.stage.buf[off : off + n] = batch
         if stamp:
             self._stamp(self.stage.buf if src is None else src.view, off, n, (topic, partition))
@@ -366,14 +365,14 @@ class Producer(Endpoint):
         super().close()
 
     # -- staging buffer --------------------------------------------------------------------------------
-    def _stage_alloc(self, n: int) -> int:
+    def _stage_alloc(self, n: int, tp: tuple[str, int] | None = None) -> int:
         """Where in the staging area a batch of n bytes goes: a ring, in send order, whose oldest
         batches are freed as they are acknowledged (or fail), so a producer streaming bytes never
         has to drain its pipeline to reuse the area."""
         size = len(self.stage.buf)
         if n > size:
             raise ProduceError(f"batch of {n} bytes exceeds the {size}-byte staging area")
-        self._wait_in_flight()
+        self._wait_in_flight(tp)
         live = self._staged
         while True:
             while live and live[0].done:
@@ -396,13 +395,31 @@ class Producer(Endpoint):
         self._stage_top += n
         return off
 
-    def _wait_in_flight(self) -> None:
-        """Keep the pipeline full, never drain it: wait only while max_in_flight are unanswered."""
-        limit = self.max_in_flight
-        if len(self.inflight) + len(self._retry) >= limit:
-            self._drive(lambda: len(self.inflight) + len(self._retry) < limit, self.timeout)
-            if len(self.inflight) + len(self._retry) >= limit:
+    def _wait_in_flight(self, tp: tuple[str, int] | None = None) -> None:
+        """Keep the pipeline full, never drain it: wait only while MAX_IN_FLIGHT are unanswered,
+        or (idempotent) IDEMPOTENT_IN_FLIGHT of partition `tp`."""
+        if len(self.inflight) + len(self._retry) >= MAX_IN_FLIGHT or (
+            self.idempotent and self._partition_busy(tp)
+        ):
+            busy = lambda: (  # noqa: E731
+                len(self.inflight) + len(self._retry) >= MAX_IN_FLIGHT
+                or (self.idempotent and self._partition_busy(tp))
+            )
+            self._drive(lambda: not busy(), self.timeout)
+            if busy():
                 raise TimeoutError(f"{len(self.inflight)} batch(es) still unacknowledged")
+
+    def _partition_busy(self, tp: tuple[str, int] | None) -> bool:
+        """Idempotent: IDEMPOTENT_IN_FLIGHT batches of this partition await an answer (what a log
+        remembers per producer for duplicate detection)."""
+        if len(self.inflight) + len(self._retry) < IDEMPOTENT_IN_FLIGHT:
+            return False
+        pending = (*self.inflight.values(), *self._retry)
+        if tp is None:
+            return True
+        return sum(1 for d in pending if d.topic == tp[0] and d.partition == tp[1]) >= (
+            IDEMPOTENT_IN_FLIGHT
+        )
 
     # -- grants -----------------------------------------------------------------------------------------
     def _grant(self, topic: str, partition: int) -> Grant:
