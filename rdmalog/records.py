@@ -158,25 +158,27 @@ def set_log_append_time(buf: memoryview | bytearray, pos: int, size: int, timest
     attrs = _H.unpack_from(buf, pos + ATTRIBUTES)[0]
     _H.pack_into(buf, pos + ATTRIBUTES, attrs | TIMESTAMP_TYPE_BIT)
     _Q.pack_into(buf, pos + MAX_TIMESTAMP, timestamp)
-    _UI.pack_into(
-        buf, pos + CRC_POS, _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES : pos + size])
-    )
+    _set_crc(buf, pos, size)
 
 
 _PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
 
 
-def stamp_producer(buf: memoryview | bytearray, pos: int, pid: int, epoch: int, seq: int) -> int:
+def stamp_producer(
+    buf: memoryview | bytearray, pos: int, size: int, pid: int, epoch: int, seq: int
+) -> int:
     """Make the batch at `pos` an idempotent producer's: its id, epoch and first sequence, then
     the CRC again. Returns how many sequence numbers its records take."""
-    length = _I.unpack_from(buf, pos + LENGTH)[0]
     _PRODUCER.pack_into(buf, pos + PRODUCER_ID, pid, epoch, seq)
-    _UI.pack_into(
-        buf,
-        pos + CRC_POS,
-        _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES : pos + length + LOG_OVERHEAD]),
-    )
+    _set_crc(buf, pos, size)
     return _I.unpack_from(buf, pos + LAST_OFFSET_DELTA)[0] + 1
+
+
+def _set_crc(buf: memoryview | bytearray, pos: int, size: int) -> None:
+    """The CRC-32C of the batch at `pos` (of `size` bytes), over attributes to its end."""
+    _UI.pack_into(
+        buf, pos + CRC_POS, _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES : pos + size])
+    )
 
 
 def read_header(buf: memoryview | bytes, pos: int = 0) -> tuple[int, int]:
@@ -356,7 +358,7 @@ def build_batch(
         len(recs) - 1, base_ts, max(stamps), producer_id, producer_epoch, base_sequence, len(recs),
     )  # fmt: skip
     out[BATCH_OVERHEAD:] = body
-    _UI.pack_into(out, CRC_POS, crc32c(memoryview(out)[ATTRIBUTES:]))
+    _set_crc(out, 0, len(out))
     return out
 
 

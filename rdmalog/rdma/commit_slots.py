@@ -114,18 +114,18 @@ class CommitSlots:
                 if session is None
                 else [s for s in (self._sessions.get(session),) if s is not None]
             )
-            by_group: dict[str, dict[tuple[str, int], int]] = {}
+            # group -> (session, slot, word, (topic, partition)) of every slot that moved
             folded: dict[str, list[tuple[_SessionSlots, int, int, tuple[str, int]]]] = {}
             for ss in chosen:
                 for (group, topic, partition), i in ss.index.items():
                     word = load(ss.mr.buf, i * SLOT_BYTES)
                     if word != ss.folded[i] and word != 0:
                         ss.folded[i] = word
-                        by_group.setdefault(group, {})[(topic, partition)] = word - 1
                         folded.setdefault(group, []).append((ss, i, word, (topic, partition)))
-        for group, offsets in by_group.items():
+        for group, moved in folded.items():
+            offsets = {tp: word - 1 for _, _, word, tp in moved}
             try:  # hands the commit over; never waits for it
-                self.sink(group, offsets, lambda errors, f=folded[group]: self._answer(f, errors))
+                self.sink(group, offsets, lambda errors, m=moved: self._answer(m, errors))
             except Exception:  # e.g. the coordinator's event loop is closed: keep serving
                 log.exception("folding RDMA commits of group %s failed", group)
 

@@ -163,11 +163,8 @@ class Consumer(Endpoint):
     def _reconnected(self) -> None:
         """Re-register and re-request every assignment from the next offset to deliver."""
         lost = self._pending.drop()
-        self._register()
-        self._call_back(
-            (cb, offsets, OffsetCommitError("the broker restarted before confirming the commit"))
-            for cb, offsets in lost
-        )
+        self._register()  # first: a callback may commit again, through the new session
+        self._fail_commits(lost, "the broker restarted before confirming the commit")
         for a in self.parts.values():
             a.active, a.mr, a.have = False, None, 0
         for (topic, partition), a in self.parts.items():
@@ -284,9 +281,8 @@ class Consumer(Endpoint):
             self._results_look = now
             lo, hi = self._pending.indexes()
             off = lo * SLOT_BYTES
-            st = self.qp.read_now(self._results_mr, off, (hi - lo) * SLOT_BYTES, addr + off, rkey)
-            if st != _SUCCESS:
-                raise TransportError(f"commit result READ failed: {st.name}")
+            n = (hi - lo) * SLOT_BYTES
+            self._read(self._results_mr, off, n, addr + off, rkey, "commit result READ")
             words = self._results_mr.buf.cast("Q")
             result = words.__getitem__
         answered = self._pending.settle(result)
@@ -294,10 +290,23 @@ class Consumer(Endpoint):
             (cb, offsets, _commit_error(self.group_id, codes)) for cb, offsets, codes in answered
         )
 
+    def _read(self, mr, offset: int, length: int, remote_addr: int, rkey: int, what: str) -> None:
+        """A READ that must succeed: BrokerDisconnected when the broker is gone, else
+        TransportError."""
+        st = self.qp.read_now(mr, offset, length, remote_addr, rkey)
+        if st != _SUCCESS:
+            if st == Status.WR_FLUSH_ERR or not self.ctl.alive():
+                raise self.disconnected(f"{what} failed: {st.name}")
+            raise TransportError(f"{what} failed: {st.name}")
+
     @staticmethod
     def _call_back(calls) -> None:
-        for cb, offsets, error in list(calls):
+        for cb, offsets, error in calls:
             cb(offsets, error)
+
+    def _fail_commits(self, lost: list[tuple], why: str) -> None:
+        """Run the callbacks of commits whose answer will not come (`PendingCommits.drop()`)."""
+        self._call_back((cb, offsets, OffsetCommitError(why)) for cb, offsets in lost)
 
     def _wait_atomic(self, what: str) -> None:
         deadline = time.monotonic() + self.timeout
@@ -412,13 +421,8 @@ class Consumer(Endpoint):
         lo = min(a.slot for a in active)
         hi = max(a.slot for a in active) + 1
         n = (hi - lo) * SLOT_SIZE
-        st = self.qp.read_now(
-            self._slot_mr, 0, n, self.slots.addr + lo * SLOT_SIZE, self.slots.rkey
-        )
-        if st != _SUCCESS:
-            if st == Status.WR_FLUSH_ERR or not self.ctl.alive():
-                raise self.disconnected(f"metadata slot READ failed: {st.name}")
-            raise TransportError(f"metadata slot READ failed: {st.name}")
+        addr = self.slots.addr + lo * SLOT_SIZE
+        self._read(self._slot_mr, 0, n, addr, self.slots.rkey, "metadata slot READ")
         for a in active:
             w0, w1 = _SLOT.unpack_from(self._slot_mr.buf, (a.slot - lo) * SLOT_SIZE)
             self._apply_slot(a, w0, w1)
@@ -516,10 +520,8 @@ class Consumer(Endpoint):
                 time.sleep(0.005)
             for a in self.parts.values():
                 self._release(a)
-        lost = self._pending.drop()
-        self._call_back(
-            (cb, offsets, OffsetCommitError("no answer before close(); folded as the session ends"))
-            for cb, offsets in lost
+        self._fail_commits(
+            self._pending.drop(), "no answer before close(); folded as the session ends"
         )
         if self.offsets is not None:
             self.offsets.close()

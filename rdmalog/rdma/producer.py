@@ -254,9 +254,7 @@ class Producer(Endpoint):
         """Fail every batch not yet acknowledged: its outcome is unknown to us. An idempotent
         producer keeps them instead (their staged bytes copied out) for `reconnect()`."""
         err = super().disconnected(why)
-        pending = sorted(
-            (d for d in [*self.inflight.values(), *self._retry] if not d.done), key=lambda d: d.seq
-        )
+        pending = [d for d in (*self.inflight.values(), *self._retry) if not d.done]
         self.inflight.clear()
         self._retry.clear()
         self.grants.clear()
@@ -300,7 +298,7 @@ class Producer(Endpoint):
             if size < BATCH_OVERHEAD or pos + size > end:
                 return  # not a batch: left as it is, for the broker to refuse
             seq = self._next_sequence.get(tp, 0)
-            used = stamp_producer(buf, pos, self.producer_id, self.producer_epoch, seq)
+            used = stamp_producer(buf, pos, size, self.producer_id, self.producer_epoch, seq)
             self._next_sequence[tp] = (seq + used) & 0x7FFFFFFF
             pos += size
 
@@ -365,7 +363,7 @@ class Producer(Endpoint):
         super().close()
 
     # -- staging buffer --------------------------------------------------------------------------------
-    def _stage_alloc(self, n: int, tp: tuple[str, int] | None = None) -> int:
+    def _stage_alloc(self, n: int, tp: tuple[str, int]) -> int:
         """Where in the staging area a batch of n bytes goes: a ring, in send order, whose oldest
         batches are freed as they are acknowledged (or fail), so a producer streaming bytes never
         has to drain its pipeline to reuse the area."""
@@ -395,31 +393,23 @@ class Producer(Endpoint):
         self._stage_top += n
         return off
 
-    def _wait_in_flight(self, tp: tuple[str, int] | None = None) -> None:
-        """Keep the pipeline full, never drain it: wait only while MAX_IN_FLIGHT are unanswered,
-        or (idempotent) IDEMPOTENT_IN_FLIGHT of partition `tp`."""
-        if len(self.inflight) + len(self._retry) >= MAX_IN_FLIGHT or (
-            self.idempotent and self._partition_busy(tp)
-        ):
-            busy = lambda: (  # noqa: E731
-                len(self.inflight) + len(self._retry) >= MAX_IN_FLIGHT
-                or (self.idempotent and self._partition_busy(tp))
-            )
-            self._drive(lambda: not busy(), self.timeout)
-            if busy():
+    def _wait_in_flight(self, tp: tuple[str, int]) -> None:
+        """Keep the pipeline full, never drain it: wait only while `_busy(tp)`."""
+        if self._busy(tp):
+            self._drive(lambda: not self._busy(tp), self.timeout)
+            if self._busy(tp):
                 raise TimeoutError(f"{len(self.inflight)} batch(es) still unacknowledged")
 
-    def _partition_busy(self, tp: tuple[str, int] | None) -> bool:
-        """Idempotent: IDEMPOTENT_IN_FLIGHT batches of this partition await an answer (what a log
-        remembers per producer for duplicate detection)."""
-        if len(self.inflight) + len(self._retry) < IDEMPOTENT_IN_FLIGHT:
-            return False
-        pending = (*self.inflight.values(), *self._retry)
-        if tp is None:
+    def _busy(self, tp: tuple[str, int]) -> bool:
+        """MAX_IN_FLIGHT batches await an answer, or (idempotent) IDEMPOTENT_IN_FLIGHT of
+        partition `tp`: what a log remembers per producer for duplicate detection."""
+        n = len(self.inflight) + len(self._retry)
+        if n >= MAX_IN_FLIGHT:
             return True
-        return sum(1 for d in pending if d.topic == tp[0] and d.partition == tp[1]) >= (
-            IDEMPOTENT_IN_FLIGHT
-        )
+        if not self.idempotent or n < IDEMPOTENT_IN_FLIGHT:
+            return False
+        mine = (d for d in (*self.inflight.values(), *self._retry) if (d.topic, d.partition) == tp)
+        return sum(1 for _ in mine) >= IDEMPOTENT_IN_FLIGHT
 
     # -- grants -----------------------------------------------------------------------------------------
     def _grant(self, topic: str, partition: int) -> Grant:

@@ -17,6 +17,7 @@ piece of bookkeeping between the interface and the device (see its docstring).
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import os
 import queue
@@ -166,6 +167,21 @@ class WrTracker:
             return wr_id, op
 
 
+@functools.cache
+def _ibv_wr_opcodes() -> dict[Opcode, int]:
+    """The interface's work-request opcodes as libibverbs' (pyverbs is imported lazily)."""
+    import pyverbs.enums as e
+
+    return {
+        Opcode.WRITE: e.IBV_WR_RDMA_WRITE,
+        Opcode.WRITE_WITH_IMM: e.IBV_WR_RDMA_WRITE_WITH_IMM,
+        Opcode.READ: e.IBV_WR_RDMA_READ,
+        Opcode.FETCH_AND_ADD: e.IBV_WR_ATOMIC_FETCH_AND_ADD,
+        Opcode.CMP_AND_SWAP: e.IBV_WR_ATOMIC_CMP_AND_SWP,
+        Opcode.SEND: e.IBV_WR_SEND,
+    }
+
+
 def send_wr(
     device_id: int, op: Opcode, addr: int, length: int, lkey: int, signaled: bool, imm=None
 ):
@@ -173,14 +189,7 @@ def send_wr(
     import pyverbs.enums as e
     from pyverbs.wr import SGE, SendWR
 
-    opcode = {
-        Opcode.WRITE: e.IBV_WR_RDMA_WRITE,
-        Opcode.WRITE_WITH_IMM: e.IBV_WR_RDMA_WRITE_WITH_IMM,
-        Opcode.READ: e.IBV_WR_RDMA_READ,
-        Opcode.FETCH_AND_ADD: e.IBV_WR_ATOMIC_FETCH_AND_ADD,
-        Opcode.CMP_AND_SWAP: e.IBV_WR_ATOMIC_CMP_AND_SWP,
-        Opcode.SEND: e.IBV_WR_SEND,
-    }[op]
+    opcode = _ibv_wr_opcodes()[op]
     flags = e.IBV_SEND_SIGNALED if signaled else 0
     kw = {"imm_data": socket.htonl(imm & 0xFFFFFFFF)} if imm is not None else {}  # big-endian
     sg = [SGE(addr, length, lkey)]
