@@ -69,7 +69,7 @@ class ConsumerRecord(NamedTuple):
     timestamp: int | None
     key: bytes | None
     value: bytes | None
-    headers: list
+    headers: tuple[tuple[str, bytes | None], ...]  # read-only, as Kafka's are
     timestamp_type: int = (
         0  # Kafka's TimestampType: 0 CreateTime, 1 LogAppendTime (the batch's bit)
     )
@@ -496,7 +496,7 @@ class Consumer(Endpoint):
                                     r.timestamp,
                                     r.key,
                                     r.value,
-                                    r.headers,
+                                    tuple(r.headers),
                                     1 if h[5] & TIMESTAMP_TYPE_BIT else 0,
                                 )
                             )

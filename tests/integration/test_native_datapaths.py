@@ -96,7 +96,7 @@ def test_exclusive_produce_and_consume(broker):
     c.assign([("t", 0)])
     got = consume(c, 50)
     assert [(r.offset, r.value) for r in got] == [(i, b"v%d" % i) for i in range(50)]
-    assert got[0].key == b"k0" and got[1].headers == [("h", b"x")]
+    assert got[0].key == b"k0" and got[1].headers == (("h", b"x"),)
     assert c.poll(0) == []
     p.produce("t", 0, b"late")  # the head file's slot shows the new last readable byte
     assert [r.value for r in consume(c, 1)] == [b"late"]
@@ -593,7 +593,7 @@ def test_consumer_without_the_c_decoder_reads_the_same(broker, kind, monkeypatch
     got = consume(c, 5)
     c.close()
     assert [(r.offset, r.key, r.value, r.headers) for r in got] == [
-        (i, b"k", b"v%d" % i, [("h", b"x")]) for i in range(5)
+        (i, b"k", b"v%d" % i, (("h", b"x"),)) for i in range(5)
     ]
 
 
