@@ -698,9 +698,8 @@ class RdmaService:
         with self.lock:
             rf = ps.readers.get(seg.base_offset)
             if rf is None or rf.segment is not seg or not rf.mr.rkey:
-                mr = self.device.reg_mr(
-                    seg.mmap, Access.LOCAL_WRITE | Access.REMOTE_READ, path=str(seg.path)
-                )
+                # READ access alone: a read-only pin, which kernels allow on a file mapping
+                mr = self.device.reg_mr(seg.mmap, Access.REMOTE_READ, path=str(seg.path))
                 rf = ps.readers[seg.base_offset] = ReadFile(seg, mr)
             rf.refs.add(s.id)
             lrb, mutable = ps.lrb(seg)

@@ -42,6 +42,7 @@ from rdmalog.rdma._atomic64 import (
     wait_change,
 )
 from rdmalog.rdma.transport import (
+    MAX_SEND_BYTES,
     Access,
     Opcode,
     RemoteRegion,
@@ -430,7 +431,7 @@ class ShmQP:
             return self._complete(wr_id, _WR_FLUSH_ERR, _SEND, 0, True)
         if not self._local(mr, offset, length):
             return self._complete(wr_id, Status.LOC_PROT_ERR, _SEND, 0, True)
-        if length > self._peer_ring.slot_size - SLOT_HDR:
+        if length > MAX_SEND_BYTES:  # (a ring slot holds more)
             return self._complete(wr_id, Status.LOC_LEN_ERR, _SEND, 0, True)
         if not self._notify(KIND_SEND, 0, length, mr.buf[offset : offset + length]):
             return self._complete(wr_id, Status.RNR_RETRY_EXC_ERR, _SEND, 0, True)

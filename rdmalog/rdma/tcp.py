@@ -26,6 +26,7 @@ from collections import deque
 
 from rdmalog.rdma._atomic64 import compare_swap, fetch_add
 from rdmalog.rdma.transport import (
+    MAX_SEND_BYTES,
     Access,
     Opcode,
     RemoteRegion,
@@ -51,7 +52,6 @@ _WC_OP = {
     OP_CAS: Opcode.CMP_AND_SWAP,
     OP_SEND: Opcode.SEND,
 }
-MAX_SEND = 64 * 1024
 _ids = itertools.count(1)
 _SYNC = object()  # marks a read_now request: its result is returned, not queued
 
@@ -242,7 +242,7 @@ class TcpQP:
     def post_send(self, wr_id, mr, offset, length, signaled=True):
         if not self._local_ok(mr, offset, length):
             return self._fail(wr_id, Opcode.SEND, Status.LOC_PROT_ERR)
-        if length > MAX_SEND:
+        if length > MAX_SEND_BYTES:
             return self._fail(wr_id, Opcode.SEND, Status.LOC_LEN_ERR)
         entry = (wr_id, OP_SEND, None, 0, length, signaled)
         self._post(entry, OP_SEND, 0, 0, length, 0, 0, 0, mr.buf[offset : offset + length])

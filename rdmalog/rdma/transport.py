@@ -16,6 +16,8 @@ import socket
 from dataclasses import dataclass
 from typing import Protocol
 
+MAX_SEND_BYTES = 256  # a SEND's payload at most, on every transport (verbs sends it inline)
+
 
 class Access(enum.IntFlag):
     """ibv_access_flags."""
@@ -141,7 +143,10 @@ class QueuePair(Protocol):
 
     def post_send(
         self, wr_id: int, mr: MemoryRegion, offset: int, length: int, signaled: bool = True
-    ) -> None: ...
+    ) -> None:
+        """SEND a small message (at most MAX_SEND_BYTES on every transport). Its payload is taken at
+        post time (inline on verbs), so the buffer may be rewritten as soon as this returns."""
+        ...
 
     def post_recv(self, wr_id: int, mr: MemoryRegion, offset: int, length: int) -> None: ...
 

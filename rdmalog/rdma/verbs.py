@@ -28,6 +28,7 @@ import time
 from collections import deque
 
 from rdmalog.rdma.transport import (
+    MAX_SEND_BYTES,
     Access,
     Opcode,
     RemoteRegion,
@@ -90,6 +91,33 @@ def _address_of(buf) -> int:
 
 
 SIGNAL_EVERY = 64  # a run of unsignaled sends is cut by a signaled one (send-queue reclaim)
+# SENDs are small (acknowledgements, session tokens) and go inline: the device copies the payload
+# at post time, so the sender may rewrite its buffer at once, as the shm and tcp transports allow.
+# (An unsignaled SEND without it is read by the RNIC later: rewriting the buffer would race it.)
+INLINE_SEND_BYTES = MAX_SEND_BYTES
+
+_WRITABLE = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
+ACCESS_ON_DEMAND = 1 << 6  # IBV_ACCESS_ON_DEMAND
+# IBV_ODP_SUPPORT_* bits (rc_odp_caps) that remote access of each kind needs
+_ODP_NEEDS = {Access.REMOTE_WRITE: 1 << 2, Access.REMOTE_READ: 1 << 3, Access.REMOTE_ATOMIC: 1 << 4}
+
+
+def file_region_flags(access: Access, rc_odp_caps: int) -> int:
+    """ibv access flags for registering a writable mapping of a file on disk (a head segment).
+
+    Linux 6.5 and later refuse long-term pins of writable file-backed mappings (the filesystem
+    could not write back or move pinned pages), which is what ibv_reg_mr does without on-demand
+    paging. With ODP the RNIC faults pages in as it accesses them and pins nothing, so such a
+    region is registered ON_DEMAND when the device supports it on RC queue pairs for every kind of
+    remote access asked for; otherwise the plain flags (older kernels accept them).
+    A read-only registration (REMOTE_READ alone: consumers' regions) is always a plain pin."""
+    if not access & _WRITABLE:
+        return int(access)
+    need = sum(bit for acc, bit in _ODP_NEEDS.items() if access & acc)
+    if rc_odp_caps & need == need:
+        return int(access) | ACCESS_ON_DEMAND
+    return int(access)
+
 
 # The completion opcode of each work request the interface posts.
 _SEND_OPCODES = {
@@ -191,21 +219,30 @@ def send_wr(
 
     opcode = _ibv_wr_opcodes()[op]
     flags = e.IBV_SEND_SIGNALED if signaled else 0
+    if op == Opcode.SEND:
+        if length > INLINE_SEND_BYTES:
+            raise TransportError(f"SEND of {length} bytes: at most {INLINE_SEND_BYTES} (inline)")
+        flags |= e.IBV_SEND_INLINE
     kw = {"imm_data": socket.htonl(imm & 0xFFFFFFFF)} if imm is not None else {}  # big-endian
     sg = [SGE(addr, length, lkey)]
     return SendWR(wr_id=device_id, opcode=opcode, num_sge=1, sg=sg, send_flags=flags, **kw)
 
 
 class VerbsMR:
-    def __init__(self, dev: VerbsDevice, buf, access: Access, owner=None):
+    def __init__(self, dev: VerbsDevice, buf, access: Access, owner=None, flags: int | None = None):
         from pyverbs.mr import MR
+        from pyverbs.pyverbs_error import PyverbsRDMAError
 
         self.buf = memoryview(buf).cast("B")
         self.length = len(self.buf)
         self.addr = _address_of(self.buf)
         self.access = access
         self._owner = owner
-        self.mr = MR(dev.pd, self.length, int(access), address=self.addr)
+        flags = int(access) if flags is None else flags
+        try:
+            self.mr = MR(dev.pd, self.length, flags, address=self.addr)
+        except PyverbsRDMAError as e:
+            raise TransportError(f"ibv_reg_mr of {self.length} bytes failed: {e}") from e
         self.rkey, self.lkey = self.mr.rkey, self.mr.lkey
 
     def remote(self) -> RemoteRegion:
@@ -261,7 +298,13 @@ class VerbsQP:
 
         self.device, self.cmid = dev, cmid
         self.send_cq, self.recv_cq = send_cq, recv_cq
-        cap = QPCap(max_send_wr=depth, max_recv_wr=depth, max_send_sge=1, max_recv_sge=1)
+        cap = QPCap(
+            max_send_wr=depth,
+            max_recv_wr=depth,
+            max_send_sge=1,
+            max_recv_sge=1,
+            max_inline_data=INLINE_SEND_BYTES,
+        )
         init = QPInitAttr(qp_type=e.IBV_QPT_RC, scq=send_cq.cq, rcq=recv_cq.cq, cap=cap)
         self.qp = QP(dev.pd, init, QPAttr())
         self.qp_num = self.qp.qp_num
@@ -451,6 +494,13 @@ class VerbsDevice:
         self.ctx = d.Context(name=device_name or names[0])
         self.pd = PD(self.ctx)
         self.depth = depth
+        self.rc_odp_caps = 0  # what on-demand paging supports on RC queue pairs (none: 0)
+        try:
+            odp = self.ctx.query_device_ex().odp_caps
+            if odp.general_caps & 1:  # IBV_ODP_SUPPORT
+                self.rc_odp_caps = odp.rc_odp_caps
+        except Exception:  # a provider without ibv_query_device_ex
+            pass
 
     def alloc_mr(self, length: int, access: Access) -> VerbsMR:
         import mmap
@@ -459,7 +509,16 @@ class VerbsDevice:
         return VerbsMR(self, memoryview(m)[:length], access, owner=m)
 
     def reg_mr(self, buf, access: Access, path: str | None = None, file_offset: int = 0) -> VerbsMR:
-        return VerbsMR(self, buf, access)
+        flags = file_region_flags(access, self.rc_odp_caps) if path else int(access)
+        try:
+            return VerbsMR(self, buf, access, flags=flags)
+        except TransportError as e:
+            if path and access & _WRITABLE and not flags & ACCESS_ON_DEMAND:
+                raise TransportError(
+                    f"{e}: {path} is mapped writable, Linux >= 6.5 refuses to pin such a file"
+                    " mapping, and this device has no on-demand paging (ODP) for RC writes"
+                ) from e
+            raise
 
     def create_cq(self, depth: int = 1024) -> VerbsCQ:
         return VerbsCQ(self, depth)

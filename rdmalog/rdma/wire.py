@@ -15,6 +15,8 @@ from __future__ import annotations
 import enum
 import struct
 
+from rdmalog.rdma.transport import MAX_SEND_BYTES
+
 ORDER_SHIFT = 48
 POSITION_MASK = (1 << ORDER_SHIFT) - 1
 ORDER_MASK = 0xFFFF
@@ -53,7 +55,7 @@ class AckStatus(enum.IntEnum):
 
 ACK = struct.Struct("<HHIqqq")  # file_id, order, status, base_offset, last_offset, next_position
 ACK_SIZE = ACK.size
-ACKS_PER_SEND = 8  # 256 bytes: within every transport's SEND limit (shm ring slots: 488)
+ACKS_PER_SEND = MAX_SEND_BYTES // ACK_SIZE  # 8: one SEND carries a run of acknowledgements
 
 SLOT_SIZE = 16
 SLOT_VALID = 1 << 62

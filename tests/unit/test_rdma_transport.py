@@ -9,7 +9,14 @@ import time
 
 import pytest
 
-from rdmalog.rdma.transport import Access, Opcode, Status, TransportError, open_device
+from rdmalog.rdma.transport import (
+    MAX_SEND_BYTES,
+    Access,
+    Opcode,
+    Status,
+    TransportError,
+    open_device,
+)
 from rdmalog.rdma.verbs import unavailable_reason
 
 ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
@@ -118,6 +125,24 @@ def test_send_recv_both_directions(pair):
     assert (wc.wr_id, wc.opcode, wc.byte_len) == (12, Opcode.RECV, 3)
     assert bytes(p.local.buf[100:103]) == b"abc"
     assert p.one(p.scq).wr_id == 13
+
+
+def test_send_payload_is_taken_at_post_time_and_bounded(pair):
+    """The broker rewrites one acknowledgement buffer for every SEND: what arrives is what the
+    buffer held when it was posted (inline on verbs). A SEND over MAX_SEND_BYTES is refused on
+    every transport alike, so what works on shm works on an RNIC."""
+    p = pair
+    for i in range(3):
+        p.sqp.post_recv(i, p.region, i * 512, 512)
+    p.local.buf[:MAX_SEND_BYTES] = b"a" * MAX_SEND_BYTES
+    p.cqp.post_send(1, p.local, 0, MAX_SEND_BYTES, signaled=False)
+    p.local.buf[:MAX_SEND_BYTES] = b"b" * MAX_SEND_BYTES  # at once, before anything completed
+    p.cqp.post_send(2, p.local, 0, MAX_SEND_BYTES + 1)
+    wc = p.one(p.ccq)  # the first was unsignaled: only the refusal completes
+    assert (wc.wr_id, wc.status) == (2, Status.LOC_LEN_ERR)
+    wc = p.one(p.scq)
+    assert (wc.wr_id, wc.byte_len) == (0, MAX_SEND_BYTES)
+    assert bytes(p.region.buf[:MAX_SEND_BYTES]) == b"a" * MAX_SEND_BYTES
 
 
 def test_recv_too_small_is_an_error(pair):

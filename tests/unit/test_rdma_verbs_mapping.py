@@ -7,8 +7,16 @@ import socket
 
 import pytest
 
-from rdmalog.rdma.transport import Access, Opcode, Status
-from rdmalog.rdma.verbs import SIGNAL_EVERY, WrTracker, send_wr, wc_status
+from rdmalog.rdma.transport import Access, Opcode, Status, TransportError
+from rdmalog.rdma.verbs import (
+    ACCESS_ON_DEMAND,
+    INLINE_SEND_BYTES,
+    SIGNAL_EVERY,
+    WrTracker,
+    file_region_flags,
+    send_wr,
+    wc_status,
+)
 
 GARBAGE = 0x7F  # libibverbs leaves an error completion's opcode undefined
 
@@ -51,6 +59,16 @@ def test_unsignaled_sends_are_signaled_now_and_then_and_their_completions_swallo
     assert signaled and t.complete(dev, Status.SUCCESS, Opcode.READ) == (77, Opcode.READ)
 
 
+def test_writable_file_regions_use_on_demand_paging_where_the_device_has_it():
+    head = Access.LOCAL_WRITE | Access.REMOTE_WRITE  # a producer's head segment
+    write, read = 1 << 2, 1 << 3  # IBV_ODP_SUPPORT_WRITE / _READ
+    assert file_region_flags(head, write | read) == int(head) | ACCESS_ON_DEMAND
+    assert file_region_flags(head, read) == int(head)  # no ODP writes: a plain pin (old kernels)
+    assert file_region_flags(head | Access.REMOTE_ATOMIC, write) == int(head | Access.REMOTE_ATOMIC)
+    # consumers' regions are read-only: a plain pin, which kernels allow on file mappings
+    assert file_region_flags(Access.REMOTE_READ, 0) == int(Access.REMOTE_READ)
+
+
 def test_unknown_device_statuses_do_not_crash_the_poller():
     assert wc_status(5) is Status.WR_FLUSH_ERR
     assert wc_status(22) is Status.GENERAL_ERR  # IBV_WC_TM_ERR and anything newer
@@ -78,6 +96,13 @@ def test_values_match_libibverbs(pyverbs_enums):
         assert int(getattr(e, f"IBV_WC_{theirs}")) == Opcode[ours].value
     for acc in Access:
         assert int(getattr(e, f"IBV_ACCESS_{acc.name}")) == acc.value
+    assert int(e.IBV_ACCESS_ON_DEMAND) == ACCESS_ON_DEMAND
+    odp = {Access.REMOTE_WRITE: e.IBV_ODP_SUPPORT_WRITE, Access.REMOTE_READ: e.IBV_ODP_SUPPORT_READ}
+    odp[Access.REMOTE_ATOMIC] = e.IBV_ODP_SUPPORT_ATOMIC
+    for acc, bit in odp.items():  # each kind of access asks the device for its own ODP bit
+        assert file_region_flags(Access.LOCAL_WRITE | acc, int(bit)) & ACCESS_ON_DEMAND
+        others = sum(int(b) for a, b in odp.items() if a != acc)
+        assert not file_region_flags(Access.LOCAL_WRITE | acc, others) & ACCESS_ON_DEMAND
 
 
 def test_work_requests_as_libibverbs_gets_them(pyverbs_enums):
@@ -96,3 +121,14 @@ def test_work_requests_as_libibverbs_gets_them(pyverbs_enums):
         (Opcode.SEND, e.IBV_WR_SEND),
     ):
         assert send_wr(1, op, 0x1000, 8, 7, True).opcode == want
+
+
+def test_sends_go_inline(pyverbs_enums):
+    """The broker rewrites its acknowledgement buffer for every SEND; inline, the device has
+    copied the payload when the post returns (unsignaled, it would read the buffer later)."""
+    e = pyverbs_enums
+    wr = send_wr(1, Opcode.SEND, 0x1000, INLINE_SEND_BYTES, 7, False)
+    assert wr.send_flags == e.IBV_SEND_INLINE
+    assert not send_wr(1, Opcode.WRITE, 0x1000, 64, 7, False).send_flags & e.IBV_SEND_INLINE
+    with pytest.raises(TransportError):
+        send_wr(1, Opcode.SEND, 0x1000, INLINE_SEND_BYTES + 1, 7, False)
