@@ -45,6 +45,7 @@ class ControlError(Exception):
     def __init__(self, code: str, message: str):
         super().__init__(f"{code}: {message}")
         self.code = code
+        self.message = message  # without the code: what travels in a reply
 
 
 class Session:
@@ -120,7 +121,7 @@ class ControlServer:
                     req = json.loads(line)
                     reply = self.handler(s, req)
                 except ControlError as e:
-                    reply = {"error": e.code, "message": str(e)}
+                    reply = {"error": e.code, "message": e.message}
                 except KafkaError as e:  # e.g. an unknown topic: the client's mistake, not ours
                     log.info("control request refused: %s", e)
                     reply = {"error": type(e).__name__, "message": str(e)}

@@ -20,7 +20,7 @@ from rdmalog.errors import CorruptRecordError, KafkaError, PolicyViolationError
 from rdmalog.rdma import Consumer, Producer
 from rdmalog.rdma.client import Endpoint
 from rdmalog.rdma.control import ControlError
-from rdmalog.rdma.producer import ACK_BUF, RegisteredSlice
+from rdmalog.rdma.producer import ACK_BUF, ProduceError, RegisteredSlice
 from rdmalog.rdma.service import RdmaService
 from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status
 from rdmalog.rdma.wire import (
@@ -223,7 +223,7 @@ def test_exclusive_grant_excludes_others(broker):
     with pytest.raises(PolicyViolationError):
         svc.append("x", 0, build_batch([(None, b"gateway")]))
     p2 = Producer(svc.control_address, mode="shared")
-    with pytest.raises(Exception, match="busy"):
+    with pytest.raises(ProduceError, match="^busy: another producer holds this partition$"):
         p2.produce("x", 0, b"other")
     p2.close()
     p.close()

@@ -82,3 +82,118 @@ def test_native_and_kafka_producers_share_a_partition(broker_factory, transport:
         for prefix in (b"native-", b"kafka-"):
             mine = [v for v in values if v.startswith(prefix)]
             assert mine == [prefix + b"%d" % i for i in range(N)]  # all of them, in send order
+
+
+def _native_writer(control: str, transport: str, name: str, acked: str, idempotent: bool) -> None:
+    """Send `name-i` records in runs, appending "value offset" for each acknowledged one to
+    `acked` (unbuffered: what is written survives the SIGKILL that ends this process)."""
+    import os
+    import random
+
+    p = Producer(control, transport, mode="shared", idempotent=idempotent)
+    fd = os.open(acked, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    i = 0
+    while i < 100_000:
+        run = []
+        for _ in range(random.randint(1, 30)):
+            run.append((i, p.send("soak", 0, b"%s-%d" % (name.encode(), i))))
+            i += 1
+        p.flush(30)
+        os.write(fd, b"".join(b"%s-%d %d\n" % (name.encode(), j, d.wait()[0]) for j, d in run))
+
+
+@pytest.mark.parametrize(
+    "transport,idempotent", [("shm", False), ("tcp", False), ("shm", True)], ids=str
+)
+def test_native_producers_killed_at_random_beside_a_kafka_producer(
+    broker_factory, tmp_path, transport: str, idempotent: bool
+) -> None:
+    """Three shared native producers, SIGKILLed at random and replaced, write into the partition
+    a Kafka idempotent producer writes into too, while a native consumer reads along. Whatever a
+    producer died holding (a reservation, a write not yet committed) leaves no hole: offsets are
+    contiguous, both kinds of consumer read the same log, every acknowledged record is at its
+    acknowledged offset, none is there twice, and each producer's records keep their order."""
+    import multiprocessing
+    import os
+    import random
+    import signal
+
+    rnd = random.Random(7)
+    control_port = free_port()
+    broker = broker_factory(
+        {"rdma.transport": transport, "rdma.control.port": str(control_port)}, local=True
+    )
+    control = f"127.0.0.1:{control_port}"
+    _create_topic(broker.bootstrap, "soak")
+    spawn = multiprocessing.get_context("spawn")
+    writers: dict[str, multiprocessing.process.BaseProcess] = {}
+
+    def start_writer() -> None:
+        name = f"w{len(writers)}"
+        acked = str(tmp_path / f"{name}.acked")
+        w = spawn.Process(target=_native_writer, args=(control, transport, name, acked, idempotent))
+        w.start()
+        writers[name] = w
+
+    for _ in range(3):
+        start_writer()
+    kafka_acked: list[tuple[bytes, int]] = []
+    kafka_errors: list = []
+
+    def delivered(err, msg) -> None:
+        if err:
+            kafka_errors.append(err)
+        else:
+            kafka_acked.append((msg.value(), msg.offset()))
+
+    kafka = KafkaProducer(
+        {"bootstrap.servers": broker.bootstrap, "linger.ms": 2, "enable.idempotence": True}
+    )
+    reader = Consumer(control, transport)
+    reader.assign([("soak", 0)])
+    seen: list[tuple[int, bytes]] = []
+    end = time.monotonic() + 5
+    next_kill, kills, i = time.monotonic() + 0.5, 0, 0
+    while time.monotonic() < end and i < 1_000_000:
+        for _ in range(20):
+            kafka.produce("soak", b"k-%d" % i, partition=0, on_delivery=delivered)
+            i += 1
+        kafka.poll(0)
+        seen += [(r.offset, r.value) for r in reader.poll(0.01, max_records=5000)]
+        if time.monotonic() > next_kill:
+            victim = writers[rnd.choice([n for n, w in writers.items() if w.is_alive()])]
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.join(10)
+            kills += 1
+            start_writer()
+            next_kill = time.monotonic() + rnd.uniform(0.3, 1.0)
+    for w in writers.values():
+        if w.is_alive():
+            os.kill(w.pid, signal.SIGKILL)
+            w.join(10)
+    assert kafka.flush(60) == 0 and not kafka_errors
+    assert broker.running and kills >= 4
+
+    watermarks = KafkaConsumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused"})
+    hw = watermarks.get_watermark_offsets(TopicPartition("soak", 0), timeout=10)[1]
+    watermarks.close()
+    deadline = time.monotonic() + 60
+    while len(seen) < hw and time.monotonic() < deadline:
+        seen += [(r.offset, r.value) for r in reader.poll(0.1, max_records=50_000)]
+    reader.close()
+    assert [o for o, _ in seen] == list(range(hw))  # contiguous: no hole, nothing read twice
+    assert _kafka_read_all(broker.bootstrap, "soak", hw) == seen  # one log for both kinds
+    log = dict(seen)
+    assert len(set(log.values())) == hw  # no record stored twice
+    acked = list(kafka_acked)
+    for f in tmp_path.glob("*.acked"):
+        for line in f.read_bytes().splitlines():
+            value, offset = line.rsplit(b" ", 1)
+            acked.append((value, int(offset)))
+    assert len(acked) > 1000 and any(v.startswith(b"w") for v, _ in acked)
+    assert [(v, o) for v, o in acked if log.get(o) != v] == []  # each where it was acknowledged
+    last: dict[bytes, int] = {}
+    for _, v in seen:  # each producer's records in the order it sent them
+        name, _, n = v.rpartition(b"-")
+        assert int(n) > last.get(name, -1), v
+        last[name] = int(n)
