@@ -478,6 +478,12 @@ class PartitionLog:
             self._notify()
         return result
 
+    def holds_retry(self, infos: list[BatchInfo]) -> bool:
+        """Whether these batches, about to be appended, include a retry of an idempotent producer's
+        batch this log already holds (raises the Kafka error when they would be refused)."""
+        with self.lock:
+            return self._check_producers(infos) is not None
+
     def _check_producers(self, infos: list[BatchInfo]):
         """Kafka's idempotence checks for the batches of one append (raises on a sequence or epoch
         error); returns the earlier append's metadata when a batch is a retried duplicate."""

@@ -353,8 +353,9 @@ class RdmaService:
 
     def _process_run(self, f: ProduceFile, run: list[tuple[int, int, Reply]]) -> bool:
         """Commit consecutive writes together; False (nothing done) when any needs the one-by-one
-        path: a revoked or full file, an idempotent producer's batch (duplicate detection answers
-        per batch), or bytes that do not validate (the good ones before them still commit)."""
+        path: a revoked or full file, a retry of an idempotent producer's batch the log already
+        holds (answered with its original offsets, per write), a sequence or epoch error, or bytes
+        that do not validate (the good ones before them still commit)."""
         plog = f.part.log
         if f.revoked or f.full:
             return False
@@ -367,7 +368,7 @@ class RdmaService:
                 infos = plog.validate_written(total)
             except KafkaError:
                 return False
-            # Each write must hold whole batches, and none may carry a producer id.
+            # Each write must hold whole batches.
             ends, pos = [], 0
             for _, n, _ in run:
                 pos += n
@@ -376,13 +377,13 @@ class RdmaService:
             for end in ends:
                 first = i
                 while i < len(infos) and infos[i].position < end:
-                    if infos[i].producer_id >= 0:
-                        return False
                     i += 1
                 if i == first or infos[i - 1].position + infos[i - 1].size != end:
                     return False
                 spans.append(sum(info.last_offset_delta + 1 for info in infos[first:i]))
             try:
+                if plog.holds_retry(infos):
+                    return False
                 res = plog.commit_written(total, infos=infos)
             except KafkaError:
                 return False

@@ -728,6 +728,45 @@ def test_a_run_of_writes_commits_together_and_acks_each(broker, monkeypatch):
     p.close()
 
 
+def test_an_idempotent_producers_run_commits_together(broker, monkeypatch):
+    """An idempotent producer's writes waiting behind their predecessor commit with one
+    validation pass and one commit too (sequences checked across the run, as for a produce
+    request of several batches); a run holding a retry of a batch the log already has, or a
+    sequence gap, is answered one by one: the retry with its original offsets."""
+    st, svc = broker
+    runs, commits = [], []
+    real = svc._process_run
+    monkeypatch.setattr(svc, "_process_run", lambda f, run: runs.append(len(run)) or real(f, run))
+    st.create_topic("irun", 1)
+    plog = st.partition("irun", 0)
+    real_commit = plog.commit_written
+    monkeypatch.setattr(
+        plog, "commit_written", lambda n, **kw: commits.append(n) or real_commit(n, **kw)
+    )
+    p = Producer(svc.control_address)
+    assert p.produce("irun", 0, b"first") == (0, 0)
+
+    def idem(seq: int, *values: bytes) -> bytes:
+        records = [(None, v) for v in values]
+        return bytes(build_batch(records, producer_id=9, producer_epoch=0, base_sequence=seq))
+
+    writes = [idem(0, b"a"), idem(1, b"b", b"c") + idem(3, b"d"), idem(4, b"e")]
+    acks = _post_out_of_order(p, "irun", writes)
+    assert acks == {0: (0, 1, 1), 1: (0, 2, 4), 2: (0, 5, 5)}
+    assert runs == [3] and len(commits) == 2  # "first", then the run in one commit
+    # The same three again (a producer resending after a lost answer) with a new one behind
+    # them: answered one by one with the offsets they already have; the new one is revoked
+    # (it sits behind bytes that were not committed) and would be resent under a new grant.
+    g = p.grants[("irun", 0)]
+    g.position = plog.active_segment.size
+    g.order = (g.order + 3) & 0xFFFF
+    acks = _post_out_of_order(p, "irun", [*writes, idem(5, b"f")])
+    assert acks[0] == (AckStatus.OK, 1, 1) and acks[3] == (AckStatus.REVOKED, -1, -1)
+    assert runs == [3, 4] and len(commits) == 3  # one by one: the retry answered, not appended
+    assert [r.value for r in store_records(st, "irun")] == [b"first", b"a", b"b", b"c", b"d", b"e"]
+    p.close()
+
+
 def test_spark_native_reads_reuse_a_pooled_consumer(broker, kind):
     """The Spark source's executor reads (no Spark needed): the next range of a partition
     continues on the consumer the previous task left assigned; another start seeks it; a read
