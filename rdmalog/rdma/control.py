@@ -17,14 +17,20 @@ Requests (``{"op": ..., ...}``) and their replies:
 - ``next_file {topic, partition, file_id, ...}``: producer: roll and grant the new head;
   consumer: read access to the file after the one named.
 - ``release {topic, partition, base_offset}``: a consumer is done with a file.
+- ``commit_slot {group, topic, partition}`` -> the commit slot a consumer's ``commit_async``
+  adds to (see commit_slots.py); ``producer_id`` -> ``{producer_id, producer_epoch}`` for an
+  idempotent producer.
 - ``bye``: the client is closing: everything the session holds is released before the reply
   (a closed connection releases it too, but asynchronously).
 
-Errors come back as ``{"error": code, "message": text}``.
+Errors come back as ``{"error": code, "message": text}``. A line that is not a JSON object, an
+unknown op, or a missing or mistyped field is ``invalid_request`` naming it; a line over
+MAX_LINE is answered so and the connection closed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -58,6 +64,36 @@ class Session:
         self.sock = sock
         self.peer = peer
         self.state: dict[str, Any] = {}
+
+
+_REQUIRED = object()
+
+
+def arg(req: dict, name: str, kind: type, default: Any = _REQUIRED) -> Any:
+    """A request's field `name` of JSON type `kind` (int: a true integer, not a bool or float);
+    `default` when it is absent, if given. Anything else is the client's mistake: invalid_request
+    naming the field."""
+    value = req.get(name, default)
+    if value is _REQUIRED:
+        raise ControlError("invalid_request", f"{req.get('op')!r} needs {name!r}")
+    if value is not default and type(value) is not kind:
+        raise ControlError(
+            "invalid_request", f"{name!r} must be {kind.__name__}, not {type(value).__name__}"
+        )
+    return value
+
+
+def _parse(line: bytes) -> dict:
+    """One request line: a JSON object, else invalid_request."""
+    try:
+        req = json.loads(line)
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ControlError("invalid_request", f"not JSON: {e}") from None
+    if not isinstance(req, dict):
+        raise ControlError(
+            "invalid_request", f"a request is a JSON object, not {type(req).__name__}"
+        )
+    return req
 
 
 def _read_line(f) -> bytes | None:
@@ -118,9 +154,10 @@ class ControlServer:
                 if line is None:
                     break
                 try:
-                    req = json.loads(line)
-                    reply = self.handler(s, req)
+                    reply = self.handler(s, _parse(line))
                 except ControlError as e:
+                    if e.code == "invalid_request":
+                        log.info("control request from %s refused: %s", s.peer, e.message)
                     reply = {"error": e.code, "message": e.message}
                 except KafkaError as e:  # e.g. an unknown topic: the client's mistake, not ours
                     log.info("control request refused: %s", e)
@@ -129,7 +166,11 @@ class ControlServer:
                     log.exception("control request failed")
                     reply = {"error": type(e).__name__, "message": str(e)}
                 s.sock.sendall(json.dumps(reply).encode() + b"\n")
-        except (OSError, ValueError, ControlError):
+        except ControlError as e:  # a line over MAX_LINE: answered, then the connection closes
+            log.info("control connection from %s closed: %s", s.peer, e.message)
+            with contextlib.suppress(OSError):
+                s.sock.sendall(json.dumps({"error": e.code, "message": e.message}).encode() + b"\n")
+        except (OSError, ValueError):  # the peer went away mid-line
             pass
         finally:
             self._sessions.discard(s)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from rdmalog.errors import KafkaError, PolicyViolationError, error_for_code
 from rdmalog.rdma._atomic64 import copy, fetch_add, store
 from rdmalog.rdma.commit_slots import CommitSink, CommitSlots
-from rdmalog.rdma.control import ControlError, ControlServer, Session
+from rdmalog.rdma.control import ControlError, ControlServer, Session, arg
 from rdmalog.rdma.prefault import Prefaulter
 from rdmalog.rdma.transport import Access, Opcode, Status, TransportError, open_device
 from rdmalog.rdma.wire import (
@@ -56,6 +56,10 @@ HELLO = struct.Struct("<Q")
 Reply = Callable[[int, AckStatus, int, int, int], None]
 Arrival = tuple["ProduceFile", int, int, Reply]  # (file, order, byte length, reply)
 MAX_RUN = 64  # writes committed together at most
+# control requests of an attached session (hello and attach come before it; docs: control.py)
+_SESSION_OPS = frozenset(
+    ("produce_access", "read_access", "next_file", "release", "commit_slot", "producer_id", "bye")
+)
 
 
 class ProduceFile:
@@ -569,26 +573,27 @@ class RdmaService:
             if not ok:
                 raise ControlError("no_qp", "no queue pair said hello with this session's token")
             return {"session": s.id}
+        if op not in _SESSION_OPS:
+            raise ControlError("invalid_request", f"unknown op {op!r:.64}")
         if "qp" not in s.state:
             raise ControlError("not_attached", "attach a queue pair first")
         if op == "produce_access":
-            return self._produce_access(
-                s, req["topic"], int(req["partition"]), req.get("mode", "exclusive")
-            )
+            topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+            return self._produce_access(s, topic, partition, arg(req, "mode", str, "exclusive"))
         if op == "read_access":
-            return self._read_access(s, req["topic"], int(req["partition"]), int(req["offset"]))
+            topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+            return self._read_access(s, topic, partition, arg(req, "offset", int))
         if op == "next_file":
             return self._next_file(s, req)
         if op == "release":
-            self._release_read(s, req["topic"], int(req["partition"]), int(req["base_offset"]))
+            topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+            self._release_read(s, topic, partition, arg(req, "base_offset", int))
             return {}
         if op == "commit_slot":
-            topic, partition = str(req.get("topic") or ""), req.get("partition")
-            if type(partition) is not int:
-                raise ControlError("invalid_request", "commit_slot needs an integer partition")
+            topic, partition = arg(req, "topic", str), arg(req, "partition", int)
             self.store.partition(topic, partition)  # raises for an unknown topic or partition
             try:
-                return self.commits.slot(s.id, str(req.get("group") or ""), topic, partition)
+                return self.commits.slot(s.id, arg(req, "group", str, ""), topic, partition)
             except ValueError as e:
                 raise ControlError("invalid_request", str(e)) from e
         if op == "producer_id":  # an idempotent native producer's id (Kafka's InitProducerId)
@@ -598,7 +603,7 @@ class RdmaService:
         if op == "bye":  # a clean close: release now, so a successor's request never sees it held
             self._release_session(s)
             return {}
-        raise ControlError("invalid_request", f"unknown op {op!r}")
+        raise ControlError("invalid_request", f"unknown op {op!r:.64}")
 
     def _produce_access(self, s: Session, topic: str, partition: int, mode: str) -> dict:
         if mode not in ("exclusive", "shared"):
@@ -744,10 +749,10 @@ class RdmaService:
                 rf.mr.deregister()
 
     def _next_file(self, s: Session, req: dict) -> dict:
-        topic, partition = req["topic"], int(req["partition"])
+        topic, partition = arg(req, "topic", str), arg(req, "partition", int)
         if "file_id" in req:  # producer: the head is full; roll it and grant the new one
-            f = self.files.get(int(req["file_id"]))
-            mode = req.get("mode", "exclusive")
+            f = self.files.get(arg(req, "file_id", int))
+            mode = arg(req, "mode", str, "exclusive")
             if f is not None and s.id in f.sessions:
                 with f.lock:
                     self._revoke(f)
@@ -756,7 +761,7 @@ class RdmaService:
                         if plog.active_segment is f.segment and f.segment.size:
                             plog.roll()
             return self._produce_access(s, topic, partition, mode)
-        base = int(req["base_offset"])  # consumer: the file after `base`
+        base = arg(req, "base_offset", int)  # consumer: the file after `base`
         ps = self._part(topic, partition)
         with self.lock, ps.log.lock:
             segs = ps.log.segments

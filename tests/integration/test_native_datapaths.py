@@ -215,6 +215,45 @@ def test_gateway_idempotent_appends_into_a_shared_grant(broker):
     ]  # fmt: skip
 
 
+def test_bad_control_requests_are_answered_and_the_service_stays_up(broker, caplog):
+    """Malformed lines, requests that are not objects, missing or mistyped fields (a float
+    partition is not partition 0) get invalid_request naming the problem, logged as the client's
+    mistake rather than a failure; a line over the limit is answered and its connection closed."""
+    import json
+    import logging
+    import socket
+
+    from rdmalog.rdma.control import MAX_LINE
+
+    st, svc = broker
+    st.create_topic("c", 1)
+    caplog.set_level(logging.INFO, "rdmalog.rdma.control")
+    host, _, port = svc.control_address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=5) as raw:
+        f = raw.makefile("rb")
+        for line in (b"not json", b"[1, 2]", b"\xff\xfe", b'{"op": 7}'):
+            raw.sendall(line + b"\n")
+            assert json.loads(f.readline())["error"] == "invalid_request"
+        raw.sendall(b"x" * (MAX_LINE + 10) + b"\n")
+        assert json.loads(f.readline())["message"] == "request too large"
+        assert f.readline() == b""  # then closed
+    p = Producer(svc.control_address)  # an attached session reaches the field checks
+    for req, says in (
+        ({"topic": "c"}, "'produce_access' needs 'partition'"),
+        ({"topic": "c", "partition": 0.0}, "'partition' must be int, not float"),
+        ({"topic": None, "partition": 0}, "'topic' must be str, not NoneType"),
+        ({"topic": "c", "partition": 0, "mode": 1}, "'mode' must be str, not int"),
+    ):
+        with pytest.raises(ControlError) as e:
+            p.control("produce_access", **req)
+        assert (e.value.code, e.value.message) == ("invalid_request", says)
+    with pytest.raises(ControlError, match="must be int"):
+        p.control("read_access", topic="c", partition=0, offset="0")
+    assert p.produce("c", 0, b"still served") == (0, 0)
+    p.close()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+
+
 def test_exclusive_grant_excludes_others(broker):
     st, svc = broker
     st.create_topic("x", 1)
