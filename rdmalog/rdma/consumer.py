@@ -188,18 +188,25 @@ class Consumer(Endpoint):
                 self.seek(topic, partition, offset)
                 continue
             start = self.committed(topic, partition) if self.offsets else None
-            try:
-                self.seek(topic, partition, self.reset if start is None else start)
-            except ControlError as e:
-                if start is None or e.code != "offset_out_of_range":
-                    raise
-                self.seek(topic, partition, self.reset)  # committed, then deleted by retention
+            self.seek(topic, partition, self.reset if start is None else start)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
-        a = self.parts[(topic, partition)]
+        """Read `offset` next (EARLIEST = -2: the log start, LATEST = -1: its end). An offset the
+        log does not hold (past its end, or deleted by retention) is reset by `auto_offset_reset`,
+        as a Kafka consumer resets on OFFSET_OUT_OF_RANGE."""
+        a = self.parts.get((topic, partition))
+        if a is None:
+            raise ValueError(f"{topic}-{partition} is not assigned")
+        if offset < 0 and offset not in (EARLIEST, LATEST):
+            raise ValueError(f"offset {offset}: offsets are >= 0 (or -2 earliest, -1 latest)")
         self._release(a)
         a.offset = offset
-        r = self.control("read_access", topic=topic, partition=partition, offset=offset)
+        try:
+            r = self.control("read_access", topic=topic, partition=partition, offset=offset)
+        except ControlError as e:
+            if e.code != "offset_out_of_range" or offset < 0:
+                raise
+            r = self.control("read_access", topic=topic, partition=partition, offset=self.reset)
         a.offset = r["offset"]
         self._open(a, r)
 
@@ -459,7 +466,7 @@ class Consumer(Endpoint):
         st = self.qp.read_now(a.mr, a.have, n, a.region.addr + a.pos, a.region.rkey)
         if st != _SUCCESS:
             # The file went away under us (retention, a revoked registration): ask again from
-            # the next offset; if that offset is gone too, the caller gets offset_out_of_range.
+            # the next offset; if that offset is gone too, auto_offset_reset decides (seek).
             if st == Status.WR_FLUSH_ERR or not self.ctl.alive():
                 raise self.disconnected(f"READ of {a.topic}-{a.partition} failed: {st.name}")
             self.seek(a.topic, a.partition, a.offset)

@@ -319,6 +319,9 @@ class Producer(Endpoint):
     def _send(self, topic: str, partition: int, batch, stamp: bool) -> Delivery:
         if self.broken is not None:
             raise self.disconnected(self.broken)
+        n = batch.length if type(batch) is RegisteredSlice else len(batch)
+        if n < BATCH_OVERHEAD:
+            raise ValueError(f"{n} bytes cannot hold a record batch ({BATCH_OVERHEAD} at least)")
         if type(batch) is RegisteredSlice:
             if batch.source._producer is not self:
                 raise ValueError("the buffer was registered with another producer")

@@ -254,6 +254,39 @@ def test_bad_control_requests_are_answered_and_the_service_stays_up(broker, capl
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
 
 
+def test_seek_outside_the_log_resets_as_kafka_consumers_do(broker):
+    """An offset the log does not hold is reset by auto_offset_reset (Kafka's OFFSET_OUT_OF_RANGE
+    handling); a negative offset or a partition not assigned is refused at once and changes
+    nothing - a refused seek used to leave the partition unread, silently, from then on."""
+    st, svc = broker
+    st.create_topic("sk", 1)
+    p = Producer(svc.control_address)
+    for v in (b"a", b"b", b"c"):
+        p.send("sk", 0, v)
+    p.flush()
+    with pytest.raises(ValueError, match="cannot hold a record batch"):
+        p.send_batch("sk", 0, b"")
+    early = Consumer(svc.control_address)
+    early.assign([("sk", 0)], offset=1)
+    early.seek("sk", 0, 100)
+    assert early.position("sk", 0) == 0
+    assert [r.value for r in consume(early, 3)] == [b"a", b"b", b"c"]
+    late = Consumer(svc.control_address, auto_offset_reset="latest")
+    late.assign([("sk", 0)], offset=0)
+    late.seek("sk", 0, 100)
+    assert late.position("sk", 0) == 3 and late.poll(0.05) == []
+    with pytest.raises(ValueError, match="offsets are >= 0"):
+        late.seek("sk", 0, -7)
+    with pytest.raises(ValueError, match="not assigned"):
+        late.seek("sk", 9, 0)
+    assert late.position("sk", 0) == 3
+    p.produce("sk", 0, b"d")
+    assert [r.value for r in consume(late, 1)] == [b"d"]
+    early.close()
+    late.close()
+    p.close()
+
+
 def test_exclusive_grant_excludes_others(broker):
     st, svc = broker
     st.create_topic("x", 1)
