@@ -829,3 +829,4 @@ class PartitionLog:
             self.segments = []
             self._bases = []
         shutil.rmtree(self.dir, ignore_errors=True)
+        self._notify()  # listeners learn the log is closed: RDMA readers see their file sealed

@@ -448,6 +448,9 @@ class Consumer(Endpoint):
         except ControlError as e:
             if e.code == "no_next_file":
                 return  # the roll is not visible yet; try again on a later poll
+            if e.code == "file_gone":  # its log was replaced (deleted, created again): find
+                self.seek(a.topic, a.partition, a.offset)  # the position again, or reset
+                return
             raise
         a.active = False
         self._active = None

@@ -553,12 +553,24 @@ class RdmaService:
         with self.lock:
             ps = self.parts.get((topic, partition))
             if ps is None or ps.log is not plog:
+                if ps is not None:  # the topic was deleted and created again
+                    self._forget_readers(ps)
                 ps = self.parts[(topic, partition)] = PartState(plog)
             if not ps.listening:
                 plog.add_listener(ps.on_hw)
                 plog.add_roll_listener(ps.on_roll)
                 ps.listening = True
             return ps
+
+    def _forget_readers(self, ps: PartState) -> None:
+        """Give back the read registrations and metadata slots of a log that was replaced: the
+        sessions' later releases look at the new log's files, so these would never be freed.
+        (Its readers are told by their next next_file: file_gone, and they seek again.)"""
+        for rf in ps.readers.values():
+            for region, idx in rf.slots.values():
+                region.clear(idx)
+            rf.mr.deregister()
+        ps.readers.clear()
 
     def _handle(self, s: Session, req: dict) -> dict:
         op = req.get("op")
@@ -763,6 +775,9 @@ class RdmaService:
             return self._produce_access(s, topic, partition, mode)
         base = arg(req, "base_offset", int)  # consumer: the file after `base`
         ps = self._part(topic, partition)
+        rf = ps.readers.get(base)
+        if rf is None or s.id not in rf.refs:  # e.g. the topic was deleted and created again
+            raise ControlError("file_gone", f"no file {base} of this log is held by the session")
         with self.lock, ps.log.lock:
             segs = ps.log.segments
             cur = [seg for seg in segs if seg.base_offset == base]

@@ -287,6 +287,32 @@ def test_seek_outside_the_log_resets_as_kafka_consumers_do(broker):
     p.close()
 
 
+def test_a_deleted_topic_is_reported_and_a_new_one_of_its_name_read_on(broker):
+    """A consumer of a deleted topic is told (UnknownTopicOrPartition from poll, as long as it
+    stays so) instead of polling its old file forever; once a topic of that name exists again it
+    keeps its position there, as a Kafka consumer does, and the old log's registrations and
+    slots are given back (they used to stay until the session ended)."""
+    st, svc = broker
+    st.create_topic("del", 1)
+    p = Producer(svc.control_address)
+    p.produce("del", 0, b"x")
+    c = Consumer(svc.control_address)
+    c.assign([("del", 0)])
+    assert [r.value for r in consume(c, 1)] == [b"x"]
+    st.delete_topic("del")
+    for _ in range(2):
+        with pytest.raises(ControlError, match="UnknownTopicOrPartition"):
+            c.poll(0.5)
+    st.create_topic("del", 1)
+    assert p.produce("del", 0, b"y") == (0, 0)
+    assert c.poll(0.2) == [] and c.position("del", 0) == 1
+    assert p.produce("del", 0, b"z") == (1, 1)
+    assert [(r.offset, r.value) for r in consume(c, 1)] == [(1, b"z")]
+    assert svc.stats()["readers"] == 1 and svc.stats()["slots"] == 1
+    c.close()
+    p.close()
+
+
 def test_exclusive_grant_excludes_others(broker):
     st, svc = broker
     st.create_topic("x", 1)
