@@ -139,6 +139,9 @@ class PartState:
             return lrb, bool(not plog.closed and plog.segments and seg is plog.active_segment)
 
     def on_hw(self, plog) -> None:
+        f = self.produce
+        if plog.closed and f is not None:  # deleted: nothing more can be committed into it
+            f.revoke()
         for rf in list(self.readers.values()):
             if rf.slots:
                 lrb, mutable = self.lrb(rf.segment)

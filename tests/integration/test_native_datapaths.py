@@ -299,7 +299,9 @@ def test_a_deleted_topic_is_reported_and_a_new_one_of_its_name_read_on(broker):
     c = Consumer(svc.control_address)
     c.assign([("del", 0)])
     assert [r.value for r in consume(c, 1)] == [b"x"]
+    grant = svc.parts[("del", 0)].produce
     st.delete_topic("del")
+    assert grant.revoked and not grant.mr.rkey  # the deleted head file is no longer registered
     for _ in range(2):
         with pytest.raises(ControlError, match="UnknownTopicOrPartition"):
             c.poll(0.5)
