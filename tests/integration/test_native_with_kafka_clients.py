@@ -197,3 +197,40 @@ def test_native_producers_killed_at_random_beside_a_kafka_producer(
         name, _, n = v.rpartition(b"-")
         assert int(n) > last.get(name, -1), v
         last[name] = int(n)
+
+
+def test_native_consumer_reads_compressed_batches_of_kafka_producers(broker_factory) -> None:
+    """Batches librdkafka compressed (gzip, snappy, lz4, zstd) are stored as they came and
+    decoded by the native consumer: keys, values, headers and offsets as produced."""
+    control_port = free_port()
+    broker = broker_factory(
+        {"rdma.transport": "shm", "rdma.control.port": str(control_port)}, local=True
+    )
+    codecs = ["gzip", "snappy", "lz4", "zstd"]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for f in admin.create_topics([NewTopic(c, 1, 1) for c in codecs]).values():
+        f.result(15)
+    for codec in codecs:
+        kafka = KafkaProducer(
+            {"bootstrap.servers": broker.bootstrap, "compression.type": codec, "linger.ms": 5}
+        )
+        for i in range(300):
+            value = b"value-%d-" % i + b"x" * 200
+            kafka.produce(codec, value, key=b"k%d" % i, headers=[("h", b"%d" % i)], partition=0)
+        assert kafka.flush(30) == 0
+        consumer = Consumer(f"127.0.0.1:{control_port}", "shm")
+        consumer.assign([(codec, 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 300 and time.monotonic() < deadline:
+            got += consumer.poll(0.2)
+        batches = []
+        consumer.seek(codec, 0, 0)
+        while not batches and time.monotonic() < deadline:
+            batches = consumer.poll_batches(0.2)
+        consumer.close()
+        assert [(r.offset, r.key, r.value, r.headers) for r in got] == [
+            (i, b"k%d" % i, b"value-%d-" % i + b"x" * 200, (("h", b"%d" % i),)) for i in range(300)
+        ], codec
+        attributes = int.from_bytes(batches[0].data[21:23], "big")
+        assert attributes & 0x07 == codecs.index(codec) + 1  # stored as compressed
