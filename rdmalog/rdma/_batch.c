@@ -1,9 +1,9 @@
 /* The native consumer's hot loop: the records of one uncompressed v2 record batch, decoded in C.
  *
  * decode_plain(buf, pos, size, base_offset, base_ts, max_ts, log_append, count, min_offset,
- *              topic, partition, record_type, out) appends record_type(topic, partition, offset,
- *              timestamp, key, value, headers, timestamp_type) to the list `out` for every record whose
- *              offset is >= min_offset.  `record_type` is a tuple subclass with exactly eight fields (the
+ *              topic, partition, record_type, out, limit) appends record_type(topic, partition,
+ *              offset, timestamp, key, value, headers, timestamp_type) to the list `out` for every
+ *              record whose offset is >= min_offset, at most `limit` of them (a poll's max_records).  `record_type` is a tuple subclass with exactly eight fields (the
  *              consumer's NamedTuple); rdmalog/rdma/consumer.py holds the same logic in Python.
  * headers is a tuple of (str, bytes | None) pairs.  Records hold only strings, numbers, bytes and such
  * tuples, so they leave the cyclic garbage collector's lists at once: a poll of thousands of records
@@ -90,10 +90,11 @@ static PyObject *decode_plain(PyObject *self, PyObject *args) {
     Py_ssize_t pos, size;
     long long base, base_ts, max_ts, min_offset;
     int log_append, count;
+    Py_ssize_t limit;
     PyObject *topic, *partition, *rtype, *out;
-    if (!PyArg_ParseTuple(args, "y*nnLLLpiLOOOO!", &view, &pos, &size, &base, &base_ts, &max_ts,
+    if (!PyArg_ParseTuple(args, "y*nnLLLpiLOOOO!n", &view, &pos, &size, &base, &base_ts, &max_ts,
                           &log_append, &count, &min_offset, &topic, &partition, &rtype,
-                          &PyList_Type, &out))
+                          &PyList_Type, &out, &limit))
         return NULL;
     PyTypeObject *tp = (PyTypeObject *)rtype;
     if (!PyType_Check(rtype) || !PyType_IsSubtype(tp, &PyTuple_Type)) {
@@ -109,7 +110,7 @@ static PyObject *decode_plain(PyObject *self, PyObject *args) {
     const unsigned char *start = (const unsigned char *)view.buf;
     cursor c = {start + pos + BATCH_OVERHEAD, start + pos + size};
     int ok = 1;
-    for (int i = 0; ok && i < count; i++) {
+    for (int i = 0; ok && i < count && limit > 0; i++) {
         int64_t len, ts_delta, off_delta;
         if (varint(&c, &len) < 0) { ok = 0; break; }
         if (len < 1 || len > c.end - c.p) {
@@ -166,6 +167,7 @@ static PyObject *decode_plain(PyObject *self, PyObject *args) {
         PyObject_GC_UnTrack(rec);
         if (PyList_Append(out, rec) < 0) ok = 0;
         Py_DECREF(rec);
+        limit--;
     }
     PyBuffer_Release(&view);
     if (!ok) return NULL;
@@ -175,7 +177,7 @@ static PyObject *decode_plain(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"decode_plain", decode_plain, METH_VARARGS,
      "decode_plain(buf, pos, size, base_offset, base_ts, max_ts, log_append, count, min_offset, "
-     "topic, partition, record_type, out): append the batch's records to out"},
+     "topic, partition, record_type, out, limit): append the batch's records (at most limit) to out"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -45,6 +45,7 @@ except ImportError:  # pragma: no cover - a source tree without the extension bu
     _c_decode_plain = None
 
 EARLIEST, LATEST = -2, -1
+_RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}  # auto_offset_reset
 IDLE_CHECK = 4096  # empty polls between two looks at the control connection (broker alive?)
 _LEN = struct.Struct(">i")
 _SLOT = struct.Struct("<QQ")
@@ -88,7 +89,7 @@ class ConsumerBatch(NamedTuple):
 class _Assignment:
     __slots__ = (
         "topic", "partition", "offset", "region", "base", "pos", "lrb", "mutable", "slot",
-        "mr", "have", "active",
+        "mr", "have", "active", "more",
     )  # fmt: skip
 
     def __init__(self, topic: str, partition: int):
@@ -102,6 +103,7 @@ class _Assignment:
         self.mr = None  # local buffer: kept partial batch + new reads
         self.have = 0
         self.active = False
+        self.more = False  # whole batches kept: a poll stopped at max_records in front of them
 
 
 class Consumer(Endpoint):
@@ -124,13 +126,13 @@ class Consumer(Endpoint):
     ):
         if group_id is not None and not bootstrap:
             raise ValueError("group_id needs bootstrap: offsets live in the group coordinator")
-        if auto_offset_reset not in ("earliest", "latest"):
+        if auto_offset_reset not in _RESETS:
             raise ValueError(
-                f"auto_offset_reset must be earliest or latest, not {auto_offset_reset!r}"
+                f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
             )
         super().__init__(control_address, transport, timeout)
         self.fetch_size = fetch_size
-        self.reset = EARLIEST if auto_offset_reset == "earliest" else LATEST
+        self.reset = _RESETS[auto_offset_reset]  # None: an offset outside the log is an error
         self.parts: dict[tuple[str, int], _Assignment] = {}
         self._register()
         self._idle = 0
@@ -188,12 +190,15 @@ class Consumer(Endpoint):
                 self.seek(topic, partition, offset)
                 continue
             start = self.committed(topic, partition) if self.offsets else None
+            if start is None and self.reset is None:
+                raise ValueError(f"{topic}-{partition}: no committed offset, and no reset policy")
             self.seek(topic, partition, self.reset if start is None else start)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read `offset` next (EARLIEST = -2: the log start, LATEST = -1: its end). An offset the
         log does not hold (past its end, or deleted by retention) is reset by `auto_offset_reset`,
-        as a Kafka consumer resets on OFFSET_OUT_OF_RANGE."""
+        as a Kafka consumer resets on OFFSET_OUT_OF_RANGE; with "none" it raises ControlError
+        offset_out_of_range."""
         a = self.parts.get((topic, partition))
         if a is None:
             raise ValueError(f"{topic}-{partition} is not assigned")
@@ -204,7 +209,7 @@ class Consumer(Endpoint):
         try:
             r = self.control("read_access", topic=topic, partition=partition, offset=offset)
         except ControlError as e:
-            if e.code != "offset_out_of_range" or offset < 0:
+            if e.code != "offset_out_of_range" or offset < 0 or self.reset is None:
                 raise
             r = self.control("read_access", topic=topic, partition=partition, offset=self.reset)
         a.offset = r["offset"]
@@ -337,7 +342,7 @@ class Consumer(Endpoint):
     def _open(self, a: _Assignment, r: dict) -> None:
         a.region = RemoteRegion.from_dict(r["region"])
         a.base, a.pos, a.lrb = r["base_offset"], r["start"], r["lrb"]
-        a.mutable, a.slot, a.have = r["mutable"], r["slot"], 0
+        a.mutable, a.slot, a.have, a.more = r["mutable"], r["slot"], 0, False
         a.active = True
         self._active = None
         if a.mr is None:
@@ -381,13 +386,14 @@ class Consumer(Endpoint):
             for a in self.parts.values():
                 if not a.active:
                     continue
-                if a.pos >= a.lrb and a.slot >= 0 and not refreshed:
-                    self._refresh_slots()
-                    refreshed = True
-                if a.pos >= a.lrb and not a.mutable:
-                    self._next_file(a)  # sealed and read to its end
-                if a.pos < a.lrb:
-                    self._fetch(a, out, raw)
+                if not a.more:
+                    if a.pos >= a.lrb and a.slot >= 0 and not refreshed:
+                        self._refresh_slots()
+                        refreshed = True
+                    if a.pos >= a.lrb and not a.mutable:
+                        self._next_file(a)  # sealed and read to its end
+                if a.more or a.pos < a.lrb:
+                    self._fetch(a, out, raw, max_records - len(out))
                     if len(out) >= max_records:
                         return out
             if out:
@@ -456,9 +462,15 @@ class Consumer(Endpoint):
         self._active = None
         self._open(a, r)
 
-    def _fetch(self, a: _Assignment, out: list, raw: bool = False) -> None:
-        """READ the next chunk of the file, return its whole batches, keep a partial one."""
+    def _fetch(self, a: _Assignment, out: list, raw: bool, room: int) -> None:
+        """READ the next chunk of the file, return its whole batches, keep a partial one; at most
+        `room` records (batches if raw): what is left stays for the next poll, and the position
+        is the next offset returned, as with Kafka's max.poll.records."""
         buf = a.mr.buf
+        if a.more:  # whole batches are kept: no READ until they are returned
+            a.more = False
+            self._take(a, out, raw, room, a.have)
+            return
         want = self.fetch_size
         if a.have >= LOG_OVERHEAD:  # the kept partial batch says how much it still needs
             want = max(want, _LEN.unpack_from(buf, 8)[0] + LOG_OVERHEAD - a.have)
@@ -475,15 +487,24 @@ class Consumer(Endpoint):
             self.seek(a.topic, a.partition, a.offset)
             return
         a.pos += n
-        end = a.have + n
+        self._take(a, out, raw, room, a.have + n)
+
+    def _take(self, a: _Assignment, out: list, raw: bool, room: int, end: int) -> None:
+        """Return the whole batches in the buffer's first `end` bytes (at most `room` records),
+        keep the rest at its front."""
+        buf = a.mr.buf
         p = 0
         while end - p >= BATCH_OVERHEAD:
             size = _LEN.unpack_from(buf, p + 8)[0] + LOG_OVERHEAD
             if size > end - p:
                 break
+            if room <= 0:
+                a.more = True
+                break
             h = HEADER.unpack_from(buf, p)
             last = h[0] + h[6]
             if last >= a.offset:
+                n0 = len(out)
                 if raw:
                     out.append(
                         ConsumerBatch(a.topic, a.partition, h[0], last, bytes(buf[p : p + size]))
@@ -493,27 +514,34 @@ class Consumer(Endpoint):
                 elif h[5] & CODEC_MASK == 0 and _c_decode_plain is not None:
                     _c_decode_plain(
                         buf, p, size, h[0], h[7], h[8], h[5] & TIMESTAMP_TYPE_BIT, h[12],
-                        a.offset, a.topic, a.partition, ConsumerRecord, out,
+                        a.offset, a.topic, a.partition, ConsumerRecord, out, room,
                     )  # fmt: skip
                 else:  # compressed, or no C helper built: the store's own decoder
-                    for r in decode_records(RecordBatch(buf[p : p + size])):
-                        if r.offset >= a.offset:
-                            out.append(
-                                ConsumerRecord(
-                                    a.topic,
-                                    a.partition,
-                                    r.offset,
-                                    r.timestamp,
-                                    r.key,
-                                    r.value,
-                                    tuple(r.headers),
-                                    1 if h[5] & TIMESTAMP_TYPE_BIT else 0,
-                                )
-                            )
+                    ts_type = 1 if h[5] & TIMESTAMP_TYPE_BIT else 0
+                    records = decode_records(RecordBatch(buf[p : p + size]))
+                    out += [
+                        ConsumerRecord(
+                            a.topic,
+                            a.partition,
+                            r.offset,
+                            r.timestamp,
+                            r.key,
+                            r.value,
+                            tuple(r.headers),
+                            ts_type,
+                        )  # fmt: skip
+                        for r in records
+                        if r.offset >= a.offset
+                    ][:room]
+                room -= len(out) - n0
+                if room <= 0 and not raw and len(out) > n0 and out[-1].offset < last:
+                    a.offset = out[-1].offset + 1  # the batch's other records: next poll
+                    a.more = True
+                    break
                 a.offset = last + 1
             p += size
         if p and p < end:
-            buf[: end - p] = buf[p:end]  # keep the partial batch at the front
+            buf[: end - p] = buf[p:end]  # keep what is left at the front
         a.have = end - p
 
     def _grow(self, a: _Assignment, need: int) -> None:

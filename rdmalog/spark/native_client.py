@@ -61,7 +61,14 @@ def _take(conn: ConnectionOptions, tp: TopicPartition, start: int):
         consumer.close()
         consumer = None
     if consumer is None:
-        consumer = Consumer(_control(conn), transport=conn.transport, timeout=CLIENT_TIMEOUT_S)
+        # "none", as spark-sql-kafka sets for its executors: a start the log no longer holds is
+        # data loss to report, not a position to reset
+        consumer = Consumer(
+            _control(conn),
+            transport=conn.transport,
+            timeout=CLIENT_TIMEOUT_S,
+            auto_offset_reset="none",
+        )
     try:
         if tp not in consumer.parts:
             consumer.assign([tp], offset=start)

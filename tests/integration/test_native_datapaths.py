@@ -282,8 +282,14 @@ def test_seek_outside_the_log_resets_as_kafka_consumers_do(broker):
     assert late.position("sk", 0) == 3
     p.produce("sk", 0, b"d")
     assert [r.value for r in consume(late, 1)] == [b"d"]
-    early.close()
-    late.close()
+    strict = Consumer(svc.control_address, auto_offset_reset="none")  # Kafka's "none"
+    strict.assign([("sk", 0)], offset=2)
+    with pytest.raises(ControlError, match="offset_out_of_range"):
+        strict.seek("sk", 0, 100)
+    with pytest.raises(ValueError, match="no reset policy"):
+        strict.assign([("sk", 0), ("sk2", 0)])
+    for c in (early, late, strict):
+        c.close()
     p.close()
 
 
@@ -311,6 +317,40 @@ def test_a_deleted_topic_is_reported_and_a_new_one_of_its_name_read_on(broker):
     assert p.produce("del", 0, b"z") == (1, 1)
     assert [(r.offset, r.value) for r in consume(c, 1)] == [(1, b"z")]
     assert svc.stats()["readers"] == 1 and svc.stats()["slots"] == 1
+    c.close()
+    p.close()
+
+
+@pytest.mark.parametrize("codec", [None, "lz4"])
+def test_poll_returns_at_most_max_records_and_keeps_the_rest(broker, codec):
+    """poll(max_records=k) returns at most k records - a 256 KiB fetch used to return all it
+    decoded - and the rest in order on later polls, the position always the next offset it
+    returns (what commit() commits); a batch larger than k is returned across polls.
+    poll_batches(max_batches=k) likewise. Compressed batches take the Python decoder."""
+    from rdmalog.compression import Codec
+
+    st, svc = broker
+    st.create_topic("mx", 1)
+    p = Producer(svc.control_address)
+    kw = {"compression": Codec.LZ4} if codec else {}
+    for i in range(0, 50, 10):  # five batches of ten records
+        p.send_batch("mx", 0, build_batch([(None, b"v%d" % j) for j in range(i, i + 10)], **kw))
+    p.flush()
+    c = Consumer(svc.control_address, fetch_size=1 << 18)
+    c.assign([("mx", 0)])
+    got, sizes = [], []
+    for _ in range(100):
+        if len(got) == 50:
+            break
+        recs = c.poll(0.05, max_records=3)
+        sizes.append(len(recs))
+        got += recs
+        assert c.position("mx", 0) == (recs[-1].offset + 1 if recs else len(got))
+    assert [r.offset for r in got] == list(range(50)) and max(sizes) == 3
+    c.seek("mx", 0, 0)
+    batches = c.poll_batches(0.5, max_batches=2)
+    assert [b.base_offset for b in batches] == [0, 10] and c.position("mx", 0) == 20
+    assert [b.base_offset for b in c.poll_batches(0.5, max_batches=10)] == [20, 30, 40]
     c.close()
     p.close()
 
@@ -873,6 +913,7 @@ def test_spark_native_reads_reuse_a_pooled_consumer(broker, kind):
     abandoned half-way closes its consumer instead of pooling it."""
     pytest.importorskip("pyspark")
     from rdmalog.spark import native_client
+    from rdmalog.spark.offsets import DataLossError
     from rdmalog.spark.options import parse_read
 
     st, svc = broker
@@ -902,6 +943,11 @@ def test_spark_native_reads_reuse_a_pooled_consumer(broker, kind):
     rows.close()  # abandoned: closed, not pooled
     assert native_client._POOL == {} and not first.ctl.alive()
     assert read(25, 30) == list(range(25, 30))
+    # Records deleted under a planned range are data loss, reported: the executors' consumers
+    # do not reset (auto.offset.reset=none, as spark-sql-kafka's executors use).
+    st.partition("sp", 0).delete_records(12)
+    with pytest.raises(DataLossError, match="offset 10"):
+        read(10, 15)
     for c in native_client._POOL.values():
         c.close()
     native_client._POOL.clear()

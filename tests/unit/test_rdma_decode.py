@@ -38,11 +38,11 @@ def _expected(buf: bytes, min_offset: int) -> list[ConsumerRecord]:
     ]
 
 
-def _c(buf: bytes, min_offset: int) -> list:
+def _c(buf: bytes, min_offset: int, limit: int = 1 << 30) -> list:
     h = HEADER.unpack_from(buf, 0)
     out: list = []
     c_decode(buf, 0, len(buf), h[0], h[7], h[8], h[5] & TIMESTAMP_TYPE_BIT, h[12], min_offset,
-             "t", 3, ConsumerRecord, out)  # fmt: skip
+             "t", 3, ConsumerRecord, out, limit)  # fmt: skip
     return out
 
 
@@ -53,6 +53,14 @@ def test_c_decoder_agrees_with_records(min_offset):
     got = _c(buf, min_offset)
     assert got == _expected(buf, min_offset)
     assert all(type(r) is ConsumerRecord for r in got)
+
+
+@needs_c
+def test_c_decoder_appends_at_most_limit_records():
+    buf = build_batch(RECORDS, base_offset=42)
+    assert [r.offset for r in _c(buf, 0, limit=2)] == [42, 43]
+    assert [r.offset for r in _c(buf, 43, limit=2)] == [43, 44]
+    assert _c(buf, 0, limit=0) == []
 
 
 @needs_c
@@ -79,7 +87,7 @@ def test_c_decoder_reports_log_append_time():
 def test_c_decoder_refuses_malformed_batches():
     buf = bytearray(build_batch(RECORDS[:2]))
     h = HEADER.unpack_from(buf, 0)
-    args = (h[0], h[7], h[8], 0, h[12], 0, "t", 0, ConsumerRecord, [])
+    args = (h[0], h[7], h[8], 0, h[12], 0, "t", 0, ConsumerRecord, [], 100)
     with pytest.raises(ValueError):
         c_decode(bytes(buf[:-5]), 0, len(buf), *args)  # the batch is longer than the buffer
     with pytest.raises(ValueError):
