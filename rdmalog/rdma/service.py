@@ -125,6 +125,7 @@ class PartState:
         self.produce: ProduceFile | None = None
         self.readers: dict[int, ReadFile] = {}  # segment base offset -> ReadFile
         self.listening = False
+        self.start_seen = plog.log_start_offset  # log start offset when readers were last checked
 
     def lrb(self, seg) -> tuple[int, bool]:
         """(last readable byte, mutable) of a segment: committed and below the high watermark."""
@@ -284,6 +285,7 @@ class RdmaService:
             if now - last_check > 0.01:
                 last_check = now
                 self._check_timeouts(now)
+                self._retire_deleted_readers()
             if now - last_fold > self.commit_interval:
                 last_fold = now
                 self.commits.fold()
@@ -468,6 +470,25 @@ class RdmaService:
         with self.lock:
             if f.part.produce is f:
                 f.part.produce = None
+
+    def _retire_deleted_readers(self) -> None:
+        """Withdraw the read registrations of segments that retention or DeleteRecords deleted:
+        their records are below the log start offset, where Kafka answers OFFSET_OUT_OF_RANGE.
+        A consumer's next READ there fails (or its next_file finds the file gone) and it seeks
+        again, so auto_offset_reset applies. (Done here, under the service lock, rather than in
+        the deleting thread, which holds the log's lock: the grant path takes them the other way.)"""
+        with self.lock:
+            for ps in self.parts.values():
+                start = ps.log.log_start_offset
+                if start == ps.start_seen or not ps.readers:
+                    continue
+                ps.start_seen = start
+                for base, rf in list(ps.readers.items()):
+                    if rf.segment.deleted:
+                        for region, idx in rf.slots.values():
+                            region.clear(idx)
+                        rf.mr.deregister()
+                        del ps.readers[base]
 
     def _check_timeouts(self, now: float) -> None:
         for f in list(self.files.values()):

@@ -355,6 +355,33 @@ def test_poll_returns_at_most_max_records_and_keeps_the_rest(broker, codec):
     p.close()
 
 
+def test_records_deleted_under_a_consumer_are_not_served(broker):
+    """DeleteRecords (or retention) deletes whole segments a consumer is reading: their read
+    registrations are withdrawn, its next READ fails, and it resets as a Kafka consumer does on
+    OFFSET_OUT_OF_RANGE - it used to read the deleted file's records to its end. Only records it
+    had already READ into its own buffer before the deletion still come."""
+    st, svc = broker
+    st.create_topic("dr", 1, {"segment.bytes": "4096"})
+    p = Producer(svc.control_address)
+    for i in range(100):
+        p.send("dr", 0, b"v%03d" % i + b"x" * 100)
+    p.flush()
+    c = Consumer(svc.control_address)  # 2 KiB READs: about 11 of these batches each
+    c.assign([("dr", 0)], offset=0)
+    assert [r.offset for r in c.poll(1.0, max_records=3)] == [0, 1, 2]
+    assert st.partition("dr", 0).delete_records(60) == 60
+    assert wait_for(lambda: 0 not in svc.parts[("dr", 0)].readers)  # within 10 ms
+    got = []
+    for _ in range(200):
+        got += [r.offset for r in c.poll(0.02)]
+        if got and got[-1] == 99:
+            break
+    assert not [o for o in got if 12 <= o < 60], got
+    assert [o for o in got if o >= 60] == list(range(60, 100))
+    c.close()
+    p.close()
+
+
 def test_exclusive_grant_excludes_others(broker):
     st, svc = broker
     st.create_topic("x", 1)
