@@ -496,6 +496,7 @@ def start_rdma(store, config: BrokerConfig, groups: GroupService | None = None):
         order_timeout=config.get("rdma.order.timeout.ms") / 1000,
         commit_sink=None if groups is None else _commit_sink(groups),
         commit_interval=config.get("rdma.commit.interval.ms") / 1000,
+        slots_per_consumer=config.get("rdma.consumer.slots"),
     ).start()
     log.info("RDMA datapaths on %s, control requests at %s", transport, service.control_address)
     return service

@@ -52,8 +52,10 @@ class ConfigEntry(NamedTuple):
 # --- value parsing ---------------------------------------------------------------------------------
 
 
-def _at_least(lo: int) -> Callable[[Any], str | None]:
-    return lambda v: None if v is None or v >= lo else f"must be at least {lo}"
+def _at_least(lo: int, at_most: int | None = None) -> Callable[[Any], str | None]:
+    if at_most is None:
+        return lambda v: None if v is None or v >= lo else f"must be at least {lo}"
+    return lambda v: None if v is None or lo <= v <= at_most else f"must be {lo} to {at_most}"
 
 
 def _one_of(*choices: str) -> Callable[[Any], str | None]:
@@ -182,6 +184,7 @@ BROKER_DEFS = _defs(
     ("rdma.control.port", "int", 0, _at_least(0)),
     ("rdma.order.timeout.ms", "int", 1000, _at_least(1)),
     ("rdma.commit.interval.ms", "int", 100, _at_least(1)),
+    ("rdma.consumer.slots", "int", 1024, _at_least(1, at_most=4096)),
     ("zookeeper.connect", "string", None),
     ("zookeeper.session.timeout.ms", "int", 18000),
     ("zookeeper.connection.timeout.ms", "int", None),

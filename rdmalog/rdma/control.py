@@ -34,13 +34,13 @@ import contextlib
 import itertools
 import json
 import logging
-import select
 import socket
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from rdmalog.errors import KafkaError
+from rdmalog.rdma.transport import wait_readable
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ class ControlClient:
     def alive(self) -> bool:
         """False once the service closed the connection or its process died (one peek, no wait)."""
         try:
-            if not select.select([self.sock], [], [], 0)[0]:
+            if not wait_readable([self.sock], 0):
                 return True  # nothing to read: no EOF, no reset
             return self.sock.recv(1, socket.MSG_PEEK) != b""
         except (OSError, ValueError):

@@ -166,7 +166,7 @@ class RdmaService:
         host: str = "127.0.0.1",
         control_port: int = 0,
         order_timeout: float = 1.0,
-        slots_per_consumer: int = 64,
+        slots_per_consumer: int = 1024,
         commit_sink: CommitSink | None = None,
         commit_interval: float = 0.1,
     ):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
-import select
 import shutil
 import socket
 import struct
@@ -52,6 +51,7 @@ from rdmalog.rdma.transport import (
     accept_setup,
     recv_setup,
     send_setup,
+    wait_readable,
 )
 
 MR_ENTRIES = 1024
@@ -236,7 +236,7 @@ class ShmCQ:
             fetch_add(ring.buf, 128, 0)  # full barrier before re-checking (pairs with push)
             if not ring.ready() and not self._local:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                select.select([self._bell], [], [], left)
+                wait_readable([self._bell], left)
             store(ring.buf, 128, 0)
             self._sleeping = False
             _drain(self._bell)

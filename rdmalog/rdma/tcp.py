@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import select
 import selectors
 import socket
 import struct
@@ -36,6 +35,7 @@ from rdmalog.rdma.transport import (
     accept_setup,
     recv_setup,
     send_setup,
+    wait_readable,
 )
 
 ADDR_SHIFT = 32
@@ -111,7 +111,7 @@ class TcpCQ:
             try:
                 if not self._local:
                     fds = [self._efd] + [qp.sock for qp in self._pumped if not qp.closed]
-                    select.select(fds, [], [], left)
+                    wait_readable(fds, left)
             finally:
                 self._sleeping = False
             try:
@@ -268,7 +268,7 @@ class TcpQP:
         if self.closed or not self._recv_lock.acquire(blocking=block):
             return
         try:
-            if block and not select.select([self.sock], [], [], timeout)[0]:
+            if block and not wait_readable([self.sock], timeout):
                 return
             while self._serve_one():
                 pass

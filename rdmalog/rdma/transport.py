@@ -12,11 +12,23 @@ from __future__ import annotations
 
 import enum
 import json
+import select
 import socket
 from dataclasses import dataclass
 from typing import Protocol
 
 MAX_SEND_BYTES = 256  # a SEND's payload at most, on every transport (verbs sends it inline)
+
+
+def wait_readable(fds: list, timeout: float | None) -> bool:
+    """Whether one of `fds` (sockets or descriptors) becomes readable - data, EOF or an error -
+    within `timeout` seconds (None: no limit). poll(2), not select(2): select refuses
+    descriptors above 1023, which a process with many open files (a broker's own clients, a
+    Spark executor) hands out."""
+    p = select.poll()
+    for fd in fds:
+        p.register(fd, select.POLLIN)
+    return bool(p.poll(None if timeout is None else max(0.0, timeout) * 1000))
 
 
 class Access(enum.IntFlag):

@@ -382,6 +382,21 @@ def test_records_deleted_under_a_consumer_are_not_served(broker):
     p.close()
 
 
+def test_a_consumer_reads_hundreds_of_partitions_at_their_heads(broker):
+    """Every head file a consumer reads takes a metadata slot of its session: a session had 64,
+    so a consumer of more partitions was refused (no_slot) - rdma.consumer.slots, 1024 now."""
+    st, svc = broker
+    st.create_topic("wide", 300)
+    c = Consumer(svc.control_address)
+    c.assign([("wide", i) for i in range(300)])
+    assert svc.stats()["slots"] == 300
+    p = Producer(svc.control_address)
+    p.produce("wide", 299, b"last")
+    assert [(r.partition, r.value) for r in consume(c, 1)] == [(299, b"last")]
+    c.close()
+    p.close()
+
+
 def test_exclusive_grant_excludes_others(broker):
     st, svc = broker
     st.create_topic("x", 1)

@@ -96,6 +96,8 @@ def test_synonyms_order_of_precedence() -> None:
         ("log.message.timestamp.type", "WallTime"),
         ("message.max.bytes", "99999999999"),
         ("listeners", "127.0.0.1:9092"),
+        ("rdma.consumer.slots", "0"),
+        ("rdma.consumer.slots", "4097"),
     ],
 )
 def test_bad_values_name_the_key(key: str, value: str) -> None:

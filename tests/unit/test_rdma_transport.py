@@ -439,3 +439,30 @@ def test_shm_ring_many_producers_full_and_doorbell(tmp_path):
         assert pr.exitcode == 0
     assert got == {1: list(range(n)), 2: list(range(n))}
     ring.close()
+
+
+def test_waits_work_on_descriptors_above_1023():
+    """select() refuses descriptors above 1023; a client in a process with many open files (the
+    broker's own store, a Spark executor) got ValueError from its waits, and its broker
+    liveness check took that for a dead broker."""
+    import os
+    import resource
+    import socket
+
+    from rdmalog.rdma.transport import wait_readable
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 1500:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard}: no descriptor 1500 to test with")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1600), hard))
+    a, b = socket.socketpair()
+    high = os.dup2(a.fileno(), 1500)
+    try:
+        assert not wait_readable([high], 0)
+        b.send(b"x")
+        assert wait_readable([high], 1.0)
+    finally:
+        os.close(high)
+        a.close()
+        b.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
