@@ -72,6 +72,17 @@ def consume(c: Consumer, n: int, rounds: int = 400):
     return got
 
 
+def writer_and_reader(st: Store, svc, topic: str, value: bytes) -> tuple[Producer, Consumer]:
+    """A new one-partition topic holding `value`: its producer, and a consumer that read it."""
+    st.create_topic(topic, 1)
+    p = Producer(svc.control_address)
+    p.produce(topic, 0, value)
+    c = Consumer(svc.control_address)
+    c.assign([(topic, 0)])
+    assert [r.value for r in consume(c, 1)] == [value]
+    return p, c
+
+
 def wait_for(pred, timeout: float = 5.0) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -299,12 +310,7 @@ def test_a_deleted_topic_is_reported_and_a_new_one_of_its_name_read_on(broker):
     keeps its position there, as a Kafka consumer does, and the old log's registrations and
     slots are given back (they used to stay until the session ended)."""
     st, svc = broker
-    st.create_topic("del", 1)
-    p = Producer(svc.control_address)
-    p.produce("del", 0, b"x")
-    c = Consumer(svc.control_address)
-    c.assign([("del", 0)])
-    assert [r.value for r in consume(c, 1)] == [b"x"]
+    p, c = writer_and_reader(st, svc, "del", b"x")
     grant = svc.parts[("del", 0)].produce
     st.delete_topic("del")
     assert grant.revoked and not grant.mr.rkey  # the deleted head file is no longer registered
@@ -522,12 +528,7 @@ def test_out_of_bounds_refused(broker):
 
 def test_only_committed_data_is_served(broker):
     st, svc = broker
-    st.create_topic("u", 1)
-    p = Producer(svc.control_address)
-    p.produce("u", 0, b"one")
-    c = Consumer(svc.control_address)
-    c.assign([("u", 0)])
-    assert [r.value for r in consume(c, 1)] == [b"one"]
+    p, c = writer_and_reader(st, svc, "u", b"one")
     g = p.grants[("u", 0)]
     batch = build_batch([(None, b"uncommitted")])
     p.stage.buf[: len(batch)] = batch
