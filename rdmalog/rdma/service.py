@@ -14,6 +14,7 @@ set flags and write slot words, never take a file lock.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -299,7 +300,8 @@ class RdmaService:
             return None  # flushed: the client is gone; its session cleans up
         if wc.opcode == _RECV:  # hello: bind this QP to the control session
             token = HELLO.unpack_from(cqp.recv_mr.buf, wc.wr_id * 64)[0]
-            cqp.repost(wc.wr_id)
+            with contextlib.suppress(TransportError):  # the client left at once
+                cqp.repost(wc.wr_id)
             with self.lock:
                 s = self._tokens.pop(token, None)
                 if s is not None:
@@ -307,7 +309,10 @@ class RdmaService:
                     cqp.session = s.id
                     self._bound.notify_all()
             return None
-        cqp.repost(wc.wr_id)
+        try:
+            cqp.repost(wc.wr_id)
+        except TransportError:
+            pass  # its queue pair closed after the write landed: the write still counts
         file_id, order = imm_decode(wc.imm_data)
         f = self.files.get(file_id)
         if f is None or cqp.session not in f.sessions:
@@ -338,6 +343,14 @@ class RdmaService:
             with f.lock:
                 for _, order, byte_len, reply in mine:
                     f.pending[order] = (byte_len, reply, now)
+                if f.revoked:
+                    # Nothing commits into it any more, and it may be forgotten already, so no
+                    # timeout would answer a write waiting for a predecessor (the gateway's
+                    # appends hold the file itself, not its id): answer all now.
+                    for o, (_, reply, _) in sorted(f.pending.items()):
+                        reply(o, AckStatus.REVOKED, -1, -1, 0)
+                    f.pending.clear()
+                    continue
                 while f.next_order in f.pending:
                     run = [(f.next_order, *f.pending.pop(f.next_order)[:2])]
                     while (

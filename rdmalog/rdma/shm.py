@@ -577,12 +577,18 @@ class ShmDevice:
         return mr
 
     def _dereg(self, mr: ShmMR) -> None:
+        """Once per region, whichever threads ask (a grant can be revoked by a roll listener
+        and by the completion loop at the same time): a table slot freed twice would later
+        be handed to two regions."""
         with self._lock:
+            if self._mrs.get(mr.rkey) is not mr:
+                return
             store(self._table, mr.index * MR_ENTRY, 0)
-            self._mrs.pop(mr.rkey, None)
+            del self._mrs[mr.rkey]
             self._free.append(mr.index)
-        if mr._owned is not None:
-            m, path = mr._owned
+            owned, mr._owned = mr._owned, None
+        if owned is not None:
+            m, path = owned
             mr.buf.release()
             try:
                 m.close()

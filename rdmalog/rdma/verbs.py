@@ -90,6 +90,7 @@ def _address_of(buf) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(view))
 
 
+_DEREG_LOCK = threading.Lock()
 SIGNAL_EVERY = 64  # a run of unsignaled sends is cut by a signaled one (send-queue reclaim)
 # SENDs are small (acknowledgements, session tokens) and go inline: the device copies the payload
 # at post time, so the sender may rewrite its buffer at once, as the shm and tcp transports allow.
@@ -249,8 +250,10 @@ class VerbsMR:
         return RemoteRegion(self.addr, self.rkey, self.length)
 
     def deregister(self) -> None:
-        self.mr.close()  # ibv_dereg_mr: later remote accesses fail with REM_ACCESS_ERR
-        self.rkey = 0
+        with _DEREG_LOCK:  # once, whichever threads ask (see ShmDevice._dereg)
+            if self.rkey:
+                self.mr.close()  # ibv_dereg_mr: later remote accesses fail with REM_ACCESS_ERR
+                self.rkey = 0
 
 
 class VerbsCQ:

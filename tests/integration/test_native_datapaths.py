@@ -18,6 +18,7 @@ import pytest
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import CorruptRecordError, KafkaError, PolicyViolationError
 from rdmalog.rdma import Consumer, Producer
+from rdmalog.rdma._atomic64 import fetch_add
 from rdmalog.rdma.client import Endpoint
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.producer import ACK_BUF, ProduceError, RegisteredSlice
@@ -224,6 +225,27 @@ def test_gateway_idempotent_appends_into_a_shared_grant(broker):
     assert [r.value for r in store_records(st, "gi")] == [
         b"native-0", b"kafka-0", b"native-1", b"native-2",
     ]  # fmt: skip
+
+
+def test_a_write_into_a_revoked_file_is_answered_even_once_it_is_forgotten(broker):
+    """The gateway's append holds the shared head file itself. If a roll revokes that file and
+    the completion loop forgets it (nothing was pending) before the append's write arrives
+    behind a predecessor that never comes (a producer killed after reserving), no timeout looks
+    at the file again: the write waited forever and the Kafka client got POLICY_VIOLATION after
+    7 s. A write into a revoked file is now answered REVOKED at once, and the gateway retries."""
+    st, svc = broker
+    st.create_topic("fg", 1)
+    p = Producer(svc.control_address, mode="shared")
+    p.produce("fg", 0, b"native")
+    f = svc.parts[("fg", 0)].produce
+    dead = word_decode(fetch_add(f.word_mr.buf, 0, reservation_add(100)))[0]  # never written
+    order = word_decode(fetch_add(f.word_mr.buf, 0, reservation_add(100)))[0]
+    svc._revoke(f)
+    assert wait_for(lambda: f.file_id not in svc.files)  # forgotten: nothing was pending
+    answers = []
+    svc.arrive(f, order, 100, lambda *a: answers.append(a))
+    assert order == dead + 1 and answers == [(order, AckStatus.REVOKED, -1, -1, 0)]
+    p.close()
 
 
 def test_bad_control_requests_are_answered_and_the_service_stays_up(broker, caplog):
