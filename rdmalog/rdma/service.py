@@ -485,11 +485,13 @@ class RdmaService:
                 f.part.produce = None
 
     def _retire_deleted_readers(self) -> None:
-        """Withdraw the read registrations of segments that retention or DeleteRecords deleted:
-        their records are below the log start offset, where Kafka answers OFFSET_OUT_OF_RANGE.
-        A consumer's next READ there fails (or its next_file finds the file gone) and it seeks
-        again, so auto_offset_reset applies. (Done here, under the service lock, rather than in
-        the deleting thread, which holds the log's lock: the grant path takes them the other way.)"""
+        """Withdraw the read registrations of segments holding records below a new log start
+        offset (deleted by retention or DeleteRecords, or the segment DeleteRecords cut into):
+        there Kafka answers OFFSET_OUT_OF_RANGE. A consumer's next READ fails (or its next_file
+        finds the file gone) and it seeks again: from its position when the log still holds it
+        (a new registration of the same file), else as auto_offset_reset says. (Done here, under
+        the service lock, not in the deleting thread, which holds the log's lock: the grant path
+        takes them the other way.)"""
         with self.lock:
             for ps in self.parts.values():
                 start = ps.log.log_start_offset
@@ -497,7 +499,7 @@ class RdmaService:
                     continue
                 ps.start_seen = start
                 for base, rf in list(ps.readers.items()):
-                    if rf.segment.deleted:
+                    if base < start:
                         for region, idx in rf.slots.values():
                             region.clear(idx)
                         rf.mr.deregister()

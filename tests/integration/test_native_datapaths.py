@@ -397,16 +397,29 @@ def test_records_deleted_under_a_consumer_are_not_served(broker):
     c = Consumer(svc.control_address)  # 2 KiB READs: about 11 of these batches each
     c.assign([("dr", 0)], offset=0)
     assert [r.offset for r in c.poll(1.0, max_records=3)] == [0, 1, 2]
-    assert st.partition("dr", 0).delete_records(60) == 60
-    assert wait_for(lambda: 0 not in svc.parts[("dr", 0)].readers)  # within ~20 ms
-    got = []
-    for _ in range(200):
-        got += [r.offset for r in c.poll(0.02)]
-        if got and got[-1] == 99:
-            break
-    assert not [o for o in got if 12 <= o < 60], got
-    assert [o for o in got if o >= 60] == list(range(60, 100))
-    c.close()
+    plog = st.partition("dr", 0)
+    (cut,) = [g for g in plog.segments if g.base_offset < 60 < g.next_offset - 3]
+    inside = Consumer(svc.control_address)  # in the segment the deletion cuts into, below 60
+    inside.assign([("dr", 0)], offset=cut.base_offset)
+    assert [r.offset for r in inside.poll(1.0, max_records=1)] == [cut.base_offset]
+    ahead = Consumer(svc.control_address)  # in the same segment, past the new log start
+    ahead.assign([("dr", 0)], offset=61)
+    assert [r.offset for r in ahead.poll(1.0, max_records=1)] == [61]
+    assert plog.delete_records(60) == 60
+    gone = {g.base_offset for g in plog.segments if g.base_offset < 60} | {0}
+    assert wait_for(lambda: not gone & set(svc.parts[("dr", 0)].readers))  # within ~20 ms
+    for consumer, first in ((c, 3), (inside, cut.base_offset + 1), (ahead, 62)):
+        got = []
+        for _ in range(200):
+            got += [r.offset for r in consumer.poll(0.02)]
+            if got and got[-1] == 99:
+                break
+        # only what its one 2 KiB READ before the deletion held (11 batches at most) may come
+        # from below the log start; then 60 on, as a Kafka consumer resets
+        below = [o for o in got if o < 60]
+        assert below == list(range(first, first + len(below))) and len(below) <= 11, got
+        assert [o for o in got if o >= 60] == list(range(max(60, first), 100)), got
+        consumer.close()
     p.close()
 
 
