@@ -57,10 +57,6 @@ HELLO = struct.Struct("<Q")
 Reply = Callable[[int, AckStatus, int, int, int], None]
 Arrival = tuple["ProduceFile", int, int, Reply]  # (file, order, byte length, reply)
 MAX_RUN = 64  # writes committed together at most
-# control requests of an attached session (hello and attach come before it; docs: control.py)
-_SESSION_OPS = frozenset(
-    ("produce_access", "read_access", "next_file", "release", "commit_slot", "producer_id", "bye")
-)
 
 
 class ProduceFile:
@@ -94,6 +90,13 @@ class ReadFile:
         self.segment, self.mr = seg, mr
         self.slots: dict[int, tuple[SlotRegion, int]] = {}  # session id -> (region, slot index)
         self.refs: set[int] = set()
+
+    def withdraw(self) -> None:
+        """Free its remaining metadata slots and deregister it: READs of it fail from now on."""
+        for region, idx in self.slots.values():
+            region.clear(idx)
+        self.slots.clear()
+        self.mr.deregister()
 
 
 class SlotRegion:
@@ -300,8 +303,7 @@ class RdmaService:
             return None  # flushed: the client is gone; its session cleans up
         if wc.opcode == _RECV:  # hello: bind this QP to the control session
             token = HELLO.unpack_from(cqp.recv_mr.buf, wc.wr_id * 64)[0]
-            with contextlib.suppress(TransportError):  # the client left at once
-                cqp.repost(wc.wr_id)
+            cqp.repost(wc.wr_id)
             with self.lock:
                 s = self._tokens.pop(token, None)
                 if s is not None:
@@ -309,10 +311,7 @@ class RdmaService:
                     cqp.session = s.id
                     self._bound.notify_all()
             return None
-        try:
-            cqp.repost(wc.wr_id)
-        except TransportError:
-            pass  # its queue pair closed after the write landed: the write still counts
+        cqp.repost(wc.wr_id)
         file_id, order = imm_decode(wc.imm_data)
         f = self.files.get(file_id)
         if f is None or cqp.session not in f.sessions:
@@ -498,12 +497,8 @@ class RdmaService:
                 if start == ps.start_seen or not ps.readers:
                     continue
                 ps.start_seen = start
-                for base, rf in list(ps.readers.items()):
-                    if base < start:
-                        for region, idx in rf.slots.values():
-                            region.clear(idx)
-                        rf.mr.deregister()
-                        del ps.readers[base]
+                for base in [b for b in ps.readers if b < start]:
+                    ps.readers.pop(base).withdraw()
 
     def _check_timeouts(self, now: float) -> None:
         for f in list(self.files.values()):
@@ -606,55 +601,63 @@ class RdmaService:
         sessions' later releases look at the new log's files, so these would never be freed.
         (Its readers are told by their next next_file: file_gone, and they seek again.)"""
         for rf in ps.readers.values():
-            for region, idx in rf.slots.values():
-                region.clear(idx)
-            rf.mr.deregister()
+            rf.withdraw()
         ps.readers.clear()
 
     def _handle(self, s: Session, req: dict) -> dict:
+        """One control request: `_op_<op>(session, request)` answers it (docs: control.py)."""
         op = req.get("op")
-        if op == "hello":
-            token = int.from_bytes(os.urandom(8), "little")
-            with self.lock:
-                self._tokens[token] = s
-            return {"token": token, "rdma_address": self.rdma_address, "transport": self.kind}
-        if op == "attach":
-            with self.lock:
-                ok = self._bound.wait_for(lambda: "qp" in s.state, timeout=10.0)
-            if not ok:
-                raise ControlError("no_qp", "no queue pair said hello with this session's token")
-            return {"session": s.id}
-        if op not in _SESSION_OPS:
+        handler = getattr(self, f"_op_{op}", None) if isinstance(op, str) else None
+        if handler is None:
             raise ControlError("invalid_request", f"unknown op {op!r:.64}")
-        if "qp" not in s.state:
+        if op not in ("hello", "attach") and "qp" not in s.state:
             raise ControlError("not_attached", "attach a queue pair first")
-        if op == "produce_access":
-            topic, partition = arg(req, "topic", str), arg(req, "partition", int)
-            return self._produce_access(s, topic, partition, arg(req, "mode", str, "exclusive"))
-        if op == "read_access":
-            topic, partition = arg(req, "topic", str), arg(req, "partition", int)
-            return self._read_access(s, topic, partition, arg(req, "offset", int))
-        if op == "next_file":
-            return self._next_file(s, req)
-        if op == "release":
-            topic, partition = arg(req, "topic", str), arg(req, "partition", int)
-            self._release_read(s, topic, partition, arg(req, "base_offset", int))
-            return {}
-        if op == "commit_slot":
-            topic, partition = arg(req, "topic", str), arg(req, "partition", int)
-            self.store.partition(topic, partition)  # raises for an unknown topic or partition
-            try:
-                return self.commits.slot(s.id, arg(req, "group", str, ""), topic, partition)
-            except ValueError as e:
-                raise ControlError("invalid_request", str(e)) from e
-        if op == "producer_id":  # an idempotent native producer's id (Kafka's InitProducerId)
-            if self.store.producer_ids is None:
-                raise ControlError("invalid_request", "this store hands out no producer ids")
-            return {"producer_id": self.store.producer_ids.allocate(), "producer_epoch": 0}
-        if op == "bye":  # a clean close: release now, so a successor's request never sees it held
-            self._release_session(s)
-            return {}
-        raise ControlError("invalid_request", f"unknown op {op!r:.64}")
+        return handler(s, req)
+
+    def _op_hello(self, s: Session, req: dict) -> dict:
+        token = int.from_bytes(os.urandom(8), "little")
+        with self.lock:
+            self._tokens[token] = s
+        return {"token": token, "rdma_address": self.rdma_address, "transport": self.kind}
+
+    def _op_attach(self, s: Session, req: dict) -> dict:
+        with self.lock:
+            ok = self._bound.wait_for(lambda: "qp" in s.state, timeout=10.0)
+        if not ok:
+            raise ControlError("no_qp", "no queue pair said hello with this session's token")
+        return {"session": s.id}
+
+    def _op_produce_access(self, s: Session, req: dict) -> dict:
+        topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+        return self._produce_access(s, topic, partition, arg(req, "mode", str, "exclusive"))
+
+    def _op_read_access(self, s: Session, req: dict) -> dict:
+        topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+        return self._read_access(s, topic, partition, arg(req, "offset", int))
+
+    def _op_release(self, s: Session, req: dict) -> dict:
+        topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+        self._release_read(s, topic, partition, arg(req, "base_offset", int))
+        return {}
+
+    def _op_commit_slot(self, s: Session, req: dict) -> dict:
+        topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+        self.store.partition(topic, partition)  # raises for an unknown topic or partition
+        try:
+            return self.commits.slot(s.id, arg(req, "group", str, ""), topic, partition)
+        except ValueError as e:
+            raise ControlError("invalid_request", str(e)) from e
+
+    def _op_producer_id(self, s: Session, req: dict) -> dict:
+        """An idempotent native producer's id (Kafka's InitProducerId)."""
+        if self.store.producer_ids is None:
+            raise ControlError("invalid_request", "this store hands out no producer ids")
+        return {"producer_id": self.store.producer_ids.allocate(), "producer_epoch": 0}
+
+    def _op_bye(self, s: Session, req: dict) -> dict:
+        """A clean close: release now, so a successor's request never sees it held."""
+        self._release_session(s)
+        return {}
 
     def _produce_access(self, s: Session, topic: str, partition: int, mode: str) -> dict:
         if mode not in ("exclusive", "shared"):
@@ -797,9 +800,9 @@ class RdmaService:
             rf.refs.discard(s.id)
             if not rf.refs:
                 del ps.readers[base]
-                rf.mr.deregister()
+                rf.withdraw()
 
-    def _next_file(self, s: Session, req: dict) -> dict:
+    def _op_next_file(self, s: Session, req: dict) -> dict:
         topic, partition = arg(req, "topic", str), arg(req, "partition", int)
         if "file_id" in req:  # producer: the head is full; roll it and grant the new one
             f = self.files.get(arg(req, "file_id", int))
@@ -885,7 +888,10 @@ class _ClientQP:
             self.qp.post_recv(i, self.recv_mr, i * 64, 64)
 
     def repost(self, i: int) -> None:
-        self.qp.post_recv(i, self.recv_mr, i * 64, 64)
+        """Post receive i again; a client gone since (its queue pair closed) needs none, and what
+        it sent before still counts."""
+        with contextlib.suppress(TransportError):
+            self.qp.post_recv(i, self.recv_mr, i * 64, 64)
 
     def ack(
         self, file_id: int, order: int, status: AckStatus, base: int, last: int, nxt: int

@@ -92,10 +92,9 @@ def _address_of(buf) -> int:
 
 _DEREG_LOCK = threading.Lock()
 SIGNAL_EVERY = 64  # a run of unsignaled sends is cut by a signaled one (send-queue reclaim)
-# SENDs are small (acknowledgements, session tokens) and go inline: the device copies the payload
-# at post time, so the sender may rewrite its buffer at once, as the shm and tcp transports allow.
-# (An unsignaled SEND without it is read by the RNIC later: rewriting the buffer would race it.)
-INLINE_SEND_BYTES = MAX_SEND_BYTES
+# SENDs (acknowledgements, session tokens: at most MAX_SEND_BYTES) go inline: the device copies
+# the payload at post time, so the sender may rewrite its buffer at once, as the shm and tcp
+# transports allow. (An unsignaled SEND without it is read by the RNIC later: a rewrite races it.)
 
 _WRITABLE = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC
 ACCESS_ON_DEMAND = 1 << 6  # IBV_ACCESS_ON_DEMAND
@@ -221,8 +220,8 @@ def send_wr(
     opcode = _ibv_wr_opcodes()[op]
     flags = e.IBV_SEND_SIGNALED if signaled else 0
     if op == Opcode.SEND:
-        if length > INLINE_SEND_BYTES:
-            raise TransportError(f"SEND of {length} bytes: at most {INLINE_SEND_BYTES} (inline)")
+        if length > MAX_SEND_BYTES:
+            raise TransportError(f"SEND of {length} bytes: at most {MAX_SEND_BYTES} (inline)")
         flags |= e.IBV_SEND_INLINE
     kw = {"imm_data": socket.htonl(imm & 0xFFFFFFFF)} if imm is not None else {}  # big-endian
     sg = [SGE(addr, length, lkey)]
@@ -306,7 +305,7 @@ class VerbsQP:
             max_recv_wr=depth,
             max_send_sge=1,
             max_recv_sge=1,
-            max_inline_data=INLINE_SEND_BYTES,
+            max_inline_data=MAX_SEND_BYTES,
         )
         init = QPInitAttr(qp_type=e.IBV_QPT_RC, scq=send_cq.cq, rcq=recv_cq.cq, cap=cap)
         self.qp = QP(dev.pd, init, QPAttr())

@@ -10,7 +10,7 @@ import pytest
 from rdmalog.rdma.transport import Access, Opcode, Status, TransportError
 from rdmalog.rdma.verbs import (
     ACCESS_ON_DEMAND,
-    INLINE_SEND_BYTES,
+    MAX_SEND_BYTES,
     SIGNAL_EVERY,
     WrTracker,
     file_region_flags,
@@ -127,8 +127,8 @@ def test_sends_go_inline(pyverbs_enums):
     """The broker rewrites its acknowledgement buffer for every SEND; inline, the device has
     copied the payload when the post returns (unsignaled, it would read the buffer later)."""
     e = pyverbs_enums
-    wr = send_wr(1, Opcode.SEND, 0x1000, INLINE_SEND_BYTES, 7, False)
+    wr = send_wr(1, Opcode.SEND, 0x1000, MAX_SEND_BYTES, 7, False)
     assert wr.send_flags == e.IBV_SEND_INLINE
     assert not send_wr(1, Opcode.WRITE, 0x1000, 64, 7, False).send_flags & e.IBV_SEND_INLINE
     with pytest.raises(TransportError):
-        send_wr(1, Opcode.SEND, 0x1000, INLINE_SEND_BYTES + 1, 7, False)
+        send_wr(1, Opcode.SEND, 0x1000, MAX_SEND_BYTES + 1, 7, False)
