@@ -21,6 +21,8 @@ POLL_STEP_S = 0.5
 POLL_RECORDS = 5000
 WRITE_CHUNK = 500  # records per native batch
 CLIENT_TIMEOUT_S = 30.0
+# control errors that mean records of a range are gone (deleted records, a deleted topic)
+_GONE = ("offset_out_of_range", "UnknownTopicOrPartitionError")
 
 NativeOffsets = KafkaOffsets  # the driver's lookups go through the Kafka protocol
 
@@ -96,32 +98,52 @@ def read_range(
     fail_on_data_loss: bool,
     poll_timeout_ms: int,
 ) -> Iterator[tuple[bytes | None, bytes | None, int, int | None, int, list | None]]:
-    """Records of [start, end) read one-sidedly from the partition's segment files."""
+    """Records of [start, end) read one-sidedly from the partition's segment files.
+
+    Records of the range that are gone (deleted by retention or DeleteRecords, before the read or
+    while it runs, or with their topic) are data loss: an error with `fail_on_data_loss`, else a
+    warning and, as spark-sql-kafka's executors do, the read goes on from the log start."""
+    from rdmalog.rdma.consumer import EARLIEST
     from rdmalog.rdma.control import ControlError
 
     if start >= end:
         return
     topic, part = tp
-    try:
-        consumer = _take(conn, tp, start)
-    except ControlError as exc:
-        # the native client cannot skip to the log start: always an error
-        report_data_loss(True, f"{topic}-{part}: cannot read from offset {start}: {exc}")
-        return
+    consumer = None
+    at, seek_to = start, start  # seek_to: where a new consumer starts
     clean = False
+    last_progress = time.monotonic()
     try:
-        last_progress = time.monotonic()
-        while consumer.position(topic, part) < end:
-            records = consumer.poll(timeout=POLL_STEP_S, max_records=POLL_RECORDS)
-            if not records:
-                if time.monotonic() - last_progress > poll_timeout_ms / 1000.0:
-                    raise TimeoutError(
-                        f"no records from {topic}-{part} at offset "
-                        f"{consumer.position(topic, part)} (reading up to {end}) within "
-                        f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms}"
-                    )
+        while at < end:
+            try:
+                if consumer is None:
+                    consumer = _take(conn, tp, seek_to)
+                    pos = consumer.position(topic, part)
+                    if seek_to == EARLIEST and pos <= at:
+                        return  # nothing was deleted below `at`: the log ends before it
+                    at = max(at, pos)
+                    continue
+                records = consumer.poll(timeout=POLL_STEP_S, max_records=POLL_RECORDS)
+            except ControlError as exc:  # executors' consumers never reset by themselves
+                if exc.code not in _GONE:
+                    raise
+                report_data_loss(
+                    fail_on_data_loss, f"{topic}-{part}: cannot read from offset {at}: {exc}"
+                )
+                if exc.code != "offset_out_of_range":
+                    return  # the partition is gone
+                if consumer is not None:
+                    consumer.close()
+                    consumer = None
+                seek_to = EARLIEST  # skip what was deleted
                 continue
-            last_progress = time.monotonic()
+            if records:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > poll_timeout_ms / 1000.0:
+                raise TimeoutError(
+                    f"no records from {topic}-{part} at offset {at} (reading up to {end}) within "
+                    f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms}"
+                )
             for r in records:
                 if r.offset < start:
                     continue
@@ -129,9 +151,11 @@ def read_range(
                     break
                 ts_type = NO_TIMESTAMP_TYPE if r.timestamp is None else r.timestamp_type
                 yield r.key, r.value, r.offset, r.timestamp, ts_type, r.headers or None
+            at = consumer.position(topic, part)
         clean = True
     finally:
-        _give_back(conn, tp, consumer, clean)
+        if consumer is not None:
+            _give_back(conn, tp, consumer, clean)
 
 
 class NativeSink:

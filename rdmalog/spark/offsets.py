@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from rdmalog.spark.options import (
 from rdmalog.spark.transport import Offsets
 
 OffsetMap = dict[TopicPartition, int]
+log = logging.getLogger(__name__)
 
 
 class DataLossError(RuntimeError):
@@ -25,12 +27,18 @@ class DataLossError(RuntimeError):
 
 
 def report_data_loss(fail: bool, message: str) -> None:
-    """Raise when `fail` (failOnDataLoss=true); otherwise the caller carries on."""
+    """Raise when `fail` (failOnDataLoss=true); otherwise log a warning and the caller carries
+    on, as spark-sql-kafka does."""
     if fail:
         raise DataLossError(
             message + ". Some data may have been lost; set option 'failOnDataLoss' to 'false' "
             "to carry on instead."
         )
+    log.warning(
+        "%s. Some data may have been lost (deleted by retention, DeleteRecords or with its "
+        "topic); carrying on because failOnDataLoss is false.",
+        message,
+    )
 
 
 @dataclass(frozen=True)

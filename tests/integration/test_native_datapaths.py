@@ -1031,6 +1031,67 @@ def test_spark_native_reads_reuse_a_pooled_consumer(broker, kind):
     native_client._POOL.clear()
 
 
+def test_spark_native_reads_skip_lost_records_without_fail_on_data_loss(broker, kind, caplog):
+    """failOnDataLoss=false: an executor read whose records are gone warns and goes on from the
+    log start, as spark-sql-kafka's executors do (the native read used to fail regardless): a
+    range whose start was deleted reads the rest, a range deleted entirely reads nothing, records
+    deleted while a read runs are skipped, a deleted topic ends the read. With
+    failOnDataLoss=true each of them is a DataLossError."""
+    pytest.importorskip("pyspark")
+    from rdmalog.spark import native_client
+    from rdmalog.spark.offsets import DataLossError
+    from rdmalog.spark.options import parse_read
+
+    st, svc = broker
+    st.create_topic("lost", 1)
+    p = Producer(svc.control_address)
+    for i in range(40):  # ~1 KiB records: a 2 KiB READ holds one or two, so reads take many polls
+        p.send("lost", 0, b"%04d" % i + b"." * 1000)
+    p.flush()
+    p.close()
+    opts = {"rdmalog.bootstrap": "127.0.0.1:9", "subscribe": "lost"}
+    conn = parse_read(
+        opts | {"rdmalog.transport": kind, "rdmalog.control": svc.control_address}, False
+    ).conn
+    native_client._POOL.clear()
+
+    def rows(start: int, end: int, fail: bool):
+        return native_client.read_range(conn, ("lost", 0), start, end, fail, 5000)
+
+    def read(start: int, end: int, fail: bool = False) -> list[int]:
+        return [r[2] for r in rows(start, end, fail)]
+
+    st.partition("lost", 0).delete_records(10)
+    with pytest.raises(DataLossError, match="offset 4"):
+        read(4, 15, fail=True)
+    caplog.clear()
+    assert read(4, 15) == list(range(10, 15))
+    assert "cannot read from offset 4" in caplog.text and "failOnDataLoss is false" in caplog.text
+    assert read(2, 8) == []  # all of it deleted
+    assert read(12, 14) == [12, 13]
+
+    # Deleted while the read runs: the records already read come, the deleted ones are skipped.
+    it = rows(15, 40, False)
+    assert next(it)[2] == 15
+    st.partition("lost", 0).delete_records(30)
+    time.sleep(0.2)  # the service withdraws the cut segment's registration within ~20 ms
+    rest = [r[2] for r in it]
+    kept = [o for o in rest if o < 30]
+    assert kept == list(range(16, 16 + len(kept))) and len(kept) < 14
+    assert [o for o in rest if o >= 30] == list(range(30, 40))
+    it = rows(15, 40, True)
+    with pytest.raises(DataLossError, match="offset 15"):
+        next(it)
+
+    st.delete_topic("lost")
+    assert read(35, 40) == []
+    with pytest.raises(DataLossError, match="UnknownTopicOrPartition"):
+        read(35, 40, fail=True)
+    for c in native_client._POOL.values():
+        c.close()
+    native_client._POOL.clear()
+
+
 def test_preallocated_next_head_is_ready_before_the_roll(broker):
     """While a preallocated head file fills, the service has the next one allocated and made
     resident in the background; the roll renames it into place, so the new grant finds it
