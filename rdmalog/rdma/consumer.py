@@ -89,7 +89,7 @@ class ConsumerBatch(NamedTuple):
 class _Assignment:
     __slots__ = (
         "topic", "partition", "offset", "region", "base", "pos", "lrb", "mutable", "slot",
-        "mr", "have", "active", "more",
+        "mr", "head", "have", "active", "more",
     )  # fmt: skip
 
     def __init__(self, topic: str, partition: int):
@@ -100,8 +100,8 @@ class _Assignment:
         self.pos = self.lrb = 0
         self.mutable = False
         self.slot = -1
-        self.mr = None  # local buffer: kept partial batch + new reads
-        self.have = 0
+        self.mr = None  # local buffer: kept bytes (a partial batch, batches not yet returned)
+        self.head = self.have = 0  # the kept bytes are mr.buf[head : head + have]
         self.active = False
         self.more = False  # whole batches kept: a poll stopped at max_records in front of them
 
@@ -168,7 +168,7 @@ class Consumer(Endpoint):
         self._register()  # first: a callback may commit again, through the new session
         self._fail_commits(lost, "the broker restarted before confirming the commit")
         for a in self.parts.values():
-            a.active, a.mr, a.have = False, None, 0
+            a.active, a.mr, a.head, a.have = False, None, 0, 0
         for (topic, partition), a in self.parts.items():
             self.seek(topic, partition, a.offset)
 
@@ -342,7 +342,8 @@ class Consumer(Endpoint):
     def _open(self, a: _Assignment, r: dict) -> None:
         a.region = RemoteRegion.from_dict(r["region"])
         a.base, a.pos, a.lrb = r["base_offset"], r["start"], r["lrb"]
-        a.mutable, a.slot, a.have, a.more = r["mutable"], r["slot"], 0, False
+        a.mutable, a.slot, a.more = r["mutable"], r["slot"], False
+        a.head = a.have = 0
         a.active = True
         self._active = None
         if a.mr is None:
@@ -466,19 +467,22 @@ class Consumer(Endpoint):
         """READ the next chunk of the file, return its whole batches, keep a partial one; at most
         `room` records (batches if raw): what is left stays for the next poll, and the position
         is the next offset returned, as with Kafka's max.poll.records."""
-        buf = a.mr.buf
         if a.more:  # whole batches are kept: no READ until they are returned
             a.more = False
-            self._take(a, out, raw, room, a.have)
+            self._take(a, out, raw, room)
             return
+        buf = a.mr.buf
         want = self.fetch_size
         if a.have >= LOG_OVERHEAD:  # the kept partial batch says how much it still needs
-            want = max(want, _LEN.unpack_from(buf, 8)[0] + LOG_OVERHEAD - a.have)
+            want = max(want, _LEN.unpack_from(buf, a.head + 8)[0] + LOG_OVERHEAD - a.have)
         n = min(want, a.lrb - a.pos)
-        if a.have + n > len(buf):
-            self._grow(a, a.have + n)
-            buf = a.mr.buf
-        st = self.qp.read_now(a.mr, a.have, n, a.region.addr + a.pos, a.region.rkey)
+        if a.head + a.have + n > len(buf):  # no room behind the kept bytes: move them first
+            if a.have + n > len(buf):
+                self._grow(a, a.have + n)
+            else:
+                buf[: a.have] = buf[a.head : a.head + a.have]
+                a.head = 0
+        st = self.qp.read_now(a.mr, a.head + a.have, n, a.region.addr + a.pos, a.region.rkey)
         if st != _SUCCESS:
             # The file went away under us (retention, a revoked registration): ask again from
             # the next offset; if that offset is gone too, auto_offset_reset decides (seek).
@@ -487,13 +491,14 @@ class Consumer(Endpoint):
             self.seek(a.topic, a.partition, a.offset)
             return
         a.pos += n
-        self._take(a, out, raw, room, a.have + n)
+        a.have += n
+        self._take(a, out, raw, room)
 
-    def _take(self, a: _Assignment, out: list, raw: bool, room: int, end: int) -> None:
-        """Return the whole batches in the buffer's first `end` bytes (at most `room` records),
-        keep the rest at its front."""
+    def _take(self, a: _Assignment, out: list, raw: bool, room: int) -> None:
+        """Return the whole batches of the kept bytes (at most `room` records) and keep the rest
+        where it is: the next READ lands behind it while the buffer has room (no move per READ)."""
         buf = a.mr.buf
-        p = 0
+        p, end = a.head, a.head + a.have
         while end - p >= BATCH_OVERHEAD:
             size = _LEN.unpack_from(buf, p + 8)[0] + LOG_OVERHEAD
             if size > end - p:
@@ -540,15 +545,14 @@ class Consumer(Endpoint):
                     break
                 a.offset = last + 1
             p += size
-        if p and p < end:
-            buf[: end - p] = buf[p:end]  # keep what is left at the front
+        a.head = p if p < end else 0  # nothing kept: the next READ starts at the front
         a.have = end - p
 
     def _grow(self, a: _Assignment, need: int) -> None:
         mr = self.device.alloc_mr(max(need, 2 * len(a.mr.buf)), Access.LOCAL_WRITE)
-        mr.buf[: a.have] = a.mr.buf[: a.have]
+        mr.buf[: a.have] = a.mr.buf[a.head : a.head + a.have]
         a.mr.deregister()
-        a.mr = mr
+        a.mr, a.head = mr, 0
 
     def close(self) -> None:
         if self.broken is None:

@@ -27,6 +27,8 @@ RECORDS = [
     Record(None, b"x" * 1000, [("h", b"1"), ("empty", None)], 1_005),
     Record(b"", None, [], 990),
     Record(b"k" * 300, b"v" * 70_000, [("\u00e9", b"")], 1_010),
+    Record(b"k4", b"v4", [], 1_010),  # the previous record's timestamp (its int is reused)
+    Record(b"k5", b"v5", [], 1_000),
 ]
 
 
