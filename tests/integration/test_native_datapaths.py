@@ -985,6 +985,25 @@ def test_an_idempotent_producers_run_commits_together(broker, monkeypatch):
     p.close()
 
 
+def _spark_native_topic(svc: RdmaService, kind: str, topic: str, values: list[bytes]):
+    """A one-partition topic holding `values`, and the Spark source's connection options for
+    reading it natively (an empty consumer pool)."""
+    from rdmalog.spark import native_client
+    from rdmalog.spark.options import parse_read
+
+    svc.store.create_topic(topic, 1)
+    p = Producer(svc.control_address)
+    for v in values:
+        p.send(topic, 0, v)
+    p.flush()
+    p.close()
+    opts = {"rdmalog.bootstrap": "127.0.0.1:9", "subscribe": topic}
+    native_client._POOL.clear()
+    return parse_read(
+        opts | {"rdmalog.transport": kind, "rdmalog.control": svc.control_address}, False
+    ).conn
+
+
 def test_spark_native_reads_reuse_a_pooled_consumer(broker, kind):
     """The Spark source's executor reads (no Spark needed): the next range of a partition
     continues on the consumer the previous task left assigned; another start seeks it; a read
@@ -992,20 +1011,9 @@ def test_spark_native_reads_reuse_a_pooled_consumer(broker, kind):
     pytest.importorskip("pyspark")
     from rdmalog.spark import native_client
     from rdmalog.spark.offsets import DataLossError
-    from rdmalog.spark.options import parse_read
 
     st, svc = broker
-    st.create_topic("sp", 1)
-    p = Producer(svc.control_address)
-    for i in range(30):
-        p.send("sp", 0, b"v%d" % i)
-    p.flush()
-    p.close()
-    opts = {"rdmalog.bootstrap": "127.0.0.1:9", "subscribe": "sp"}
-    conn = parse_read(
-        opts | {"rdmalog.transport": kind, "rdmalog.control": svc.control_address}, False
-    ).conn
-    native_client._POOL.clear()
+    conn = _spark_native_topic(svc, kind, "sp", [b"v%d" % i for i in range(30)])
 
     def read(start: int, end: int) -> list[int]:
         return [r[2] for r in native_client.read_range(conn, ("sp", 0), start, end, True, 5000)]
@@ -1040,20 +1048,10 @@ def test_spark_native_reads_skip_lost_records_without_fail_on_data_loss(broker, 
     pytest.importorskip("pyspark")
     from rdmalog.spark import native_client
     from rdmalog.spark.offsets import DataLossError
-    from rdmalog.spark.options import parse_read
 
     st, svc = broker
-    st.create_topic("lost", 1)
-    p = Producer(svc.control_address)
-    for i in range(40):  # ~1 KiB records: a 2 KiB READ holds one or two, so reads take many polls
-        p.send("lost", 0, b"%04d" % i + b"." * 1000)
-    p.flush()
-    p.close()
-    opts = {"rdmalog.bootstrap": "127.0.0.1:9", "subscribe": "lost"}
-    conn = parse_read(
-        opts | {"rdmalog.transport": kind, "rdmalog.control": svc.control_address}, False
-    ).conn
-    native_client._POOL.clear()
+    # ~1 KiB records: a 2 KiB READ holds one or two, so a read takes many polls
+    conn = _spark_native_topic(svc, kind, "lost", [b"%04d" % i + b"." * 1000 for i in range(40)])
 
     def rows(start: int, end: int, fail: bool):
         return native_client.read_range(conn, ("lost", 0), start, end, fail, 5000)
