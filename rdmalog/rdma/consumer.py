@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from rdmalog.errors import CorruptRecordError
 from rdmalog.rdma import commit_slots
 from rdmalog.rdma.client import Endpoint
 from rdmalog.rdma.commit_slots import SLOT_BYTES, PendingCommits, add_for, slot_word
@@ -25,6 +26,7 @@ from rdmalog.rdma.offsets import OffsetCommitError
 from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import LRB_MASK, SLOT_MUTABLE, SLOT_SIZE, SLOT_VALID
 from rdmalog.records import (
+    ATTRIBUTES,
     BATCH_OVERHEAD,
     CODEC_MASK,
     CONTROL_BIT,
@@ -32,6 +34,7 @@ from rdmalog.records import (
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_BIT,
     RecordBatch,
+    crc32c,
     decode_records,
 )
 
@@ -112,6 +115,10 @@ class Consumer(Endpoint):
     With `group_id` (and the gateway's Kafka `bootstrap` address) positions can be committed to
     the group coordinator (`commit()`, `committed()`), and `assign` starts from them;
     `commit_async()` commits with one FETCH_AND_ADD per partition (commit slots).
+    `check_crcs=True` is Kafka's check.crcs: each batch's CRC-32C is verified before its records
+    are returned (a corrupt one raises CorruptRecordError and stays the position until a seek
+    past it); off by default, as in librdkafka, since the broker verified each batch when it was
+    written.
     """
 
     def __init__(
@@ -123,6 +130,7 @@ class Consumer(Endpoint):
         group_id: str | None = None,
         bootstrap: str | None = None,
         auto_offset_reset: str = "earliest",
+        check_crcs: bool = False,
     ):
         if group_id is not None and not bootstrap:
             raise ValueError("group_id needs bootstrap: offsets live in the group coordinator")
@@ -133,6 +141,8 @@ class Consumer(Endpoint):
         super().__init__(control_address, transport, timeout)
         self.fetch_size = fetch_size
         self.reset = _RESETS[auto_offset_reset]  # None: an offset outside the log is an error
+        self.check_crcs = check_crcs
+        self._corrupt: CorruptRecordError | None = None  # raised once what came before is returned
         self.parts: dict[tuple[str, int], _Assignment] = {}
         self._register()
         self._idle = 0
@@ -206,6 +216,7 @@ class Consumer(Endpoint):
             raise ValueError(f"offset {offset}: offsets are >= 0 (or -2 earliest, -1 latest)")
         self._release(a)
         a.offset = offset
+        self._corrupt = None  # a batch found corrupt is found again when read again
         try:
             r = self.control("read_access", topic=topic, partition=partition, offset=offset)
         except ControlError as e:
@@ -379,6 +390,7 @@ class Consumer(Endpoint):
             raise self.disconnected(self.broken)
         if self._commits_waiting:
             self._look_at_commits()
+        self._raise_corrupt()  # found by the last poll, which returned the records before it
         out: list[ConsumerRecord] = []
         deadline = None
         spins = 0
@@ -400,6 +412,7 @@ class Consumer(Endpoint):
             if out:
                 self._idle = 0
                 return out
+            self._raise_corrupt()
             self._idle += 1
             if self._idle >= IDLE_CHECK:  # quiet for a while: make sure the broker is still there
                 self._idle = 0
@@ -413,6 +426,11 @@ class Consumer(Endpoint):
             spins += 1
             if spins > 64:  # busy-poll briefly (latency), then let the core go
                 time.sleep(20e-6)
+
+    def _raise_corrupt(self) -> None:
+        if self._corrupt is not None:
+            e, self._corrupt = self._corrupt, None
+            raise e
 
     def _refresh_slots(self) -> None:
         """One look at all active slots (a READ of their smallest covering range)."""
@@ -509,6 +527,15 @@ class Consumer(Endpoint):
             h = HEADER.unpack_from(buf, p)
             last = h[0] + h[6]
             if last >= a.offset:
+                if self.check_crcs and crc32c(buf[p + ATTRIBUTES : p + size]) != h[4]:
+                    # Kept, and the position stays at it: the error comes once the records
+                    # before it are returned, and again until the application seeks past it.
+                    self._corrupt = CorruptRecordError(
+                        f"{a.topic}-{a.partition}: the record batch of offsets {h[0]}-{last} "
+                        f"fails its CRC-32C check; seek to {last + 1} to skip it"
+                    )
+                    a.more = True
+                    break
                 n0 = len(out)
                 if raw:
                     out.append(

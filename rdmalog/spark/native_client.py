@@ -64,12 +64,13 @@ def _take(conn: ConnectionOptions, tp: TopicPartition, start: int):
         consumer = None
     if consumer is None:
         # "none", as spark-sql-kafka sets for its executors: a start the log no longer holds is
-        # data loss to report, not a position to reset
+        # data loss to report, not a position to reset; CRCs checked, as its Java consumer does
         consumer = Consumer(
             _control(conn),
             transport=conn.transport,
             timeout=CLIENT_TIMEOUT_S,
             auto_offset_reset="none",
+            check_crcs=True,
         )
     try:
         if tp not in consumer.parts:

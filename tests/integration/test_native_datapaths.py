@@ -326,6 +326,39 @@ def test_seek_outside_the_log_resets_as_kafka_consumers_do(broker):
     p.close()
 
 
+def test_check_crcs_stops_at_a_corrupt_batch_until_the_application_seeks_past(broker):
+    """check_crcs=True (Kafka's check.crcs): the records before a batch whose bytes changed on
+    the broker (its CRC-32C no longer matches) are returned, then CorruptRecordError, again on
+    every poll, the position at the batch, until a seek past it. Without it the bytes come as
+    they are (librdkafka's default)."""
+    st, svc = broker
+    st.create_topic("crc", 1)
+    p = Producer(svc.control_address)
+    for v in (b"first-value", b"second-value", b"third-value"):
+        p.produce("crc", 0, v)
+    mm = st.partition("crc", 0).active_segment.mmap
+    at = mm.find(b"second-value")
+    mm[at] = ord("S")  # a bit flip on disk, say
+    c = Consumer(svc.control_address, check_crcs=True)
+    c.assign([("crc", 0)], offset=0)
+    assert [r.value for r in c.poll(1.0)] == [b"first-value"]
+    for _ in range(2):
+        with pytest.raises(CorruptRecordError, match="offsets 1-1 fails its CRC-32C"):
+            c.poll(0.1)
+        assert c.position("crc", 0) == 1
+    with pytest.raises(CorruptRecordError):
+        c.poll_batches(0.1)
+    c.seek("crc", 0, 2)
+    assert [r.value for r in consume(c, 1)] == [b"third-value"]
+    c.close()
+    unchecked = Consumer(svc.control_address)
+    unchecked.assign([("crc", 0)], offset=0)
+    got = [r.value for r in consume(unchecked, 3)]
+    assert got == [b"first-value", b"Second-value", b"third-value"]
+    unchecked.close()
+    p.close()
+
+
 def test_a_deleted_topic_is_reported_and_a_new_one_of_its_name_read_on(broker):
     """A consumer of a deleted topic is told (UnknownTopicOrPartition from poll, as long as it
     stays so) instead of polling its old file forever; once a topic of that name exists again it
