@@ -129,6 +129,7 @@ class PartitionLog:
         self._producers_checked_ms = clock()  # last producer.id.expiration check
         self._listeners: list[Callable[[PartitionLog], None]] = []
         self._roll_listeners: list[Callable[[PartitionLog, LogSegment, LogSegment], None]] = []
+        self._start_listeners: list[Callable[[PartitionLog], None]] = []
         self.producer_state = ProducerStateTable()
         self.leader_epochs = LeaderEpochCache(self.dir / LEADER_EPOCH_FILE)
         self._standby: str | None = None  # None, "making" or "ready"
@@ -537,6 +538,23 @@ class PartitionLog:
         if cb in self._listeners:
             self._listeners.remove(cb)
 
+    def add_start_listener(self, cb: Callable[[PartitionLog], None]) -> None:
+        """`cb(log)` after retention or DeleteRecords moved the log start offset, called with none
+        of the log's locks held (so it may take locks that are taken before the log's)."""
+        self._start_listeners.append(cb)
+
+    def remove_start_listener(self, cb: Callable[[PartitionLog], None]) -> None:
+        if cb in self._start_listeners:
+            self._start_listeners.remove(cb)
+
+    def _start_moved(self, before: int) -> None:
+        if self.log_start_offset != before:
+            for cb in list(self._start_listeners):
+                try:
+                    cb(self)
+                except Exception:
+                    log.exception("%s: log start listener failed", self.name)
+
     def add_roll_listener(self, cb: Callable[[PartitionLog, LogSegment, LogSegment], None]) -> None:
         """`cb(log, old_segment, new_segment)` after the head segment changes (under the log lock)."""
         self._roll_listeners.append(cb)
@@ -654,6 +672,7 @@ class PartitionLog:
     def delete_records(self, before_offset: int) -> int:
         """Advance the log start offset to `before_offset` (-1: the high watermark); delete segments
         wholly below it. Returns the new log start offset (DeleteRecords' low watermark)."""
+        before = self.log_start_offset
         with self.lock:
             target = self.high_watermark if before_offset == -1 else before_offset
             if target < 0 or target > self.high_watermark:
@@ -665,7 +684,9 @@ class PartitionLog:
             self._delete_oldest(
                 lambda seg, upper: upper <= self.log_start_offset, roll_active=False
             )
-            return self.log_start_offset
+            start = self.log_start_offset
+        self._start_moved(before)
+        return start
 
     def _delete_oldest(
         self, predicate: Callable[[LogSegment, int], bool], roll_active: bool
@@ -706,6 +727,7 @@ class PartitionLog:
         cfg = self.config
         if "delete" not in cfg.cleanup_policy:
             return 0
+        before = self.log_start_offset
         with self.lock:
             deleted = 0
             if cfg.retention_ms >= 0:
@@ -726,7 +748,8 @@ class PartitionLog:
             deleted += self._delete_oldest(
                 lambda seg, upper: upper <= self.log_start_offset, roll_active=False
             )
-            return deleted
+        self._start_moved(before)
+        return deleted
 
     def truncate_to(self, offset: int) -> None:
         """Drop everything at and after `offset` (whole batches; replication and tests)."""

@@ -15,6 +15,7 @@ set flags and write slot words, never take a file lock.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -129,7 +130,7 @@ class PartState:
         self.produce: ProduceFile | None = None
         self.readers: dict[int, ReadFile] = {}  # segment base offset -> ReadFile
         self.listening = False
-        self.start_seen = plog.log_start_offset  # log start offset when readers were last checked
+        self.on_start = None  # the service's log start listener for this partition
 
     def lrb(self, seg) -> tuple[int, bool]:
         """(last readable byte, mutable) of a segment: committed and below the high watermark."""
@@ -224,6 +225,8 @@ class RdmaService:
             for ps in self.parts.values():
                 if ps.listening:
                     ps.log.remove_listener(ps.on_hw)
+                    ps.log.remove_roll_listener(ps.on_roll)
+                    ps.log.remove_start_listener(ps.on_start)
         self.prefault.stop()
         for cq in list(self.qps.values()):
             cq.qp.close()
@@ -289,7 +292,6 @@ class RdmaService:
             if now - last_check > 0.01:
                 last_check = now
                 self._check_timeouts(now)
-                self._retire_deleted_readers()
             if now - last_fold > self.commit_interval:
                 last_fold = now
                 self.commits.fold()
@@ -483,22 +485,18 @@ class RdmaService:
             if f.part.produce is f:
                 f.part.produce = None
 
-    def _retire_deleted_readers(self) -> None:
-        """Withdraw the read registrations of segments holding records below a new log start
-        offset (deleted by retention or DeleteRecords, or the segment DeleteRecords cut into):
-        there Kafka answers OFFSET_OUT_OF_RANGE. A consumer's next READ fails (or its next_file
-        finds the file gone) and it seeks again: from its position when the log still holds it
-        (a new registration of the same file), else as auto_offset_reset says. (Done here, under
-        the service lock, not in the deleting thread, which holds the log's lock: the grant path
-        takes them the other way.)"""
+    def _retire_deleted_readers(self, ps: PartState, plog) -> None:
+        """The log start offset moved (the log's start listener, before retention or DeleteRecords
+        returns; no log lock is held, so the service lock can be taken first, in the order every
+        path takes them): withdraw the read registrations of segments holding records below it
+        (deleted ones, and the one DeleteRecords cut into), where Kafka answers
+        OFFSET_OUT_OF_RANGE. A consumer's next READ fails (or its next_file finds the file gone)
+        and it seeks again: from its position when the log still holds it (a new registration of
+        the same file), else as auto_offset_reset says."""
         with self.lock:
-            for ps in self.parts.values():
-                start = ps.log.log_start_offset
-                if start == ps.start_seen or not ps.readers:
-                    continue
-                ps.start_seen = start
-                for base in [b for b in ps.readers if b < start]:
-                    ps.readers.pop(base).withdraw()
+            start = plog.log_start_offset
+            for base in [b for b in ps.readers if b < start]:
+                ps.readers.pop(base).withdraw()
 
     def _check_timeouts(self, now: float) -> None:
         for f in list(self.files.values()):
@@ -591,8 +589,10 @@ class RdmaService:
                     self._forget_readers(ps)
                 ps = self.parts[(topic, partition)] = PartState(plog)
             if not ps.listening:
+                ps.on_start = functools.partial(self._retire_deleted_readers, ps)
                 plog.add_listener(ps.on_hw)
                 plog.add_roll_listener(ps.on_roll)
+                plog.add_start_listener(ps.on_start)
                 ps.listening = True
             return ps
 

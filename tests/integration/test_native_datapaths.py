@@ -418,9 +418,10 @@ def test_poll_returns_at_most_max_records_and_keeps_the_rest(broker, codec):
 
 def test_records_deleted_under_a_consumer_are_not_served(broker):
     """DeleteRecords (or retention) deletes whole segments a consumer is reading: their read
-    registrations are withdrawn, its next READ fails, and it resets as a Kafka consumer does on
-    OFFSET_OUT_OF_RANGE - it used to read the deleted file's records to its end. Only records it
-    had already READ into its own buffer before the deletion still come."""
+    registrations are withdrawn before it returns (they were, up to ~20 ms later), its next READ
+    fails, and it resets as a Kafka consumer does on OFFSET_OUT_OF_RANGE - it used to read the
+    deleted file's records to its end. Only records it had already READ into its own buffer
+    before the deletion still come."""
     st, svc = broker
     st.create_topic("dr", 1, {"segment.bytes": "4096"})
     p = Producer(svc.control_address)
@@ -438,9 +439,10 @@ def test_records_deleted_under_a_consumer_are_not_served(broker):
     ahead = Consumer(svc.control_address)  # in the same segment, past the new log start
     ahead.assign([("dr", 0)], offset=61)
     assert [r.offset for r in ahead.poll(1.0, max_records=1)] == [61]
+    gone = {g.base_offset for g in plog.segments if g.base_offset < 60}
+    assert gone & set(svc.parts[("dr", 0)].readers) == {0, cut.base_offset}
     assert plog.delete_records(60) == 60
-    gone = {g.base_offset for g in plog.segments if g.base_offset < 60} | {0}
-    assert wait_for(lambda: not gone & set(svc.parts[("dr", 0)].readers))  # within ~20 ms
+    assert not gone & set(svc.parts[("dr", 0)].readers)  # withdrawn before DeleteRecords returns
     for consumer, first in ((c, 3), (inside, cut.base_offset + 1), (ahead, 62)):
         got = []
         for _ in range(200):
@@ -453,6 +455,38 @@ def test_records_deleted_under_a_consumer_are_not_served(broker):
         assert below == list(range(first, first + len(below))) and len(below) <= 11, got
         assert [o for o in got if o >= 60] == list(range(max(60, first), 100)), got
         consumer.close()
+    p.close()
+
+
+def test_segments_deleted_by_retention_are_withdrawn_before_it_returns(broker):
+    """Retention deletes the segments a consumer reads: their read registrations are withdrawn
+    by the time the maintenance pass returns, and the consumer resets to the new log start."""
+    st, svc = broker
+    st.create_topic("rt", 1, {"segment.bytes": "4096", "retention.ms": "60000"})
+    p = Producer(svc.control_address)
+    for i in range(100):
+        p.send("rt", 0, b"v%03d" % i + b"x" * 100)
+    p.flush()
+    c = Consumer(svc.control_address)
+    c.assign([("rt", 0)], offset=0)
+    assert [r.offset for r in c.poll(1.0, max_records=3)] == [0, 1, 2]
+    assert 0 in svc.parts[("rt", 0)].readers
+    plog = st.partition("rt", 0)
+    assert plog.apply_retention(plog.clock() + 120_000) > 0  # every segment is past retention
+    start = plog.log_start_offset
+    assert start == 100 and not svc.parts[("rt", 0)].readers  # the head rolled and went too
+    for i in range(100, 105):
+        p.send("rt", 0, b"v%03d" % i)
+    p.flush()
+    got = []
+    for _ in range(200):
+        got += [r.offset for r in c.poll(0.02)]
+        if got and got[-1] == 104:
+            break
+    below = [o for o in got if o < start]  # what its one READ before the deletion held
+    assert below == list(range(3, 3 + len(below))) and len(below) <= 11
+    assert [o for o in got if o >= start] == list(range(start, 105))
+    c.close()
     p.close()
 
 
@@ -1105,7 +1139,6 @@ def test_spark_native_reads_skip_lost_records_without_fail_on_data_loss(broker, 
     it = rows(15, 40, False)
     assert next(it)[2] == 15
     st.partition("lost", 0).delete_records(30)
-    time.sleep(0.2)  # the service withdraws the cut segment's registration within ~20 ms
     rest = [r[2] for r in it]
     kept = [o for o in rest if o < 30]
     assert kept == list(range(16, 16 + len(kept))) and len(kept) < 14

@@ -284,6 +284,35 @@ def test_delete_records(tmp_path: Path) -> None:
     plog.close()
 
 
+def test_start_listeners_hear_of_a_moved_log_start_with_no_lock_held(tmp_path: Path) -> None:
+    """DeleteRecords and retention call start listeners before returning, outside the log's lock
+    (another thread can take it), and only when the log start moved."""
+    plog = open_log(tmp_path / "t-0", segment_bytes=1000)
+    for _ in range(30):
+        plog.append(batch(1, size=100))
+    seen = []
+
+    def take_and_give_back(lg: PartitionLog) -> None:
+        if lg.lock.acquire(timeout=1):
+            seen.append("free")
+            lg.lock.release()
+
+    def listener(lg: PartitionLog) -> None:
+        other = threading.Thread(target=take_and_give_back, args=(lg,))
+        other.start()
+        other.join()
+        seen.append(lg.log_start_offset)
+
+    plog.add_start_listener(listener)
+    plog.delete_records(17)
+    plog.delete_records(10)  # below the start: nothing moves
+    assert seen == ["free", 17]
+    plog.remove_start_listener(listener)
+    plog.delete_records(20)
+    assert seen == ["free", 17]
+    plog.close()
+
+
 def test_flush_policy_holds_the_high_watermark(tmp_path: Path) -> None:
     plog = open_log(tmp_path / "t-0", flush_messages=3)
     seen = []
