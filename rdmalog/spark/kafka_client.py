@@ -211,6 +211,8 @@ def read_range(
                 offset = msg.offset()
                 if offset < next_offset:
                     continue
+                if offset > start and next_offset == start and not fail_on_data_loss:
+                    _warn_if_reset(consumer, tp, start, offset)
                 if offset >= end:
                     return
                 kind, ts = msg.timestamp()
@@ -227,6 +229,23 @@ def read_range(
         reusable = True
     finally:
         _release(conn, extra, consumer, reusable)
+
+
+def _warn_if_reset(consumer, tp: TopicPartition, start: int, first: int) -> None:
+    """The first record of a range came after its start: with failOnDataLoss=false the consumer
+    resets to the log start by itself (auto.offset.reset=earliest) when `start` was deleted, so
+    say so, as spark-sql-kafka does; a gap of compaction or transaction markers is no loss."""
+    from confluent_kafka import TopicPartition as CkTp
+
+    try:
+        low, _ = consumer.get_watermark_offsets(CkTp(tp[0], tp[1]), timeout=5, cached=False)
+    except Exception:  # noqa: BLE001 - only a warning is at stake
+        return
+    if low > start:
+        report_data_loss(
+            False,
+            f"{tp[0]}-{tp[1]}: offsets [{start}, {min(low, first)}) are gone (log start {low})",
+        )
 
 
 class KafkaSink:
