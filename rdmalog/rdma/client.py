@@ -119,6 +119,12 @@ class Endpoint:
             except Exception:  # the peer is gone: best effort, the new session starts clean
                 pass
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def close(self) -> None:
         if self.broken is None:
             try:

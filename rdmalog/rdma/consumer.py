@@ -92,7 +92,7 @@ class ConsumerBatch(NamedTuple):
 class _Assignment:
     __slots__ = (
         "topic", "partition", "offset", "region", "base", "pos", "lrb", "mutable", "slot",
-        "mr", "head", "have", "active", "more",
+        "mr", "head", "have", "active", "more", "paused",
     )  # fmt: skip
 
     def __init__(self, topic: str, partition: int):
@@ -107,10 +107,12 @@ class _Assignment:
         self.head = self.have = 0  # the kept bytes are mr.buf[head : head + have]
         self.active = False
         self.more = False  # whole batches kept: a poll stopped at max_records in front of them
+        self.paused = False
 
 
 class Consumer(Endpoint):
-    """`assign([(topic, partition)])`, `seek(...)`, `poll(timeout)` -> [ConsumerRecord].
+    """`assign([(topic, partition)])`, `seek(...)`, `poll(timeout)` -> [ConsumerRecord];
+    `pause`/`resume` partitions; a context manager that closes.
 
     With `group_id` (and the gateway's Kafka `bootstrap` address) positions can be committed to
     the group coordinator (`commit()`, `committed()`), and `assign` starts from them;
@@ -228,6 +230,28 @@ class Consumer(Endpoint):
 
     def position(self, topic: str, partition: int) -> int:
         return self.parts[(topic, partition)].offset
+
+    def assignment(self) -> list[tuple[str, int]]:
+        return list(self.parts)
+
+    def pause(self, partitions: list[tuple[str, int]]) -> None:
+        """Return no records of these assigned partitions until `resume` (Kafka's pause, for
+        back-pressure): their positions, and what was already read, stay."""
+        for a in self._assigned(partitions):
+            a.paused = True
+
+    def resume(self, partitions: list[tuple[str, int]]) -> None:
+        for a in self._assigned(partitions):
+            a.paused = False
+
+    def paused(self) -> list[tuple[str, int]]:
+        return [tp for tp, a in self.parts.items() if a.paused]
+
+    def _assigned(self, partitions: list[tuple[str, int]]) -> list[_Assignment]:
+        missing = [tp for tp in partitions if tp not in self.parts]
+        if missing:
+            raise ValueError(f"not assigned: {missing}")
+        return [self.parts[tp] for tp in partitions]
 
     # -- group offsets -------------------------------------------------------------------------------
     def commit(self, offsets: dict[tuple[str, int], int] | None = None) -> None:
@@ -397,7 +421,7 @@ class Consumer(Endpoint):
         while True:
             refreshed = False
             for a in self.parts.values():
-                if not a.active:
+                if not a.active or a.paused:
                     continue
                 if not a.more:
                     if a.pos >= a.lrb and a.slot >= 0 and not refreshed:

@@ -326,6 +326,28 @@ def test_seek_outside_the_log_resets_as_kafka_consumers_do(broker):
     p.close()
 
 
+def test_paused_partitions_return_nothing_until_resumed(broker):
+    """pause/resume as in Kafka clients: a paused partition's records stay where they are (its
+    position too) while the others are read; producer and consumer close as context managers."""
+    st, svc = broker
+    st.create_topic("pz", 2)
+    with Producer(svc.control_address) as p:
+        for i in range(4):
+            p.send("pz", i % 2, b"r%d" % i)
+    with Consumer(svc.control_address) as c:
+        c.assign([("pz", 0), ("pz", 1)])
+        c.pause([("pz", 0)])
+        assert c.paused() == [("pz", 0)] and c.assignment() == [("pz", 0), ("pz", 1)]
+        got = consume(c, 2)
+        assert [(r.partition, r.value) for r in got] == [(1, b"r1"), (1, b"r3")]
+        assert c.poll(0.1) == [] and c.position("pz", 0) == 0
+        c.resume([("pz", 0)])
+        assert [(r.partition, r.value) for r in consume(c, 2)] == [(0, b"r0"), (0, b"r2")]
+        with pytest.raises(ValueError, match="not assigned"):
+            c.pause([("pz", 7)])
+    assert not c.ctl.alive() and not p.ctl.alive()
+
+
 def test_check_crcs_stops_at_a_corrupt_batch_until_the_application_seeks_past(broker):
     """check_crcs=True (Kafka's check.crcs): the records before a batch whose bytes changed on
     the broker (its CRC-32C no longer matches) are returned, then CorruptRecordError, again on
