@@ -153,7 +153,16 @@ def test_native_producers_killed_at_random_beside_a_kafka_producer(
             kafka_acked.append((msg.value(), msg.offset()))
 
     kafka = KafkaProducer(
-        {"bootstrap.servers": broker.bootstrap, "linger.ms": 2, "enable.idempotence": True}
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "linger.ms": 2,
+            "enable.idempotence": True,
+            # A killed native producer's reservation holds the gateway's appends up to the order
+            # timeout (1 s), and librdkafka batches what piles up meanwhile up to batch.size (1 MB
+            # by default): a batch beyond the 64 KiB segments is refused as Kafka refuses it
+            # (RECORD_LIST_TOO_LARGE), and librdkafka does not split it. Keep batches well below.
+            "batch.size": 16384,
+        }
     )
     reader = Consumer(control, transport)
     reader.assign([("soak", 0)])
