@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 from rdmalog.errors import KafkaError, PolicyViolationError, error_for_code
-from rdmalog.rdma._atomic64 import copy, fetch_add, store
+from rdmalog.rdma._atomic64 import copy, fetch_add, load, store
 from rdmalog.rdma.commit_slots import CommitSink, CommitSlots
 from rdmalog.rdma.control import ControlError, ControlServer, Session, arg
 from rdmalog.rdma.prefault import Prefaulter
@@ -34,6 +34,7 @@ from rdmalog.rdma.wire import (
     ACK,
     ACK_SIZE,
     ACKS_PER_SEND,
+    ORDER_MASK,
     SLOT_SIZE,
     AckStatus,
     imm_decode,
@@ -58,6 +59,10 @@ HELLO = struct.Struct("<Q")
 Reply = Callable[[int, AckStatus, int, int, int], None]
 Arrival = tuple["ProduceFile", int, int, Reply]  # (file, order, byte length, reply)
 MAX_RUN = 64  # writes committed together at most
+# A write missing behind which others wait, whose order was reserved before a session holding the
+# file ended, is given up this long after they started waiting instead of rdma.order.timeout.ms:
+# its producer is likely the one that went (a live one writes microseconds after reserving).
+ORPHAN_GRACE = 0.05
 
 
 class ProduceFile:
@@ -74,6 +79,7 @@ class ProduceFile:
         self.revoked = False
         self.full = False
         self.standby_asked = False  # the next head file was asked for (preallocate)
+        self.orphaned_below: int | None = None  # orders reserved before a holder's session ended
         self.resident = False  # made resident at the grant: no prefault lead (see _produce_access)
 
     def revoke(self) -> None:
@@ -506,24 +512,41 @@ class RdmaService:
                     with self.lock:
                         if self.files.get(f.file_id) is f:
                             del self.files[f.file_id]
+                elif f.orphaned_below is not None:
+                    self._orphaned(f, 0.0)  # drops the mark once its orders have passed
                 continue
             with f.lock:
                 if not f.pending:
                     continue
-                oldest = min(t for _, _, t in f.pending.values())
-                if not f.revoked and now - oldest < self.order_timeout:
+                waited = now - min(t for _, _, t in f.pending.values())
+                orphaned = self._orphaned(f, waited)
+                if not f.revoked and waited < self.order_timeout and not orphaned:
                     continue
                 status = AckStatus.REVOKED if f.revoked else AckStatus.ABORTED
                 if not f.revoked:
                     log.warning(
-                        "%s: order %d never arrived; aborting %d write(s)",
-                        f.part.log.name, f.next_order, len(f.pending),
+                        "%s: order %d never arrived%s; aborting %d write(s)",
+                        f.part.log.name, f.next_order,
+                        " (reserved before a producer's session ended)" if orphaned else "",
+                        len(f.pending),
                     )  # fmt: skip
                 for o, (_, reply, _) in sorted(f.pending.items()):
                     reply(o, status, -1, -1, 0)
                 f.pending.clear()
                 self._revoke(f)
         self._send_acks()
+
+    @staticmethod
+    def _orphaned(f: ProduceFile, waited: float) -> bool:
+        """Whether f's missing order was reserved before a session holding f ended, and writes
+        have waited ORPHAN_GRACE for it (the mark is dropped once orders have passed it)."""
+        below = f.orphaned_below
+        if below is None:
+            return False
+        if not 0 < (below - f.next_order) & ORDER_MASK <= ORDER_MASK // 2:
+            f.orphaned_below = None  # every order reserved before the session ended arrived
+            return False
+        return waited >= ORPHAN_GRACE
 
     def try_append(self, topic: str, partition: int, buf, leader_epoch: int | None = None):
         """The gateway's append when no RDMA producer holds the partition's head file: a plain
@@ -840,6 +863,9 @@ class RdmaService:
                     f.sessions.discard(s.id)
                     if not f.sessions:
                         self._revoke(f)
+                    elif f.word_mr is not None and not f.revoked:  # shared: it may have died
+                        # between a reservation and its write; the others must not wait that out
+                        f.orphaned_below = word_decode(load(f.word_mr.buf, 0))[0]
             for topic, partition, base in list(s.state.get("reads", ())):
                 self._release_read(s, topic, partition, base)
             region = s.state.pop("slots", None)

@@ -573,7 +573,11 @@ def _reserve_and_die(addr: str, kind: str, q) -> None:
 
 
 def test_producer_that_reserves_and_dies_leaves_no_hole(broker, kind):
+    """The writes behind a reservation whose producer died are aborted and resent under a new
+    grant: no hole, nothing lost. Its session's end is the sign: they are given up within
+    ORPHAN_GRACE of waiting, not after the order timeout (made 30 s here)."""
     st, svc = broker
+    svc.order_timeout = 30.0
     st.create_topic("h", 1)
     p = Producer(svc.control_address, mode="shared")
     p.produce("h", 0, b"before")
@@ -584,9 +588,10 @@ def test_producer_that_reserves_and_dies_leaves_no_hole(broker, kind):
     ok, (order, pos) = q.get(timeout=60)
     pr.join(30)
     assert ok and order == 1
+    t0 = time.monotonic()
     ds = [p.send("h", 0, b"after-%d" % i) for i in range(5)]
-    p.flush(20)  # stuck behind the hole, aborted after the timeout, resent under a new grant
-    assert all(d.result for d in ds)
+    p.flush(20)  # stuck behind the hole, aborted, resent under a new grant
+    assert all(d.result for d in ds) and time.monotonic() - t0 < 10
     recs = store_records(st, "h")
     assert [r.value for r in recs] == [b"before"] + [b"after-%d" % i for i in range(5)]
     assert [r.offset for r in recs] == list(range(6))
@@ -594,6 +599,28 @@ def test_producer_that_reserves_and_dies_leaves_no_hole(broker, kind):
     c.assign([("h", 0)])
     assert len(consume(c, 6)) == 6
     c.close()
+    p.close()
+
+
+def test_a_silent_reservation_of_a_live_session_is_waited_for_the_order_timeout(broker, kind):
+    """A producer that reserved and has not written yet, its session alive, may still write:
+    the writes behind it wait the whole rdma.order.timeout.ms (0.3 s here) before they are
+    aborted and resent - the early abort is for reservations of sessions that ended."""
+    st, svc = broker
+    st.create_topic("s", 1)
+    p = Producer(svc.control_address, mode="shared")
+    p.produce("s", 0, b"before")
+    ep = Endpoint(svc.control_address, kind)  # reserves and stays silent
+    g = ep.ctl.request("produce_access", topic="s", partition=0, mode="shared")
+    word = RemoteRegion.from_dict(g["word"])
+    atom = ep.device.alloc_mr(8, Access.LOCAL_WRITE)
+    ep.qp.post_fetch_add(1, atom, 0, word.addr, word.rkey, reservation_add(100))
+    assert ep.cq.wait(10)[0].status == Status.SUCCESS
+    t0 = time.monotonic()
+    d = p.send("s", 0, b"after")
+    p.flush(20)
+    assert d.result == (1, 1) and time.monotonic() - t0 >= svc.order_timeout
+    ep.close()
     p.close()
 
 
