@@ -36,6 +36,7 @@ def _consumer(conn: ConnectionOptions, extra: dict[str, Any] | None = None):
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_uncommitted",  # what spark-sql-kafka's Java consumer uses
+        "check.crcs": True,  # its Java consumer checks them too (librdkafka does not by default)
     }
     defaults.update(extra or {})
     conf = _client_conf(conn, defaults)
