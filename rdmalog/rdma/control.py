@@ -19,7 +19,7 @@ Requests (``{"op": ..., ...}``) and their replies:
 - ``release {topic, partition, base_offset}``: a consumer is done with a file.
 - ``commit_slot {group, topic, partition}`` -> the commit slot a consumer's ``commit_async``
   adds to (see commit_slots.py); ``producer_id`` -> ``{producer_id, producer_epoch}`` for an
-  idempotent producer.
+  idempotent producer; ``partitions {topic}`` -> ``{partitions}``, for a producer's partitioner.
 - ``bye``: the client is closing: everything the session holds is released before the reply
   (a closed connection releases it too, but asynchronously).
 

@@ -16,13 +16,20 @@ none at all): `send_batch(topic, partition, buf[start:end])`.
 
 from __future__ import annotations
 
+import itertools
+import random
 import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rdmalog.compression import Codec
-from rdmalog.errors import CorruptRecordError, KafkaError, error_for_code
+from rdmalog.errors import (
+    CorruptRecordError,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
 from rdmalog.rdma.client import BrokerDisconnected, Endpoint
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
@@ -49,6 +56,7 @@ ACK_BUF = ACKS_PER_SEND * ACK_SIZE  # one receive: the acknowledgements of up to
 MAX_IN_FLIGHT = 64  # below the broker's posted receives per queue pair
 IDEMPOTENT_IN_FLIGHT = 5  # per partition: the batches a log remembers per producer (duplicates)
 MAX_ATTEMPTS = 8
+PARTITIONS_MAX_AGE_S = 30.0  # a topic's partition count is asked for again after this
 
 
 class ProduceError(KafkaError):
@@ -191,6 +199,8 @@ class Producer(Endpoint):
         self._seq = 0
         self._atomic_done: int | None = None
         self._buffers: list[RegisteredBuffer] = []
+        self._partition_counts: dict[str, tuple[int, float]] = {}  # topic -> (count, when)
+        self._round_robin = itertools.count(random.randrange(1 << 16))  # records without a key
 
     def register(self, buf) -> RegisteredBuffer:
         """Register writable application memory (bytearray, mmap, ...) to build batches in and
@@ -270,14 +280,38 @@ class Producer(Endpoint):
     def send(
         self,
         topic: str,
-        partition: int,
+        partition: int | None,
         value: bytes | None,
         key: bytes | None = None,
         headers: list[tuple[str, bytes | None]] | None = None,
         timestamp: int | None = None,
     ) -> Delivery:
+        """One record; partition None: `partition_for(topic, key)`, as Kafka producers choose."""
+        if partition is None:
+            partition = self.partition_for(topic, key)
         rec = Record(key, value, headers or [], timestamp)
         return self.send_records(topic, partition, [rec])
+
+    def partition_for(self, topic: str, key: bytes | None) -> int:
+        """Kafka's default partitioner: murmur2 of the key modulo the partition count, so keyed
+        records land where a Kafka producer puts them; records without a key go round-robin.
+        The count is asked for once per topic and again after PARTITIONS_MAX_AGE_S (partitions
+        can be added); an unknown topic raises UnknownTopicOrPartitionError."""
+        now = time.monotonic()
+        known = self._partition_counts.get(topic)
+        if known is None or now - known[1] > PARTITIONS_MAX_AGE_S:
+            try:
+                n = self.control("partitions", topic=topic)["partitions"]
+            except ControlError as e:
+                if e.code == UnknownTopicOrPartitionError.__name__:
+                    raise UnknownTopicOrPartitionError(e.message) from None
+                raise
+            known = self._partition_counts[topic] = (n, now)
+        if key is None:
+            return next(self._round_robin) % known[0]
+        from kafka.partitioner.default import murmur2  # kafka-python's, the Java client's hash
+
+        return (murmur2(key) & 0x7FFFFFFF) % known[0]
 
     def send_records(
         self, topic: str, partition: int, records: Iterable[Record | tuple]

@@ -671,6 +671,10 @@ class RdmaService:
         except ValueError as e:
             raise ControlError("invalid_request", str(e)) from e
 
+    def _op_partitions(self, s: Session, req: dict) -> dict:
+        """How many partitions a topic has (a native producer's partitioner needs it)."""
+        return {"partitions": len(self.store.topic(arg(req, "topic", str)).partitions)}
+
     def _op_producer_id(self, s: Session, req: dict) -> dict:
         """An idempotent native producer's id (Kafka's InitProducerId)."""
         if self.store.producer_ids is None:

@@ -7,8 +7,6 @@ protocol at `rdmalog.bootstrap`, which only the driver (and a writer, once per t
 
 from __future__ import annotations
 
-import itertools
-import random
 import time
 from collections.abc import Iterator
 
@@ -170,31 +168,8 @@ class NativeSink:
             _control(conn), transport=conn.transport, mode="shared", timeout=CLIENT_TIMEOUT_S
         )
         self._pending: dict[TopicPartition, list] = {}
-        self._partitions: dict[str, int] = {}
-        self._round_robin = itertools.count(random.randrange(1 << 16))
         self._deliveries: list = []
         self.sent = 0
-
-    def _partition_count(self, topic: str) -> int:
-        if topic not in self._partitions:
-            offsets = KafkaOffsets(self._conn)
-            try:
-                counts = {t: len(p) for t, p in offsets.topic_partitions().items()}
-            finally:
-                offsets.close()
-            if topic not in counts:
-                raise ValueError(f"topic {topic!r} does not exist")
-            self._partitions.update(counts)
-        return self._partitions[topic]
-
-    def _choose(self, topic: str, key: bytes | None) -> int:
-        """Kafka's default partitioner for keyed records (murmur2); round-robin otherwise."""
-        n = self._partition_count(topic)
-        if key is None:
-            return next(self._round_robin) % n
-        from kafka.partitioner.default import murmur2
-
-        return (murmur2(key) & 0x7FFFFFFF) % n
 
     def send(
         self,
@@ -207,7 +182,8 @@ class NativeSink:
         """Buffer one record; full chunks go out as one native batch."""
         from rdmalog.records import Record
 
-        part = partition if partition is not None else self._choose(topic, key)
+        # no partition column: Kafka's default partitioner, as the Kafka transport's writes
+        part = self._producer.partition_for(topic, key) if partition is None else partition
         chunk = self._pending.setdefault((topic, part), [])
         chunk.append(Record(key, value, headers or [], None))
         self.sent += 1

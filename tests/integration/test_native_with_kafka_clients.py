@@ -22,9 +22,9 @@ from rdmalog.rdma import Consumer, Producer
 N = 200
 
 
-def _create_topic(bootstrap: str, name: str) -> None:
+def _create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, 1, 1)])[name].result(15)
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(15)
 
 
 def _kafka_read_all(bootstrap: str, topic: str, count: int) -> list[tuple[int, bytes]]:
@@ -251,3 +251,36 @@ def test_native_consumer_reads_compressed_batches_of_kafka_producers(broker_fact
         ], codec
         attributes = int.from_bytes(batches[0].data[21:23], "big")
         assert attributes & 0x07 == codecs.index(codec) + 1  # stored as compressed
+
+
+def test_native_producer_partitions_keyed_records_as_kafka_producers_do(broker_factory) -> None:
+    """send(topic, None, value, key): the native producer picks the partition Kafka's default
+    partitioner picks (murmur2 of the key, as kafka-python's and the Java producer's), so keyed
+    records of both kinds of producer meet in one partition; records without a key go
+    round-robin; an unknown topic is UnknownTopicOrPartitionError."""
+    import kafka
+
+    from rdmalog.errors import UnknownTopicOrPartitionError
+
+    control_port = free_port()
+    broker = broker_factory(
+        {"rdma.transport": "shm", "rdma.control.port": str(control_port)}, local=True
+    )
+    _create_topic(broker.bootstrap, "keyed", 5)
+    keys = [b"user-%d" % i for i in range(20)]
+    java_like = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap)
+    try:
+        expected = [
+            java_like.send("keyed", key=k, value=b"k").get(timeout=15).partition for k in keys
+        ]
+    finally:
+        java_like.close()
+    assert len(set(expected)) > 1
+    with Producer(f"127.0.0.1:{control_port}", "shm") as p:
+        got = [p.send("keyed", None, b"n", key=k) for k in keys]
+        p.flush()
+        assert [d.partition for d in got] == expected
+        unkeyed = [p.send("keyed", None, b"u").partition for _ in range(10)]
+        assert sorted(set(unkeyed)) == [0, 1, 2, 3, 4]
+        with pytest.raises(UnknownTopicOrPartitionError):
+            p.send("no-such-topic", None, b"x", key=b"k")
