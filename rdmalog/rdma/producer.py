@@ -507,6 +507,7 @@ class Producer(Endpoint):
             return
         except ControlError as e:
             d.error = ProduceError(str(e))
+            self._partition_counts.pop(d.topic, None)  # the topic may have changed: ask again
             return
         n = d.length
         if n > g.length:
