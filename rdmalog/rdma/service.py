@@ -867,9 +867,12 @@ class RdmaService:
                     f.sessions.discard(s.id)
                     if not f.sessions:
                         self._revoke(f)
-                    elif f.word_mr is not None and not f.revoked:  # shared: it may have died
-                        # between a reservation and its write; the others must not wait that out
-                        f.orphaned_below = word_decode(load(f.word_mr.buf, 0))[0]
+                    elif f.word_mr is not None and not f.revoked:
+                        # Shared: the session may have died between a reservation and its write;
+                        # the others must not wait that out. (A roll revokes grants under the
+                        # log's lock, not this one: the word may have been released meanwhile.)
+                        with contextlib.suppress(ValueError):
+                            f.orphaned_below = word_decode(load(f.word_mr.buf, 0))[0]
             for topic, partition, base in list(s.state.get("reads", ())):
                 self._release_read(s, topic, partition, base)
             region = s.state.pop("slots", None)
