@@ -85,6 +85,19 @@ static PyObject *headers(cursor *c) {
     return list;
 }
 
+/* An 8-item instance of the record type, its items unset: made only once nothing else can fail.
+ * Never GC-tracked (tp_alloc would track it, to be untracked at once) - up to 3.13, whose tuples
+ * have no other field; 3.14's cache their hash, which tp_alloc initialises. */
+static PyObject *new_record(PyTypeObject *tp) {
+#if PY_VERSION_HEX < 0x030E0000
+    return (PyObject *)PyObject_GC_NewVar(PyTupleObject, tp, 8);
+#else
+    PyObject *rec = tp->tp_alloc(tp, 8);
+    if (rec) PyObject_GC_UnTrack(rec);
+    return rec;
+#endif
+}
+
 static PyObject *decode_plain(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t pos, size;
@@ -152,9 +165,7 @@ static PyObject *decode_plain(PyObject *self, PyObject *args) {
         }
         PyObject *ts = last_ts;
         Py_XINCREF(ts);
-        /* Never GC-tracked (tp_alloc would track it, to be untracked at once); its items are
-         * uninitialised until set below, so it is made only once nothing else can fail. */
-        PyObject *rec = o && ts ? (PyObject *)PyObject_GC_NewVar(PyTupleObject, tp, 8) : NULL;
+        PyObject *rec = o && ts ? new_record(tp) : NULL;
         if (!rec) {
             Py_XDECREF(o);
             Py_XDECREF(ts);
