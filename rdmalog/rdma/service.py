@@ -4,12 +4,14 @@ Threads: an accept loop (queue pairs), a completion loop (WRITE_WITH_IMM notific
 SENDs, order timeouts) and the control server's session threads. Produce notifications of one file
 are processed strictly in order (the 16-bit order in the immediate); each is validated and committed
 in place by `PartitionLog.commit_written`, then acknowledged with a SEND. A missing predecessor
-times out, aborts what waits behind it and revokes the grant, so no hole is ever committed.
-Consumers read files one-sidedly; the service only keeps their metadata slots current (high
-watermark and roll listeners of the log).
+times out (at once when a producer's session ended with it reserved), aborts what waits behind
+it and revokes the grant, so no hole is ever committed. Consumers read files one-sidedly; the
+service only keeps their metadata slots current (high watermark and roll listeners of the log)
+and withdraws the registrations of deleted segments (the log's start listener).
 
-Lock order: a file's lock, then the log's lock. Store listeners (called under the log lock) only
-set flags and write slot words, never take a file lock.
+Lock order: a file's lock, then the service's lock, then the log's lock. Store listeners called
+under the log lock (high watermark, roll) only set flags and write slot words, never take a file
+lock; the start listener is called with the log's lock free and takes the service's.
 """
 
 from __future__ import annotations
