@@ -50,6 +50,11 @@ except ImportError:  # pragma: no cover - a source tree without the extension bu
 EARLIEST, LATEST = -2, -1
 _RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}  # auto_offset_reset
 IDLE_CHECK = 4096  # empty polls between two looks at the control connection (broker alive?)
+# poll(timeout) with nothing to return naps between looks: 20 us, and where a look is a READ
+# someone serves (tcp: the broker's engine thread), doubling up to 200 us while nothing comes -
+# an idle tcp consumer cost the broker 0.47 s of CPU per 2 s, now 0.23, with no measurable
+# change in how soon a new record is returned (larger caps cost latency: 500 us, +0.1 ms)
+IDLE_NAP, IDLE_NAP_MAX = 20e-6, 200e-6
 _LEN = struct.Struct(">i")
 _SLOT = struct.Struct("<QQ")
 MAX_SLOTS = 4096
@@ -418,6 +423,7 @@ class Consumer(Endpoint):
         out: list[ConsumerRecord] = []
         deadline = None
         spins = 0
+        nap = IDLE_NAP
         while True:
             refreshed = False
             for a in self.parts.values():
@@ -449,7 +455,9 @@ class Consumer(Endpoint):
                 return out
             spins += 1
             if spins > 64:  # busy-poll briefly (latency), then let the core go
-                time.sleep(20e-6)
+                time.sleep(nap)
+                if self._slot_q is None:  # each look is a READ someone serves (tcp: the
+                    nap = min(2 * nap, IDLE_NAP_MAX)  # broker's engine): back off while idle
 
     def _raise_corrupt(self) -> None:
         if self._corrupt is not None:
