@@ -26,7 +26,6 @@ from rdmalog.rdma.offsets import OffsetCommitError
 from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import LRB_MASK, SLOT_MUTABLE, SLOT_SIZE, SLOT_VALID
 from rdmalog.records import (
-    ATTRIBUTES,
     BATCH_OVERHEAD,
     CODEC_MASK,
     CONTROL_BIT,
@@ -34,7 +33,7 @@ from rdmalog.records import (
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_BIT,
     RecordBatch,
-    crc32c,
+    batch_is_valid,
     decode_records,
 )
 
@@ -559,7 +558,7 @@ class Consumer(Endpoint):
             h = HEADER.unpack_from(buf, p)
             last = h[0] + h[6]
             if last >= a.offset:
-                if self.check_crcs and crc32c(buf[p + ATTRIBUTES : p + size]) != h[4]:
+                if self.check_crcs and not batch_is_valid(buf, p, p + size):
                     # Kept, and the position stays at it: the error comes once the records
                     # before it are returned, and again until the application seeks past it.
                     self._corrupt = CorruptRecordError(

@@ -515,13 +515,13 @@ class RdmaService:
                         if self.files.get(f.file_id) is f:
                             del self.files[f.file_id]
                 elif f.orphaned_below is not None:
-                    self._orphaned(f, 0.0)  # drops the mark once its orders have passed
+                    self._still_orphaned(f)  # drops the mark once its orders have passed
                 continue
             with f.lock:
                 if not f.pending:
                     continue
                 waited = now - min(t for _, _, t in f.pending.values())
-                orphaned = self._orphaned(f, waited)
+                orphaned = self._still_orphaned(f) and waited >= ORPHAN_GRACE
                 if not f.revoked and waited < self.order_timeout and not orphaned:
                     continue
                 status = AckStatus.REVOKED if f.revoked else AckStatus.ABORTED
@@ -539,16 +539,14 @@ class RdmaService:
         self._send_acks()
 
     @staticmethod
-    def _orphaned(f: ProduceFile, waited: float) -> bool:
-        """Whether f's missing order was reserved before a session holding f ended, and writes
-        have waited ORPHAN_GRACE for it (the mark is dropped once orders have passed it)."""
+    def _still_orphaned(f: ProduceFile) -> bool:
+        """Whether f's missing order was reserved before a session holding f ended. The mark is
+        dropped once every such order arrived (checked every pass, also with nothing waiting:
+        16-bit orders wrap)."""
         below = f.orphaned_below
-        if below is None:
-            return False
-        if not 0 < (below - f.next_order) & ORDER_MASK <= ORDER_MASK // 2:
-            f.orphaned_below = None  # every order reserved before the session ended arrived
-            return False
-        return waited >= ORPHAN_GRACE
+        if below is not None and not 0 < (below - f.next_order) & ORDER_MASK <= ORDER_MASK // 2:
+            f.orphaned_below = below = None
+        return below is not None
 
     def try_append(self, topic: str, partition: int, buf, leader_epoch: int | None = None):
         """The gateway's append when no RDMA producer holds the partition's head file: a plain

@@ -120,17 +120,13 @@ class TcpCQ:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return out
-            if self._pumped:  # this thread drives the connection: poll it before sleeping
-                spin_end = time.perf_counter() + SPIN_S  # (an engine thread's CQ never spins:
-                while not out and time.perf_counter() < spin_end:  # it would hold the GIL the
-                    out = self.poll(max_entries)  # engine needs to fill it)
-                if out:
-                    return out
             self._sleeping = True
             try:
                 if not self._local:
                     fds = [self._efd] + [qp.sock for qp in self._pumped if not qp.closed]
-                    wait_readable(fds, left)
+                    # A thread that drives its connections polls them before it sleeps; an
+                    # engine-fed CQ does not: spinning would hold the GIL the engine needs.
+                    (_spin_then_wait if self._pumped else wait_readable)(fds, left)
             finally:
                 self._sleeping = False
             try:

@@ -163,7 +163,6 @@ class NativeSink:
     def __init__(self, conn: ConnectionOptions) -> None:
         from rdmalog.rdma.producer import Producer
 
-        self._conn = conn
         self._producer = Producer(
             _control(conn), transport=conn.transport, mode="shared", timeout=CLIENT_TIMEOUT_S
         )
