@@ -39,6 +39,9 @@ are stated against ("of_copy"). Prints one JSON object per line {"transport", "m
   copy_gib_s                      a 64 MiB memoryview copy in this process (transport "host")
   fresh_file_write_gib_s          64 MiB written through a new sparse file's shared mapping: the
                                   page allocation every first write into a segment pays ("host")
+  resident_file_write_gib_s       the same into a preallocated file another mapping made resident,
+                                  as a grant makes a head: what a same-host WRITE's copy alone runs
+                                  at (each clean page's first write faults to make it dirty) ("host")
   loadavg_1m                      the host's load at the start and the end (latencies on a shared
                                   2-core host depend on it: client and broker both busy-poll)
 
@@ -183,20 +186,39 @@ def bench_copy(size: int = 64 << 20, rounds: int = 20) -> None:
     emit("host", "copy_gib_s", COPY_GIB_S[0], "GiB/s", bytes=size, rounds=rounds, best_of=rounds)
 
 
-def bench_fresh_file(data_root: str | None, size: int = 64 << 20) -> None:
+def bench_file_writes(data_root: str | None, size: int = 64 << 20) -> None:
+    """64 KiB writes through a file's shared mapping, as a native producer's WRITE makes them:
+    into a fresh sparse file (the page allocation every first write into a segment pays), and
+    into a preallocated file another mapping made resident first, as a grant makes a head
+    (what each WRITE into a granted head costs the writer on this host before any protocol
+    work: the copy plus the first-write fault that makes each clean page dirty)."""
     import mmap
+
+    from rdmalog.rdma.prefault import MADV_POPULATE_READ, _madvise, address_of
 
     chunk = os.urandom(64 << 10)
     with tempfile.TemporaryDirectory(prefix="rdmalog-bench-", dir=data_root) as d:
-        with open(os.path.join(d, "sparse"), "w+b") as f:
-            f.truncate(size)
-            m = mmap.mmap(f.fileno(), size)
-            t0 = time.perf_counter()
-            for i in range(0, size, len(chunk)):
-                m[i : i + len(chunk)] = chunk
-            dt = time.perf_counter() - t0
-            m.close()
-    emit("host", "fresh_file_write_gib_s", size / dt / 2**30, "GiB/s", bytes=size, chunk=len(chunk))
+        for metric, resident in (
+            ("fresh_file_write_gib_s", False),
+            ("resident_file_write_gib_s", True),
+        ):
+            with open(os.path.join(d, metric), "w+b") as f:
+                if resident:
+                    os.posix_fallocate(f.fileno(), 0, size)
+                    owner = mmap.mmap(f.fileno(), size)  # the broker's mapping
+                    _madvise(address_of(owner), size, MADV_POPULATE_READ)
+                else:
+                    f.truncate(size)
+                m = mmap.mmap(f.fileno(), size)  # the writer's own mapping
+                t0 = time.perf_counter()
+                for i in range(0, size, len(chunk)):
+                    m[i : i + len(chunk)] = chunk
+                dt = time.perf_counter() - t0
+                m.close()
+                if resident:
+                    owner.close()
+            extra = {"of_copy": round(size / dt / 2**30 / COPY_GIB_S[0], 3)} if COPY_GIB_S else {}
+            emit("host", metric, size / dt / 2**30, "GiB/s", bytes=size, chunk=len(chunk), **extra)
 
 
 # -- native datapaths ------------------------------------------------------------------------------------
@@ -538,7 +560,7 @@ def main() -> None:
     args = ap.parse_args()
     emit("host", "loadavg_1m", os.getloadavg()[0], "", at="start", cpus=os.cpu_count())
     bench_copy()
-    bench_fresh_file(args.data_root)
+    bench_file_writes(args.data_root)
     for i, t in enumerate(args.transport or ["shm", "tcp"]):
         run(t, args.quick, args.data_root, kafka=i == 0 and not args.no_kafka)
     emit("host", "loadavg_1m", os.getloadavg()[0], "", at="end", cpus=os.cpu_count())
