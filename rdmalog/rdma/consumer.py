@@ -613,6 +613,8 @@ class Consumer(Endpoint):
         a.mr, a.head = mr, 0
 
     def close(self) -> None:
+        if self.closed:
+            return
         if self.broken is None:
             deadline = time.monotonic() + self.timeout  # the next fold answers them
             while self._pending and time.monotonic() < deadline:

@@ -404,6 +404,23 @@ def test_a_deleted_topic_is_reported_and_a_new_one_of_its_name_read_on(broker):
     p.close()
 
 
+def test_closing_twice_does_nothing_more(broker):
+    """close() of a closed consumer or producer returns; on tcp it used to raise AttributeError
+    from the transport device closed the first time (e.g. a `with` block after an explicit
+    close)."""
+    st, svc = broker
+    st.create_topic("cc", 1)
+    with Producer(svc.control_address) as p, Consumer(svc.control_address) as c:
+        p.produce("cc", 0, b"v")
+        c.assign([("cc", 0)])
+        assert [r.value for r in consume(c, 1)] == [b"v"]
+        c.close()
+        p.close()
+    c.close()
+    p.close()
+    assert wait_for(lambda: svc.stats()["qps"] == 0)
+
+
 @pytest.mark.parametrize("codec", [None, "lz4"])
 def test_poll_returns_at_most_max_records_and_keeps_the_rest(broker, codec):
     """poll(max_records=k) returns at most k records - a 256 KiB fetch used to return all it
