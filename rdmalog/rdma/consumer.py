@@ -197,7 +197,10 @@ class Consumer(Endpoint):
         """
         for tp in list(self.parts):
             if tp not in partitions:
-                self._release(self.parts.pop(tp))
+                a = self.parts.pop(tp)
+                self._release(a)
+                if a.mr is not None:  # its buffer too: a region each, and the device has few
+                    a.mr.deregister()
         for topic, partition in partitions:
             if (topic, partition) in self.parts:
                 continue
