@@ -204,20 +204,25 @@ class Consumer(Endpoint):
         for topic, partition in partitions:
             if (topic, partition) in self.parts:
                 continue
+            start = offset
+            if start is None:
+                start = self.committed(topic, partition) if self.offsets else None
+                if start is None and self.reset is None:
+                    raise ValueError(
+                        f"{topic}-{partition}: no committed offset, and no reset policy"
+                    )
+                start = self.reset if start is None else start
             self.parts[(topic, partition)] = _Assignment(topic, partition)
-            if offset is not None:
-                self.seek(topic, partition, offset)
-                continue
-            start = self.committed(topic, partition) if self.offsets else None
-            if start is None and self.reset is None:
-                raise ValueError(f"{topic}-{partition}: no committed offset, and no reset policy")
-            self.seek(topic, partition, self.reset if start is None else start)
+            # A refused seek (e.g. the topic does not exist yet) raises here, and the partition
+            # stays assigned: poll() seeks it again (see _poll).
+            self.seek(topic, partition, start)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read `offset` next (EARLIEST = -2: the log start, LATEST = -1: its end). An offset the
         log does not hold (past its end, or deleted by retention) is reset by `auto_offset_reset`,
         as a Kafka consumer resets on OFFSET_OUT_OF_RANGE; with "none" it raises ControlError
-        offset_out_of_range."""
+        offset_out_of_range. A refused seek (that, or an unknown topic) is tried again by every
+        poll(), which raises the same until it succeeds."""
         a = self.parts.get((topic, partition))
         if a is None:
             raise ValueError(f"{topic}-{partition} is not assigned")
@@ -429,8 +434,10 @@ class Consumer(Endpoint):
         while True:
             refreshed = False
             for a in self.parts.values():
-                if not a.active or a.paused:
+                if a.paused:
                     continue
+                if not a.active:  # its last seek was refused: again (raises while it lasts)
+                    self.seek(a.topic, a.partition, a.offset)
                 if not a.more:
                     if a.pos >= a.lrb and a.slot >= 0 and not refreshed:
                         self._refresh_slots()

@@ -440,6 +440,39 @@ def test_reassigning_partitions_gives_their_buffers_back(broker):
     p.close()
 
 
+def test_a_partition_whose_seek_was_refused_is_sought_again_by_poll(broker):
+    """assign() of a topic that does not exist yet raises and the partition stays assigned: poll
+    raises the same while it lasts, then reads once the topic exists; likewise after a refused
+    seek. Such a partition used to stay without a file - never read again, silently, position
+    -2 - and assigning it again skipped it. One refused for having no reset policy is not left
+    assigned (poll would read it from 0)."""
+    st, svc = broker
+    c = Consumer(svc.control_address)
+    with pytest.raises(ControlError, match="UnknownTopicOrPartition"):
+        c.assign([("later", 0)])
+    assert c.assignment() == [("later", 0)]
+    with pytest.raises(ControlError, match="UnknownTopicOrPartition"):
+        c.poll(0.05)
+    st.create_topic("later", 1)
+    p = Producer(svc.control_address)
+    p.produce("later", 0, b"x")
+    c.assign([("later", 0)])
+    assert [(r.offset, r.value) for r in consume(c, 1)] == [(0, b"x")]
+    assert c.position("later", 0) == 1
+    st.delete_topic("later")
+    with pytest.raises(ControlError, match="UnknownTopicOrPartition"):
+        c.seek("later", 0, 0)
+    st.create_topic("later", 1)
+    p.produce("later", 0, b"y")
+    assert [(r.offset, r.value) for r in consume(c, 1)] == [(0, b"y")]
+    strict = Consumer(svc.control_address, auto_offset_reset="none")
+    with pytest.raises(ValueError, match="no reset policy"):
+        strict.assign([("later", 0)])
+    assert strict.assignment() == [] and strict.poll(0.05) == []
+    for client in (c, strict, p):
+        client.close()
+
+
 @pytest.mark.parametrize("codec", [None, "lz4"])
 def test_poll_returns_at_most_max_records_and_keeps_the_rest(broker, codec):
     """poll(max_records=k) returns at most k records - a 256 KiB fetch used to return all it
