@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from rdmalog.errors import CorruptRecordError
+from rdmalog.errors import CorruptRecordError, KafkaError
 from rdmalog.rdma import commit_slots
 from rdmalog.rdma.client import Endpoint
 from rdmalog.rdma.commit_slots import SLOT_BYTES, PendingCommits, add_for, slot_word
@@ -569,43 +569,44 @@ class Consumer(Endpoint):
             last = h[0] + h[6]
             if last >= a.offset:
                 if self.check_crcs and not batch_is_valid(buf, p, p + size):
-                    # Kept, and the position stays at it: the error comes once the records
-                    # before it are returned, and again until the application seeks past it.
-                    self._corrupt = CorruptRecordError(
-                        f"{a.topic}-{a.partition}: the record batch of offsets {h[0]}-{last} "
-                        f"fails its CRC-32C check; seek to {last + 1} to skip it"
-                    )
-                    a.more = True
+                    self._stop_at(a, h[0], last, "fails its CRC-32C check")
                     break
                 n0 = len(out)
-                if raw:
-                    out.append(
-                        ConsumerBatch(a.topic, a.partition, h[0], last, bytes(buf[p : p + size]))
-                    )
-                elif h[5] & CONTROL_BIT:
-                    pass  # transaction markers are not records for the application
-                elif h[5] & CODEC_MASK == 0 and _c_decode_plain is not None:
-                    _c_decode_plain(
-                        buf, p, size, h[0], h[7], h[8], h[5] & TIMESTAMP_TYPE_BIT, h[12],
-                        a.offset, a.topic, a.partition, ConsumerRecord, out, room,
-                    )  # fmt: skip
-                else:  # compressed, or no C helper built: the store's own decoder
-                    ts_type = 1 if h[5] & TIMESTAMP_TYPE_BIT else 0
-                    records = decode_records(RecordBatch(buf[p : p + size]))
-                    out += [
-                        ConsumerRecord(
-                            a.topic,
-                            a.partition,
-                            r.offset,
-                            r.timestamp,
-                            r.key,
-                            r.value,
-                            tuple(r.headers),
-                            ts_type,
+                try:
+                    if raw:
+                        out.append(
+                            ConsumerBatch(
+                                a.topic, a.partition, h[0], last, bytes(buf[p : p + size])
+                            )
+                        )
+                    elif h[5] & CONTROL_BIT:
+                        pass  # transaction markers are not records for the application
+                    elif h[5] & CODEC_MASK == 0 and _c_decode_plain is not None:
+                        _c_decode_plain(
+                            buf, p, size, h[0], h[7], h[8], h[5] & TIMESTAMP_TYPE_BIT, h[12],
+                            a.offset, a.topic, a.partition, ConsumerRecord, out, room,
                         )  # fmt: skip
-                        for r in records
-                        if r.offset >= a.offset
-                    ][:room]
+                    else:  # compressed, or no C helper built: the store's own decoder
+                        ts_type = 1 if h[5] & TIMESTAMP_TYPE_BIT else 0
+                        records = decode_records(RecordBatch(buf[p : p + size]))
+                        out += [
+                            ConsumerRecord(
+                                a.topic,
+                                a.partition,
+                                r.offset,
+                                r.timestamp,
+                                r.key,
+                                r.value,
+                                tuple(r.headers),
+                                ts_type,
+                            )  # fmt: skip
+                            for r in records
+                            if r.offset >= a.offset
+                        ][:room]
+                except (ValueError, KafkaError) as e:  # malformed bytes (not CRC-checked)
+                    del out[n0:]  # what the C decoder appended before the fault
+                    self._stop_at(a, h[0], last, f"cannot be decoded ({e})")
+                    break
                 room -= len(out) - n0
                 if room <= 0 and not raw and len(out) > n0 and out[-1].offset < last:
                     a.offset = out[-1].offset + 1  # the batch's other records: next poll
@@ -615,6 +616,15 @@ class Consumer(Endpoint):
             p += size
         a.head = p if p < end else 0  # nothing kept: the next READ starts at the front
         a.have = end - p
+
+    def _stop_at(self, a: _Assignment, first: int, last: int, why: str) -> None:
+        """A batch found corrupt is kept, and the position stays at it: the error comes once the
+        records before it are returned, and again until the application seeks past it."""
+        self._corrupt = CorruptRecordError(
+            f"{a.topic}-{a.partition}: the record batch of offsets {first}-{last} {why}; "
+            f"seek to {last + 1} to skip it"
+        )
+        a.more = True
 
     def _grow(self, a: _Assignment, need: int) -> None:
         mr = self.device.alloc_mr(max(need, 2 * len(a.mr.buf)), Access.LOCAL_WRITE)

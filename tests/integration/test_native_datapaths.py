@@ -473,6 +473,39 @@ def test_a_partition_whose_seek_was_refused_is_sought_again_by_poll(broker):
         client.close()
 
 
+@pytest.mark.parametrize("decoder", ["c", "python"])
+def test_a_batch_that_cannot_be_decoded_comes_after_the_records_before_it(
+    broker, monkeypatch, decoder
+):
+    """Without check_crcs, a batch whose records are malformed (bytes changed on the broker) is
+    reported as check_crcs reports a CRC mismatch: CorruptRecordError once the records before it
+    are returned, again on every poll, the position at it, until a seek past it. The decoder's
+    error used to escape poll(), taking with it the records decoded before it (the position
+    already past them), and later polls returned nothing, silently."""
+    from rdmalog.rdma import consumer as consumer_module
+
+    if decoder == "python":
+        monkeypatch.setattr(consumer_module, "_c_decode_plain", None)
+    st, svc = broker
+    st.create_topic("bad", 1)
+    p = Producer(svc.control_address)
+    for v in (b"first-value", b"second-value", b"third-value", b"fourth-value"):
+        p.produce("bad", 0, v)
+    mm = st.partition("bad", 0).active_segment.mmap
+    mm[mm.find(b"third-value") - 1] = 0x7E  # its length varint now runs past the record
+    c = Consumer(svc.control_address)
+    c.assign([("bad", 0)], offset=0)
+    assert [r.value for r in c.poll(1.0)] == [b"first-value", b"second-value"]
+    for _ in range(2):
+        with pytest.raises(CorruptRecordError, match="offsets 2-2 cannot be decoded"):
+            c.poll(0.1)
+        assert c.position("bad", 0) == 2
+    c.seek("bad", 0, 3)
+    assert [r.value for r in consume(c, 1)] == [b"fourth-value"]
+    c.close()
+    p.close()
+
+
 @pytest.mark.parametrize("codec", [None, "lz4"])
 def test_poll_returns_at_most_max_records_and_keeps_the_rest(broker, codec):
     """poll(max_records=k) returns at most k records - a 256 KiB fetch used to return all it
