@@ -509,6 +509,14 @@ class Consumer(Endpoint):
             a.mutable = bool(w0 & SLOT_MUTABLE)
 
     def _next_file(self, a: _Assignment) -> None:
+        if a.have:  # the sealed file ends inside a batch: its length is corrupt (it was
+            # swapped for the next file, silently skipping the rest of this one)
+            first = last = a.offset
+            if a.have >= BATCH_OVERHEAD:
+                h = HEADER.unpack_from(a.mr.buf, a.head)
+                first, last = h[0], h[0] + h[6]
+            self._stop_at(a, first, last, "runs past the end of its file")
+            return
         try:
             r = self.control("next_file", topic=a.topic, partition=a.partition, base_offset=a.base)
         except ControlError as e:
@@ -567,6 +575,9 @@ class Consumer(Endpoint):
                 break
             h = HEADER.unpack_from(buf, p)
             last = h[0] + h[6]
+            if size < BATCH_OVERHEAD:  # a corrupt length: where the next batch starts is lost
+                self._stop_at(a, h[0], last, f"has an impossible length {size - LOG_OVERHEAD}")
+                break
             if last >= a.offset:
                 if self.check_crcs and not batch_is_valid(buf, p, p + size):
                     self._stop_at(a, h[0], last, "fails its CRC-32C check")

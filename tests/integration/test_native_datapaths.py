@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -402,6 +403,43 @@ def test_a_deleted_topic_is_reported_and_a_new_one_of_its_name_read_on(broker):
     assert svc.stats()["readers"] == 1 and svc.stats()["slots"] == 1
     c.close()
     p.close()
+
+
+def test_a_corrupt_batch_length_is_reported_instead_of_skipped_or_spun_on(broker):
+    """A batch length changed on the broker (the CRC does not cover it) is CorruptRecordError
+    after the batches before it, as a CRC mismatch is. One running past the end of its sealed
+    file used to make the consumer swap to the next file, silently skipping the rest of this
+    one (check_crcs too); one too small for a batch made poll_batches() spin forever."""
+    st, svc = broker
+    st.create_topic("len", 1, {"segment.bytes": "400"})
+    p = Producer(svc.control_address)
+    for i in range(6):
+        p.produce("len", 0, b"value-%02d" % i + b"." * 30)
+    seg = st.partition("len", 0).segments[0]
+    assert (seg.base_offset, seg.next_offset) == (0, 3)  # sealed: three batches of one size
+    size = struct.unpack_from(">i", seg.mmap, 8)[0] + 12
+    struct.pack_into(">i", seg.mmap, 2 * size + 8, size + 40)  # the last runs past the end
+    c = Consumer(svc.control_address, check_crcs=True)
+    c.assign([("len", 0)], offset=0)
+    assert [r.offset for r in c.poll(1.0)] == [0, 1]
+    for _ in range(2):
+        with pytest.raises(CorruptRecordError, match="offsets 2-2 runs past the end of its"):
+            c.poll(0.1)
+        assert c.position("len", 0) == 2
+    c.seek("len", 0, 3)
+    assert [r.offset for r in consume(c, 3)] == [3, 4, 5]
+    struct.pack_into(">i", seg.mmap, size + 8, -12)  # the second: 0 bytes, with its header
+    raw = Consumer(svc.control_address)
+    raw.assign([("len", 0)], offset=0)
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(raw.poll_batches(1.0)), daemon=True)
+    t.start()
+    t.join(5)
+    assert not t.is_alive() and [b.base_offset for b in got[0]] == [0]
+    with pytest.raises(CorruptRecordError, match="offsets 1-1 has an impossible length -12"):
+        raw.poll_batches(0.1)
+    for client in (c, raw, p):
+        client.close()
 
 
 def test_closing_twice_does_nothing_more(broker):
