@@ -34,6 +34,7 @@ class Endpoint:
         self.control_address = control_address
         self.timeout = timeout
         self.broken: str | None = None  # why the session is gone (None while connected)
+        self.closed = False
         self._transport = transport
         self._connect()
 
@@ -126,6 +127,10 @@ class Endpoint:
         self.close()
 
     def close(self) -> None:
+        """Say bye and free the queue pair and device; closing again does nothing."""
+        if self.closed:
+            return
+        self.closed = True
         if self.broken is None:
             try:
                 self.ctl.request("bye")  # released before we go: a successor never finds it held

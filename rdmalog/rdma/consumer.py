@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from rdmalog.errors import CorruptRecordError
+from rdmalog.errors import CorruptRecordError, KafkaError
 from rdmalog.rdma import commit_slots
 from rdmalog.rdma.client import Endpoint
 from rdmalog.rdma.commit_slots import SLOT_BYTES, PendingCommits, add_for, slot_word
@@ -197,24 +197,32 @@ class Consumer(Endpoint):
         """
         for tp in list(self.parts):
             if tp not in partitions:
-                self._release(self.parts.pop(tp))
+                a = self.parts.pop(tp)
+                self._release(a)
+                if a.mr is not None:  # its buffer too: a region each, and the device has few
+                    a.mr.deregister()
         for topic, partition in partitions:
             if (topic, partition) in self.parts:
                 continue
+            start = offset
+            if start is None:
+                start = self.committed(topic, partition) if self.offsets else None
+                if start is None and self.reset is None:
+                    raise ValueError(
+                        f"{topic}-{partition}: no committed offset, and no reset policy"
+                    )
+                start = self.reset if start is None else start
             self.parts[(topic, partition)] = _Assignment(topic, partition)
-            if offset is not None:
-                self.seek(topic, partition, offset)
-                continue
-            start = self.committed(topic, partition) if self.offsets else None
-            if start is None and self.reset is None:
-                raise ValueError(f"{topic}-{partition}: no committed offset, and no reset policy")
-            self.seek(topic, partition, self.reset if start is None else start)
+            # A refused seek (e.g. the topic does not exist yet) raises here, and the partition
+            # stays assigned: poll() seeks it again (see _poll).
+            self.seek(topic, partition, start)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read `offset` next (EARLIEST = -2: the log start, LATEST = -1: its end). An offset the
         log does not hold (past its end, or deleted by retention) is reset by `auto_offset_reset`,
         as a Kafka consumer resets on OFFSET_OUT_OF_RANGE; with "none" it raises ControlError
-        offset_out_of_range."""
+        offset_out_of_range. A refused seek (that, or an unknown topic) is tried again by every
+        poll(), which raises the same until it succeeds."""
         a = self.parts.get((topic, partition))
         if a is None:
             raise ValueError(f"{topic}-{partition} is not assigned")
@@ -426,8 +434,10 @@ class Consumer(Endpoint):
         while True:
             refreshed = False
             for a in self.parts.values():
-                if not a.active or a.paused:
+                if a.paused:
                     continue
+                if not a.active:  # its last seek was refused: again (raises while it lasts)
+                    self.seek(a.topic, a.partition, a.offset)
                 if not a.more:
                     if a.pos >= a.lrb and a.slot >= 0 and not refreshed:
                         self._refresh_slots()
@@ -499,6 +509,14 @@ class Consumer(Endpoint):
             a.mutable = bool(w0 & SLOT_MUTABLE)
 
     def _next_file(self, a: _Assignment) -> None:
+        if a.have:  # the sealed file ends inside a batch: its length is corrupt (it was
+            # swapped for the next file, silently skipping the rest of this one)
+            first = last = a.offset
+            if a.have >= BATCH_OVERHEAD:
+                h = HEADER.unpack_from(a.mr.buf, a.head)
+                first, last = h[0], h[0] + h[6]
+            self._stop_at(a, first, last, "runs past the end of its file")
+            return
         try:
             r = self.control("next_file", topic=a.topic, partition=a.partition, base_offset=a.base)
         except ControlError as e:
@@ -557,45 +575,49 @@ class Consumer(Endpoint):
                 break
             h = HEADER.unpack_from(buf, p)
             last = h[0] + h[6]
+            if size < BATCH_OVERHEAD:  # a corrupt length: where the next batch starts is lost
+                self._stop_at(a, h[0], last, f"has an impossible length {size - LOG_OVERHEAD}")
+                break
             if last >= a.offset:
                 if self.check_crcs and not batch_is_valid(buf, p, p + size):
-                    # Kept, and the position stays at it: the error comes once the records
-                    # before it are returned, and again until the application seeks past it.
-                    self._corrupt = CorruptRecordError(
-                        f"{a.topic}-{a.partition}: the record batch of offsets {h[0]}-{last} "
-                        f"fails its CRC-32C check; seek to {last + 1} to skip it"
-                    )
-                    a.more = True
+                    self._stop_at(a, h[0], last, "fails its CRC-32C check")
                     break
                 n0 = len(out)
-                if raw:
-                    out.append(
-                        ConsumerBatch(a.topic, a.partition, h[0], last, bytes(buf[p : p + size]))
-                    )
-                elif h[5] & CONTROL_BIT:
-                    pass  # transaction markers are not records for the application
-                elif h[5] & CODEC_MASK == 0 and _c_decode_plain is not None:
-                    _c_decode_plain(
-                        buf, p, size, h[0], h[7], h[8], h[5] & TIMESTAMP_TYPE_BIT, h[12],
-                        a.offset, a.topic, a.partition, ConsumerRecord, out, room,
-                    )  # fmt: skip
-                else:  # compressed, or no C helper built: the store's own decoder
-                    ts_type = 1 if h[5] & TIMESTAMP_TYPE_BIT else 0
-                    records = decode_records(RecordBatch(buf[p : p + size]))
-                    out += [
-                        ConsumerRecord(
-                            a.topic,
-                            a.partition,
-                            r.offset,
-                            r.timestamp,
-                            r.key,
-                            r.value,
-                            tuple(r.headers),
-                            ts_type,
+                try:
+                    if raw:
+                        out.append(
+                            ConsumerBatch(
+                                a.topic, a.partition, h[0], last, bytes(buf[p : p + size])
+                            )
+                        )
+                    elif h[5] & CONTROL_BIT:
+                        pass  # transaction markers are not records for the application
+                    elif h[5] & CODEC_MASK == 0 and _c_decode_plain is not None:
+                        _c_decode_plain(
+                            buf, p, size, h[0], h[7], h[8], h[5] & TIMESTAMP_TYPE_BIT, h[12],
+                            a.offset, a.topic, a.partition, ConsumerRecord, out, room,
                         )  # fmt: skip
-                        for r in records
-                        if r.offset >= a.offset
-                    ][:room]
+                    else:  # compressed, or no C helper built: the store's own decoder
+                        ts_type = 1 if h[5] & TIMESTAMP_TYPE_BIT else 0
+                        records = decode_records(RecordBatch(buf[p : p + size]))
+                        out += [
+                            ConsumerRecord(
+                                a.topic,
+                                a.partition,
+                                r.offset,
+                                r.timestamp,
+                                r.key,
+                                r.value,
+                                tuple(r.headers),
+                                ts_type,
+                            )  # fmt: skip
+                            for r in records
+                            if r.offset >= a.offset
+                        ][:room]
+                except (ValueError, KafkaError) as e:  # malformed bytes (not CRC-checked)
+                    del out[n0:]  # what the C decoder appended before the fault
+                    self._stop_at(a, h[0], last, f"cannot be decoded ({e})")
+                    break
                 room -= len(out) - n0
                 if room <= 0 and not raw and len(out) > n0 and out[-1].offset < last:
                     a.offset = out[-1].offset + 1  # the batch's other records: next poll
@@ -606,6 +628,15 @@ class Consumer(Endpoint):
         a.head = p if p < end else 0  # nothing kept: the next READ starts at the front
         a.have = end - p
 
+    def _stop_at(self, a: _Assignment, first: int, last: int, why: str) -> None:
+        """A batch found corrupt is kept, and the position stays at it: the error comes once the
+        records before it are returned, and again until the application seeks past it."""
+        self._corrupt = CorruptRecordError(
+            f"{a.topic}-{a.partition}: the record batch of offsets {first}-{last} {why}; "
+            f"seek to {last + 1} to skip it"
+        )
+        a.more = True
+
     def _grow(self, a: _Assignment, need: int) -> None:
         mr = self.device.alloc_mr(max(need, 2 * len(a.mr.buf)), Access.LOCAL_WRITE)
         mr.buf[: a.have] = a.mr.buf[a.head : a.head + a.have]
@@ -613,6 +644,8 @@ class Consumer(Endpoint):
         a.mr, a.head = mr, 0
 
     def close(self) -> None:
+        if self.closed:
+            return
         if self.broken is None:
             deadline = time.monotonic() + self.timeout  # the next fold answers them
             while self._pending and time.monotonic() < deadline:
