@@ -140,6 +140,8 @@ class Consumer(Endpoint):
     ):
         if group_id is not None and not bootstrap:
             raise ValueError("group_id needs bootstrap: offsets live in the group coordinator")
+        if fetch_size < 1:
+            raise ValueError(f"fetch_size must be at least 1 byte, not {fetch_size}")
         if auto_offset_reset not in _RESETS:
             raise ValueError(
                 f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
@@ -148,7 +150,9 @@ class Consumer(Endpoint):
         self.fetch_size = fetch_size
         self.reset = _RESETS[auto_offset_reset]  # None: an offset outside the log is an error
         self.check_crcs = check_crcs
-        self._corrupt: CorruptRecordError | None = None  # raised once what came before is returned
+        # raised by the next poll: found after records the poll returned (a corrupt batch, a
+        # refused seek)
+        self._deferred: Exception | None = None
         self.parts: dict[tuple[str, int], _Assignment] = {}
         self._register()
         self._idle = 0
@@ -230,7 +234,7 @@ class Consumer(Endpoint):
             raise ValueError(f"offset {offset}: offsets are >= 0 (or -2 earliest, -1 latest)")
         self._release(a)
         a.offset = offset
-        self._corrupt = None  # a batch found corrupt is found again when read again
+        self._deferred = None  # a batch found corrupt is found again when read again
         try:
             r = self.control("read_access", topic=topic, partition=partition, offset=offset)
         except ControlError as e:
@@ -270,9 +274,17 @@ class Consumer(Endpoint):
         """Commit `offsets` (default: the position of every assigned partition) for the group."""
         if self.offsets is None:
             raise ValueError("commit() needs a group_id (and bootstrap)")
+        self.offsets.commit(self._to_commit(offsets))
+
+    def _to_commit(self, offsets: dict[tuple[str, int], int] | None) -> dict[tuple[str, int], int]:
+        """`offsets`, checked; None: every assigned partition's position that is known (one
+        whose seek is still refused holds the -2/-1 it was asked for, not a position)."""
         if offsets is None:
-            offsets = {tp: a.offset for tp, a in self.parts.items()}
-        self.offsets.commit(offsets)
+            return {tp: a.offset for tp, a in self.parts.items() if a.offset >= 0}
+        bad = {tp: o for tp, o in offsets.items() if o < 0}
+        if bad:
+            raise ValueError(f"cannot commit negative offsets: {bad}")
+        return offsets
 
     def commit_async(
         self,
@@ -291,12 +303,9 @@ class Consumer(Endpoint):
             raise ValueError("commit_async() needs a group_id")
         if self.broken is not None:
             raise self.disconnected(self.broken)
-        if offsets is None:
-            offsets = {tp: a.offset for tp, a in self.parts.items()}
+        offsets = self._to_commit(offsets)
         words = {}
         for (topic, partition), offset in offsets.items():
-            if offset < 0:
-                raise ValueError(f"cannot commit offset {offset} of {topic}-{partition}")
             slot = self._commit_slots.get((topic, partition))
             if slot is None:
                 r = self.control(
@@ -426,7 +435,7 @@ class Consumer(Endpoint):
             raise self.disconnected(self.broken)
         if self._commits_waiting:
             self._look_at_commits()
-        self._raise_corrupt()  # found by the last poll, which returned the records before it
+        self._raise_deferred()  # found by the last poll, which returned the records before it
         out: list[ConsumerRecord] = []
         deadline = None
         spins = 0
@@ -436,22 +445,30 @@ class Consumer(Endpoint):
             for a in self.parts.values():
                 if a.paused:
                     continue
-                if not a.active:  # its last seek was refused: again (raises while it lasts)
-                    self.seek(a.topic, a.partition, a.offset)
-                if not a.more:
-                    if a.pos >= a.lrb and a.slot >= 0 and not refreshed:
-                        self._refresh_slots()
-                        refreshed = True
-                    if a.pos >= a.lrb and not a.mutable:
-                        self._next_file(a)  # sealed and read to its end
-                if a.more or a.pos < a.lrb:
-                    self._fetch(a, out, raw, max_records - len(out))
-                    if len(out) >= max_records:
-                        return out
+                try:
+                    if not a.active:  # its last seek was refused: again (raises while it lasts)
+                        self.seek(a.topic, a.partition, a.offset)
+                    if not a.more:
+                        if a.pos >= a.lrb and a.slot >= 0 and not refreshed:
+                            self._refresh_slots()
+                            refreshed = True
+                        if a.pos >= a.lrb and not a.mutable:
+                            self._next_file(a)  # sealed and read to its end
+                    if a.more or a.pos < a.lrb:
+                        self._fetch(a, out, raw, max_records - len(out))
+                        if len(out) >= max_records:
+                            return out
+                except Exception as e:
+                    if not out:
+                        raise
+                    # Other partitions' records are taken (their positions moved): they come
+                    # now, the error with the next poll.
+                    self._deferred = e
+                    return out
             if out:
                 self._idle = 0
                 return out
-            self._raise_corrupt()
+            self._raise_deferred()
             self._idle += 1
             if self._idle >= IDLE_CHECK:  # quiet for a while: make sure the broker is still there
                 self._idle = 0
@@ -468,9 +485,9 @@ class Consumer(Endpoint):
                 if self._slot_q is None:  # each look is a READ someone serves (tcp: the
                     nap = min(2 * nap, IDLE_NAP_MAX)  # broker's engine): back off while idle
 
-    def _raise_corrupt(self) -> None:
-        if self._corrupt is not None:
-            e, self._corrupt = self._corrupt, None
+    def _raise_deferred(self) -> None:
+        if self._deferred is not None:
+            e, self._deferred = self._deferred, None
             raise e
 
     def _refresh_slots(self) -> None:
@@ -631,7 +648,7 @@ class Consumer(Endpoint):
     def _stop_at(self, a: _Assignment, first: int, last: int, why: str) -> None:
         """A batch found corrupt is kept, and the position stays at it: the error comes once the
         records before it are returned, and again until the application seeks past it."""
-        self._corrupt = CorruptRecordError(
+        self._deferred = CorruptRecordError(
             f"{a.topic}-{a.partition}: the record batch of offsets {first}-{last} {why}; "
             f"seek to {last + 1} to skip it"
         )

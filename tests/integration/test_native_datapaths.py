@@ -511,6 +511,31 @@ def test_a_partition_whose_seek_was_refused_is_sought_again_by_poll(broker):
         client.close()
 
 
+def test_records_polled_before_a_refused_seek_are_returned_first(broker):
+    """A poll that has taken other partitions' records (their positions moved) when a refused
+    seek raises returns those records, and the error with the next poll: raising at once lost
+    them. Committing by default skips the partition that has no position yet."""
+    st, svc = broker
+    st.create_topic("ok", 1)
+    p = Producer(svc.control_address)
+    for v in (b"a", b"b", b"c"):
+        p.produce("ok", 0, v)
+    c = Consumer(svc.control_address)
+    with pytest.raises(ControlError, match="UnknownTopicOrPartition"):
+        c.assign([("ok", 0), ("later", 0)])
+    assert [r.value for r in c.poll(1.0)] == [b"a", b"b", b"c"]
+    assert c.position("ok", 0) == 3
+    with pytest.raises(ControlError, match="UnknownTopicOrPartition"):
+        c.poll(0.05)
+    assert c._to_commit(None) == {("ok", 0): 3}  # "later" holds -2 (earliest), not a position
+    with pytest.raises(ValueError, match="negative"):
+        c._to_commit({("ok", 0): -1})
+    with pytest.raises(ValueError, match="fetch_size"):
+        Consumer(svc.control_address, fetch_size=0)
+    c.close()
+    p.close()
+
+
 @pytest.mark.parametrize("decoder", ["c", "python"])
 def test_a_batch_that_cannot_be_decoded_comes_after_the_records_before_it(
     broker, monkeypatch, decoder
