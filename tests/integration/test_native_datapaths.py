@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 import struct
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import CorruptRecordError, KafkaError, PolicyViolationError
-from rdmalog.rdma import Consumer, Producer
+from rdmalog.rdma import Consumer, Producer, tcp
 from rdmalog.rdma._atomic64 import fetch_add
 from rdmalog.rdma.client import Endpoint
 from rdmalog.rdma.control import ControlError
@@ -254,7 +255,6 @@ def test_bad_control_requests_are_answered_and_the_service_stays_up(broker, capl
     mistake rather than a failure; a line over the limit is answered and its connection closed."""
     import json
     import logging
-    import socket
 
     from rdmalog.rdma.control import MAX_LINE
 
@@ -890,8 +890,6 @@ def test_poll_batches_returns_the_stored_bytes(broker):
 @pytest.mark.parametrize("request_bytes", [b"not json\n", b'{"qp": 1}'])
 def test_bad_connection_requests_do_not_stop_later_clients(broker, kind, request_bytes):
     """A garbage or abandoned connection request is dropped; the next client still connects."""
-    import socket
-
     st, svc = broker
     st.create_topic("after-bad", 1, {})
     address = svc.rdma_address
@@ -908,6 +906,70 @@ def test_bad_connection_requests_do_not_stop_later_clients(broker, kind, request
     producer.close()
     assert base == 0
     assert [r.value for r in store_records(st, "after-bad")] == [b"still served"]
+
+
+def _raw_tcp_peer(svc) -> socket.socket:
+    """A queue pair to the broker's tcp engine whose frames the test writes by hand."""
+    host, port = svc.rdma_address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    sock.sendall(b'{"qp": 1}\n')
+    while not sock.recv(1).endswith(b"\n"):  # the broker's setup line
+        pass
+    return sock
+
+
+def _bad_status_to_an_ack(sock: socket.socket) -> None:
+    """A WRITE_WITH_IMM into no grant gets a REVOKED acknowledgement (a SEND); its response
+    frame carries a status no RNIC has."""
+    sock.sendall(tcp.FRAME.pack(tcp.OP_WRITE_IMM, 0, 0, 0, 1, 0, 0, 5 << 16, 0, 0))
+    got = b""
+    while len(got) < 2 * tcp.HDR:  # the WRITE's response, then the acknowledgement
+        got += sock.recv(tcp.HDR)
+    sock.sendall(tcp.FRAME.pack(tcp.OP_SEND | tcp.RESP, 200, 0, 0, 0, 0, 0, 0, 0, 0))
+
+
+@pytest.mark.parametrize("kind", ["tcp"])
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "status", "unknown op", "huge send", "write without payload", "half a header",
+    ],
+)  # fmt: skip
+def test_a_hostile_tcp_peer_does_not_stop_the_engine(broker, hostile, caplog):
+    """One engine thread executes every tcp queue pair's frames. A frame it could not take
+    (a response status no RNIC has) used to end that thread, and every tcp client with it; a
+    peer that stopped mid-frame (a WRITE whose payload never came) held it for 10 s; a SEND
+    claiming 4 GiB was allocated. Now a bad frame closes its connection with a log line, a
+    stalled one waits alone, and the next client is served at once."""
+    import logging
+
+    st, svc = broker
+    st.create_topic("hostile", 1)
+    caplog.set_level(logging.INFO, "rdmalog.rdma.tcp")
+    sock = _raw_tcp_peer(svc)
+    pack = tcp.FRAME.pack
+    if hostile == "status":
+        _bad_status_to_an_ack(sock)
+    elif hostile == "unknown op":
+        sock.sendall(pack(42, 0, 0, 0, 1, 0, 0, 0, 0, 0))
+    elif hostile == "huge send":
+        sock.sendall(pack(tcp.OP_SEND, 0, 0, 0, 1, 0, 0xFFFFFFF0, 0, 0, 0))
+    elif hostile == "write without payload":
+        sock.sendall(pack(tcp.OP_WRITE, 0, 0, 7, 1, 7 << 32, 100, 0, 0, 0) + b"only a part")
+    else:
+        sock.sendall(pack(tcp.OP_WRITE, 0, 0, 0, 1, 0, 0, 0, 0, 0)[:20])
+    time.sleep(0.1)  # the engine takes the frame before the next client arrives
+    t0 = time.monotonic()
+    p = Producer(svc.control_address, timeout=5)
+    assert p.produce("hostile", 0, b"still served") == (0, 0)
+    assert time.monotonic() - t0 < 2
+    p.close()
+    if hostile in ("status", "unknown op", "huge send"):  # closed, and the broker says why
+        sock.settimeout(5)
+        while sock.recv(4096):
+            pass
+        assert any("closed" in r.getMessage() for r in caplog.records if r.name.endswith("tcp"))
+    sock.close()
 
 
 def test_consumer_without_the_c_decoder_reads_the_same(broker, kind, monkeypatch):
