@@ -14,6 +14,7 @@ The connecting side runs no thread: its completion queue's poll/wait drives the 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
@@ -63,6 +64,15 @@ _WC_OP = {
 SPIN_S = 100e-6
 _ids = itertools.count(1)
 _SYNC = object()  # marks a read_now request: its result is returned, not queued
+
+
+def _consume(bufs, n: int) -> None:
+    """Drop the first n bytes of a list (or deque) of buffers just sent."""
+    while n and n >= len(bufs[0]):
+        n -= len(bufs[0])
+        del bufs[0]
+    if n:
+        bufs[0] = memoryview(bufs[0])[n:]
 
 
 def _spin_then_wait(fds: list, timeout: float | None) -> bool:
@@ -161,23 +171,48 @@ class TcpQP:
         self._expect(memoryview(self._hdr), self._frame)
         self._sync_status: Status | None = None
         self.max_outstanding = 4096
+        self._engine_served = False  # set once the engine executes what arrives
+        self._out: deque = deque()  # (engine-served) buffers the socket had no room for yet
+        self._writing = False  # the engine waits for room to send them
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     # -- sending -----------------------------------------------------------------------------------
     def _send(self, op, status, rkey, wr_id, addr, length, imm, a, b, payload=None) -> None:
         hdr = FRAME.pack(op, status, 0, rkey, wr_id, addr, length, imm, a, b)
+        bufs = [hdr] if payload is None or len(payload) == 0 else [hdr, payload]
         with self._send_lock:
-            if payload is None or len(payload) == 0:
-                self.sock.sendall(hdr)
+            if not self._engine_served:  # a client's own thread may wait for its peer
+                while bufs:
+                    _consume(bufs, self.sock.sendmsg(bufs))
                 return
-            bufs = [memoryview(hdr), payload]
-            while bufs:
-                n = self.sock.sendmsg(bufs)
-                while bufs and n >= len(bufs[0]):
-                    n -= len(bufs[0])
-                    bufs.pop(0)
-                if bufs and n:
-                    bufs[0] = bufs[0][n:]
+            self._out.extend(bufs)
+            if len(self._out) == len(bufs):  # nothing was waiting before these
+                self._flush()
+
+    # The engine never waits for a peer to make room: what its socket does not take waits in the
+    # queue pair's outbox, and the engine takes no more of that peer's frames until it is out
+    # (an RNIC whose send queue is full stops executing that queue pair's requests too).
+    def _flush(self) -> None:
+        """Send what the outbox holds as far as the socket takes it now (under the send lock);
+        the engine watches for room while something is left."""
+        out = self._out
+        while out:
+            try:
+                n = self.sock.sendmsg(list(itertools.islice(out, 64)), (), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+            _consume(out, n)
+        if bool(out) != self._writing:
+            self._writing = bool(out)
+            self.device._watch(self, self._writing)
+
+    def _drain(self) -> None:
+        """The engine saw room in the socket: send what waits."""
+        try:
+            with self._send_lock:
+                self._flush()
+        except OSError:
+            self._broken()
 
     def _post(self, entry: tuple, op, rkey, addr, length, imm, a, b, payload=None) -> None:
         if self.closed:  # a QP in the error state flushes what is posted to it
@@ -264,7 +299,8 @@ class TcpQP:
         if length > MAX_SEND_BYTES:
             return self._fail(wr_id, Opcode.SEND, Status.LOC_LEN_ERR)
         entry = (wr_id, OP_SEND, None, 0, length, signaled)
-        self._post(entry, OP_SEND, 0, 0, length, 0, 0, 0, mr.buf[offset : offset + length])
+        payload = bytes(mr.buf[offset : offset + length])  # taken at post time (it may wait)
+        self._post(entry, OP_SEND, 0, 0, length, 0, 0, 0, payload)
 
     def post_recv(self, wr_id, mr, offset, length):
         if self.closed:
@@ -289,7 +325,7 @@ class TcpQP:
         try:
             if block and not _spin_then_wait([self.sock], timeout):
                 return
-            while self._serve_one():
+            while not self._out and self._serve_one():  # none while answers wait (see _flush)
                 pass
         except OSError:  # the peer closed or reset the connection
             self._broken()
@@ -537,6 +573,7 @@ class TcpDevice:
         with self._lock:
             self._sel.register(qp.sock, selectors.EVENT_READ, qp)
             self._served.add(qp)
+            qp._engine_served = True
             if self._engine is None:
                 self._engine = threading.Thread(
                     target=self._run, name="rdma-tcp-engine", daemon=True
@@ -551,6 +588,14 @@ class TcpDevice:
             except (KeyError, ValueError, OSError):
                 pass
 
+    def _watch(self, qp: TcpQP, writing: bool) -> None:
+        """Have the engine wait for room to send to qp (writing) or for its frames."""
+        with self._lock:
+            with contextlib.suppress(KeyError, ValueError, OSError):  # unserved or closed since
+                self._sel.modify(
+                    qp.sock, selectors.EVENT_WRITE if writing else selectors.EVENT_READ, qp
+                )
+
     def _run(self) -> None:
         # The engine sleeps between frames (it does not poll like the initiators): polling
         # measured 12-16 us off an empty poll but cost the broker most of a core for each
@@ -560,7 +605,9 @@ class TcpDevice:
                 events = self._sel.select(timeout=0.2)
             except OSError:
                 continue
-            for key, _ in events:
+            for key, mask in events:
+                if mask & selectors.EVENT_WRITE:
+                    key.data._drain()
                 key.data._pump(block=False)
 
     def close(self) -> None:

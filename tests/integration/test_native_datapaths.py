@@ -972,6 +972,37 @@ def test_a_hostile_tcp_peer_does_not_stop_the_engine(broker, hostile, caplog):
     sock.close()
 
 
+@pytest.mark.parametrize("kind", ["tcp"])
+def test_a_tcp_peer_that_does_not_read_its_answers_holds_up_only_itself(broker):
+    """The engine sent READ responses (and the service its acknowledgements) with blocking
+    sends: a client that posted READs and did not poll for a while (busy, stopped in a debugger)
+    filled its socket, and the engine waited in a send for as long, serving no other queue pair.
+    Now what the peer has no room for waits in its queue pair's outbox, the engine takes no
+    more of its frames meanwhile, and serves the others."""
+    st, svc = broker
+    st.create_topic("slow", 1)
+    reader = Endpoint(svc.control_address, "tcp")
+    g = reader.ctl.request("read_access", topic="slow", partition=0, offset=-2)
+    region = RemoteRegion.from_dict(g["region"])
+    local = reader.device.alloc_mr(1 << 20, Access.LOCAL_WRITE)
+    n = 64  # 64 MiB of answers: far more than the sockets hold
+    for i in range(n):
+        reader.qp.post_read(i, local, 0, 1 << 20, region.addr, region.rkey)
+    time.sleep(0.2)  # the engine has sent what fits, and the rest waits for the reader
+    t0 = time.monotonic()
+    p = Producer(svc.control_address, timeout=3)
+    assert p.produce("slow", 0, b"still served") == (0, 0)
+    assert time.monotonic() - t0 < 2
+    got = []
+    for _ in range(200):  # the reader polls at last: every answer, in order
+        got += reader.cq.wait(1.0, 64)
+        if len(got) == n:
+            break
+    assert [(w.wr_id, w.status) for w in got] == [(i, Status.SUCCESS) for i in range(n)]
+    p.close()
+    reader.close()
+
+
 def test_consumer_without_the_c_decoder_reads_the_same(broker, kind, monkeypatch):
     """Where the C helper is not built, the consumer decodes with the store's own decoder."""
     from rdmalog.rdma import consumer as consumer_module
