@@ -611,6 +611,8 @@ class TcpDevice:
                 key.data._pump(block=False)
 
     def close(self) -> None:
+        if self._stop:  # closed already (a client closed twice)
+            return
         self._stop = True
         for key in list(self._sel.get_map().values()):
             key.data.close()
