@@ -7,6 +7,7 @@ what the RDMA side committed is what a Kafka client would fetch.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import socket
@@ -618,6 +619,37 @@ def test_a_silent_reservation_of_a_live_session_is_waited_for_the_order_timeout(
     assert ep.cq.wait(10)[0].status == Status.SUCCESS
     t0 = time.monotonic()
     d = p.send("s", 0, b"after")
+    p.flush(20)
+    assert d.result == (1, 1) and time.monotonic() - t0 >= svc.order_timeout
+    ep.close()
+    p.close()
+
+
+def test_a_session_ending_leaves_alone_the_grant_that_reuses_one_of_its_file_ids(broker, kind):
+    """A session remembers every file id it was granted; a revoked file is forgotten and its id
+    (16 bits) handed out again. When the session ended, it treated the id's new grant, another
+    session's, as its own: it marked its silent reservations as orphaned, so a live producer's
+    write waiting behind one was given up after 50 ms instead of rdma.order.timeout.ms."""
+    st, svc = broker
+    st.create_topic("reuse", 2)
+    gone = Producer(svc.control_address, mode="shared")
+    gone.produce("reuse", 0, b"a")
+    old = svc.parts[("reuse", 0)].produce
+    svc._revoke(old)  # as a roll does; then nothing waits in it and it is forgotten
+    assert wait_for(lambda: old.file_id not in svc.files)
+    svc._file_ids = itertools.count(old.file_id)  # the next grant gets the freed id
+    p = Producer(svc.control_address, mode="shared")
+    p.produce("reuse", 1, b"before")
+    assert svc.parts[("reuse", 1)].produce.file_id == old.file_id
+    ep = Endpoint(svc.control_address, kind)  # a live session that reserves and stays silent
+    g = ep.ctl.request("produce_access", topic="reuse", partition=1, mode="shared")
+    word = RemoteRegion.from_dict(g["word"])
+    atom = ep.device.alloc_mr(8, Access.LOCAL_WRITE)
+    ep.qp.post_fetch_add(1, atom, 0, word.addr, word.rkey, reservation_add(100))
+    assert ep.cq.wait(10)[0].status == Status.SUCCESS
+    gone.close()
+    t0 = time.monotonic()
+    d = p.send("reuse", 1, b"after")
     p.flush(20)
     assert d.result == (1, 1) and time.monotonic() - t0 >= svc.order_timeout
     ep.close()
