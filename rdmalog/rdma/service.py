@@ -863,7 +863,7 @@ class RdmaService:
         with self.lock:
             for fid in s.state.pop("grants", ()):
                 f = self.files.get(fid)
-                if f is not None:
+                if f is not None and s.id in f.sessions:  # not an id reused by another grant
                     f.sessions.discard(s.id)
                     if not f.sessions:
                         self._revoke(f)

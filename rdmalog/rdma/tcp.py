@@ -14,7 +14,10 @@ The connecting side runs no thread: its completion queue's poll/wait drives the 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
+import logging
 import os
 import selectors
 import socket
@@ -22,6 +25,7 @@ import struct
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 from rdmalog.rdma._atomic64 import compare_swap, fetch_add
 from rdmalog.rdma.transport import (
@@ -38,10 +42,12 @@ from rdmalog.rdma.transport import (
     wait_readable,
 )
 
+log = logging.getLogger(__name__)
+
 ADDR_SHIFT = 32
 SETUP_LIMIT = 4096  # bytes of a connection-setup line
-_HDR = struct.Struct("<BBHIQQIIQQ")  # op, status, flags, rkey, wr_id, addr, length, imm, a, b
-HDR = _HDR.size
+FRAME = struct.Struct("<BBHIQQIIQQ")  # op, status, flags, rkey, wr_id, addr, length, imm, a, b
+HDR = FRAME.size
 OP_WRITE, OP_WRITE_IMM, OP_READ, OP_FAA, OP_CAS, OP_SEND, OP_DISCONNECT = range(1, 8)
 RESP = 0x80
 _WC_OP = {
@@ -58,6 +64,15 @@ _WC_OP = {
 SPIN_S = 100e-6
 _ids = itertools.count(1)
 _SYNC = object()  # marks a read_now request: its result is returned, not queued
+
+
+def _consume(bufs, n: int) -> None:
+    """Drop the first n bytes of a list (or deque) of buffers just sent."""
+    while n and n >= len(bufs[0]):
+        n -= len(bufs[0])
+        del bufs[0]
+    if n:
+        bufs[0] = memoryview(bufs[0])[n:]
 
 
 def _spin_then_wait(fds: list, timeout: float | None) -> bool:
@@ -153,27 +168,51 @@ class TcpQP:
         self._rnr: deque[tuple] = deque()
         self._hdr = bytearray(HDR)
         self._scratch = bytearray(64 * 1024)
+        self._expect(memoryview(self._hdr), self._frame)
         self._sync_status: Status | None = None
         self.max_outstanding = 4096
-        # A stalled peer must not wedge the engine forever mid-frame.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 10, 0))
+        self._engine_served = False  # set once the engine executes what arrives
+        self._out: deque = deque()  # (engine-served) buffers the socket had no room for yet
+        self._writing = False  # the engine waits for room to send them
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     # -- sending -----------------------------------------------------------------------------------
     def _send(self, op, status, rkey, wr_id, addr, length, imm, a, b, payload=None) -> None:
-        hdr = _HDR.pack(op, status, 0, rkey, wr_id, addr, length, imm, a, b)
+        hdr = FRAME.pack(op, status, 0, rkey, wr_id, addr, length, imm, a, b)
+        bufs = [hdr] if payload is None or len(payload) == 0 else [hdr, payload]
         with self._send_lock:
-            if payload is None or len(payload) == 0:
-                self.sock.sendall(hdr)
+            if not self._engine_served:  # a client's own thread may wait for its peer
+                while bufs:
+                    _consume(bufs, self.sock.sendmsg(bufs))
                 return
-            bufs = [memoryview(hdr), payload]
-            while bufs:
-                n = self.sock.sendmsg(bufs)
-                while bufs and n >= len(bufs[0]):
-                    n -= len(bufs[0])
-                    bufs.pop(0)
-                if bufs and n:
-                    bufs[0] = bufs[0][n:]
+            self._out.extend(bufs)
+            if len(self._out) == len(bufs):  # nothing was waiting before these
+                self._flush()
+
+    # The engine never waits for a peer to make room: what its socket does not take waits in the
+    # queue pair's outbox, and the engine takes no more of that peer's frames until it is out
+    # (an RNIC whose send queue is full stops executing that queue pair's requests too).
+    def _flush(self) -> None:
+        """Send what the outbox holds as far as the socket takes it now (under the send lock);
+        the engine watches for room while something is left."""
+        out = self._out
+        while out:
+            try:
+                n = self.sock.sendmsg(list(itertools.islice(out, 64)), (), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+            _consume(out, n)
+        if bool(out) != self._writing:
+            self._writing = bool(out)
+            self.device._watch(self, self._writing)
+
+    def _drain(self) -> None:
+        """The engine saw room in the socket: send what waits."""
+        try:
+            with self._send_lock:
+                self._flush()
+        except OSError:
+            self._broken()
 
     def _post(self, entry: tuple, op, rkey, addr, length, imm, a, b, payload=None) -> None:
         if self.closed:  # a QP in the error state flushes what is posted to it
@@ -260,7 +299,8 @@ class TcpQP:
         if length > MAX_SEND_BYTES:
             return self._fail(wr_id, Opcode.SEND, Status.LOC_LEN_ERR)
         entry = (wr_id, OP_SEND, None, 0, length, signaled)
-        self._post(entry, OP_SEND, 0, 0, length, 0, 0, 0, mr.buf[offset : offset + length])
+        payload = bytes(mr.buf[offset : offset + length])  # taken at post time (it may wait)
+        self._post(entry, OP_SEND, 0, 0, length, 0, 0, 0, payload)
 
     def post_recv(self, wr_id, mr, offset, length):
         if self.closed:
@@ -271,12 +311,12 @@ class TcpQP:
                 self._deliver(*self._rnr.popleft())
 
     # -- receiving ---------------------------------------------------------------------------------
-    def _recv_exact(self, view: memoryview) -> None:
-        while len(view):
-            n = self.sock.recv_into(view)
-            if n == 0:
-                raise ConnectionError("peer closed")
-            view = view[n:]
+    # Frames are taken in steps (a header, then its payload), each as far as its bytes have
+    # arrived, never waiting for more: the engine serves every queue pair of the process, so a
+    # peer that stops mid-frame (a WRITE whose payload never comes) must hold up only itself.
+    def _expect(self, view: memoryview, then: Callable[[], None]) -> None:
+        """The next `len(view)` bytes of the stream go into view; then `then()` runs."""
+        self._rx_view, self._rx_then = view, then
 
     def _pump(self, block: bool, timeout: float | None = None) -> None:
         """Process every frame already arrived (waiting up to `timeout` for one if block)."""
@@ -285,31 +325,51 @@ class TcpQP:
         try:
             if block and not _spin_then_wait([self.sock], timeout):
                 return
-            while self._serve_one():
+            while not self._out and self._serve_one():  # none while answers wait (see _flush)
                 pass
-        except (OSError, ConnectionError):
+        except OSError:  # the peer closed or reset the connection
+            self._broken()
+        except Exception as e:  # a frame this side cannot take: the peer's bug (or malice)
+            log.warning(
+                "rdma tcp: queue pair %d closed: bad frame from its peer: %r", self.qp_num, e
+            )
             self._broken()
         finally:
             self._recv_lock.release()
 
     def _serve_one(self) -> bool:
-        """Handle one incoming frame if one has started to arrive; False if none."""
-        hdr = memoryview(self._hdr)
-        try:
-            n = self.sock.recv_into(hdr, HDR, socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return False
-        if n == 0:
-            raise ConnectionError("peer closed")
-        self._recv_exact(hdr[n:])
-        op, status, _, rkey, wr_id, addr, length, imm, a, b = _HDR.unpack(self._hdr)
+        """Take what has arrived of the current step; True once it completed, False if its bytes
+        are not all there yet."""
+        view = self._rx_view
+        while len(view):
+            try:
+                n = self.sock.recv_into(view, len(view), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                self._rx_view = view
+                return False
+            if n == 0:
+                raise ConnectionError("peer closed")
+            view = view[n:]
+        then = self._rx_then
+        self._expect(memoryview(self._hdr), self._frame)  # unless `then` expects a payload
+        then()
+        return True
+
+    def _frame(self) -> None:
+        """A frame's header arrived: execute it, or expect its payload first."""
+        op, status, _, rkey, wr_id, addr, length, imm, a, b = FRAME.unpack(self._hdr)
         if op & RESP:
             self._response(op & 0x7F, status, length, a)
         elif op in (OP_WRITE, OP_WRITE_IMM):
-            st = self._exec_write(rkey, addr, length)
-            if op == OP_WRITE_IMM and st == Status.SUCCESS:
-                self._deliver(OP_WRITE_IMM, imm, length, None)
-            self._send(op | RESP, st, 0, wr_id, 0, 0, 0, 0, 0)
+            done = functools.partial(self._write_done, op, wr_id, imm, length)
+            if length == 0:  # a zero-length WRITE touches no memory: no key check (IB spec)
+                done(Status.SUCCESS)
+                return
+            view = self._target(rkey, addr, length, Access.REMOTE_WRITE)
+            if view is not None:  # zero-copy: the payload lands in the mapping
+                self._expect(view, functools.partial(done, Status.SUCCESS))
+            else:  # refused: discard the payload, keep the stream in sync
+                self._discard(length, functools.partial(done, Status.REM_ACCESS_ERR))
         elif op == OP_READ:
             view = self._target(rkey, addr, length, Access.REMOTE_READ)
             st = Status.REM_ACCESS_ERR if view is None else Status.SUCCESS
@@ -318,15 +378,28 @@ class TcpQP:
             st, old = self._exec_atomic(op, rkey, addr, a, b)
             self._send(op | RESP, st, 0, wr_id, 0, 0, 0, old, 0)
         elif op == OP_SEND:
+            if length > MAX_SEND_BYTES:  # every transport refuses such a SEND at post time
+                raise ValueError(f"a SEND of {length} bytes")
             data = bytearray(length)
-            self._recv_exact(memoryview(data))
-            self._deliver(OP_SEND, 0, length, data)
-            self._send(op | RESP, Status.SUCCESS, 0, wr_id, 0, 0, 0, 0, 0)
+            self._expect(memoryview(data), functools.partial(self._send_arrived, wr_id, data))
         elif op == OP_DISCONNECT:
             raise ConnectionError("peer disconnected")
         else:
-            raise ConnectionError(f"bad frame op {op}")
-        return True
+            raise ValueError(f"unknown frame op {op}")
+
+    def _write_done(self, op: int, wr_id: int, imm: int, length: int, st: Status) -> None:
+        if op == OP_WRITE_IMM and st == Status.SUCCESS:
+            self._deliver(OP_WRITE_IMM, imm, length, None)
+        self._send(op | RESP, st, 0, wr_id, 0, 0, 0, 0, 0)
+
+    def _discard(self, left: int, then: Callable[[], None]) -> None:
+        k = min(left, len(self._scratch))
+        rest = functools.partial(self._discard, left - k, then) if left > k else then
+        self._expect(memoryview(self._scratch)[:k], rest)
+
+    def _send_arrived(self, wr_id: int, data: bytearray) -> None:
+        self._deliver(OP_SEND, 0, len(data), data)
+        self._send(OP_SEND | RESP, Status.SUCCESS, 0, wr_id, 0, 0, 0, 0, 0)
 
     def _target(self, rkey: int, addr: int, length: int, need: Access) -> memoryview | None:
         mr = self.device._mrs.get(rkey)
@@ -334,21 +407,6 @@ class TcpQP:
         if mr is None or (mr.access & need) != need or off < 0 or off + length > mr.length:
             return None
         return mr.buf[off : off + length]
-
-    def _exec_write(self, rkey: int, addr: int, length: int) -> Status:
-        if length == 0:
-            return Status.SUCCESS  # a zero-length WRITE touches no memory: no key check (IB spec)
-        view = self._target(rkey, addr, length, Access.REMOTE_WRITE)
-        if view is not None:
-            self._recv_exact(view)  # zero-copy: the payload lands in the mapping
-            return Status.SUCCESS
-        left = length  # refused: discard the payload, keep the stream in sync
-        scratch = memoryview(self._scratch)
-        while left:
-            k = min(left, len(scratch))
-            self._recv_exact(scratch[:k])
-            left -= k
-        return Status.REM_ACCESS_ERR
 
     def _exec_atomic(self, op: int, rkey: int, addr: int, a: int, b: int) -> tuple[Status, int]:
         mr = self.device._mrs.get(rkey)
@@ -366,13 +424,21 @@ class TcpQP:
 
     def _response(self, op: int, status: int, length: int, value: int) -> None:
         if not self._pending:
-            raise ConnectionError("response without request")
-        wr_id, kind, mr, off, ln, signaled = self._pending.popleft()
-        st = Status(status)
+            raise ValueError("a response without a request")
+        wr_id, kind, mr, off, ln, signaled = self._pending[0]  # popped once complete: a
+        st = Status(status)  # connection lost before then flushes it with the rest
         if kind == OP_READ and length:
-            self._recv_exact(mr.buf[off : off + length])
-        elif kind in (OP_FAA, OP_CAS) and st == Status.SUCCESS:
+            if length != ln:
+                raise ValueError(f"a READ of {ln} bytes answered with {length}")
+            self._expect(mr.buf[off : off + ln], functools.partial(self._completed, st))
+            return
+        if kind in (OP_FAA, OP_CAS) and st == Status.SUCCESS:
             struct.pack_into("<Q", mr.buf, off, value)
+        self._completed(st)
+
+    def _completed(self, st: Status) -> None:
+        """The oldest request's response is complete: its completion (if due)."""
+        wr_id, kind, _, _, ln, signaled = self._pending.popleft()
         if wr_id is _SYNC:
             self._sync_status = st
         elif signaled or st != Status.SUCCESS:
@@ -507,6 +573,7 @@ class TcpDevice:
         with self._lock:
             self._sel.register(qp.sock, selectors.EVENT_READ, qp)
             self._served.add(qp)
+            qp._engine_served = True
             if self._engine is None:
                 self._engine = threading.Thread(
                     target=self._run, name="rdma-tcp-engine", daemon=True
@@ -521,6 +588,14 @@ class TcpDevice:
             except (KeyError, ValueError, OSError):
                 pass
 
+    def _watch(self, qp: TcpQP, writing: bool) -> None:
+        """Have the engine wait for room to send to qp (writing) or for its frames."""
+        with self._lock:
+            with contextlib.suppress(KeyError, ValueError, OSError):  # unserved or closed since
+                self._sel.modify(
+                    qp.sock, selectors.EVENT_WRITE if writing else selectors.EVENT_READ, qp
+                )
+
     def _run(self) -> None:
         # The engine sleeps between frames (it does not poll like the initiators): polling
         # measured 12-16 us off an empty poll but cost the broker most of a core for each
@@ -530,10 +605,14 @@ class TcpDevice:
                 events = self._sel.select(timeout=0.2)
             except OSError:
                 continue
-            for key, _ in events:
+            for key, mask in events:
+                if mask & selectors.EVENT_WRITE:
+                    key.data._drain()
                 key.data._pump(block=False)
 
     def close(self) -> None:
+        if self._stop:  # closed already (a client closed twice)
+            return
         self._stop = True
         for key in list(self._sel.get_map().values()):
             key.data.close()

@@ -7,8 +7,10 @@ what the RDMA side committed is what a Kafka client would fetch.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
+import socket
 import struct
 import threading
 import time
@@ -18,7 +20,7 @@ import pytest
 
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import CorruptRecordError, KafkaError, PolicyViolationError
-from rdmalog.rdma import Consumer, Producer
+from rdmalog.rdma import Consumer, Producer, tcp
 from rdmalog.rdma._atomic64 import fetch_add
 from rdmalog.rdma.client import Endpoint
 from rdmalog.rdma.control import ControlError
@@ -255,7 +257,6 @@ def test_bad_control_requests_are_answered_and_the_service_stays_up(broker, capl
     mistake rather than a failure; a line over the limit is answered and its connection closed."""
     import json
     import logging
-    import socket
 
     from rdmalog.rdma.control import MAX_LINE
 
@@ -789,6 +790,37 @@ def test_a_silent_reservation_of_a_live_session_is_waited_for_the_order_timeout(
     p.close()
 
 
+def test_a_session_ending_leaves_alone_the_grant_that_reuses_one_of_its_file_ids(broker, kind):
+    """A session remembers every file id it was granted; a revoked file is forgotten and its id
+    (16 bits) handed out again. When the session ended, it treated the id's new grant, another
+    session's, as its own: it marked its silent reservations as orphaned, so a live producer's
+    write waiting behind one was given up after 50 ms instead of rdma.order.timeout.ms."""
+    st, svc = broker
+    st.create_topic("reuse", 2)
+    gone = Producer(svc.control_address, mode="shared")
+    gone.produce("reuse", 0, b"a")
+    old = svc.parts[("reuse", 0)].produce
+    svc._revoke(old)  # as a roll does; then nothing waits in it and it is forgotten
+    assert wait_for(lambda: old.file_id not in svc.files)
+    svc._file_ids = itertools.count(old.file_id)  # the next grant gets the freed id
+    p = Producer(svc.control_address, mode="shared")
+    p.produce("reuse", 1, b"before")
+    assert svc.parts[("reuse", 1)].produce.file_id == old.file_id
+    ep = Endpoint(svc.control_address, kind)  # a live session that reserves and stays silent
+    g = ep.ctl.request("produce_access", topic="reuse", partition=1, mode="shared")
+    word = RemoteRegion.from_dict(g["word"])
+    atom = ep.device.alloc_mr(8, Access.LOCAL_WRITE)
+    ep.qp.post_fetch_add(1, atom, 0, word.addr, word.rkey, reservation_add(100))
+    assert ep.cq.wait(10)[0].status == Status.SUCCESS
+    gone.close()
+    t0 = time.monotonic()
+    d = p.send("reuse", 1, b"after")
+    p.flush(20)
+    assert d.result == (1, 1) and time.monotonic() - t0 >= svc.order_timeout
+    ep.close()
+    p.close()
+
+
 def _consume_and_die(addr: str, kind: str, q) -> None:
     c = Consumer(addr, kind)
     c.assign([("d", 0), ("d", 1)])
@@ -1031,6 +1063,15 @@ def test_close_releases_the_grant_at_once(broker):
     assert wait_for(lambda: svc.stats()["grants"] == 0 and svc.stats()["qps"] == 0)
 
 
+def test_closing_twice_is_harmless(broker):
+    """close() may run twice (an explicit close, then a `with` block's or a finally's): on tcp
+    the second one raised AttributeError from the transport device, closed the first time."""
+    st, svc = broker
+    p, c = writer_and_reader(st, svc, "twice", b"v")
+    for client in (p, c, p, c):
+        client.close()
+
+
 def test_poll_batches_returns_the_stored_bytes(broker):
     st, svc = broker
     st.create_topic("t", 1)
@@ -1055,8 +1096,6 @@ def test_poll_batches_returns_the_stored_bytes(broker):
 @pytest.mark.parametrize("request_bytes", [b"not json\n", b'{"qp": 1}'])
 def test_bad_connection_requests_do_not_stop_later_clients(broker, kind, request_bytes):
     """A garbage or abandoned connection request is dropped; the next client still connects."""
-    import socket
-
     st, svc = broker
     st.create_topic("after-bad", 1, {})
     address = svc.rdma_address
@@ -1073,6 +1112,101 @@ def test_bad_connection_requests_do_not_stop_later_clients(broker, kind, request
     producer.close()
     assert base == 0
     assert [r.value for r in store_records(st, "after-bad")] == [b"still served"]
+
+
+def _raw_tcp_peer(svc) -> socket.socket:
+    """A queue pair to the broker's tcp engine whose frames the test writes by hand."""
+    host, port = svc.rdma_address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    sock.sendall(b'{"qp": 1}\n')
+    while not sock.recv(1).endswith(b"\n"):  # the broker's setup line
+        pass
+    return sock
+
+
+def _bad_status_to_an_ack(sock: socket.socket) -> None:
+    """A WRITE_WITH_IMM into no grant gets a REVOKED acknowledgement (a SEND); its response
+    frame carries a status no RNIC has."""
+    sock.sendall(tcp.FRAME.pack(tcp.OP_WRITE_IMM, 0, 0, 0, 1, 0, 0, 5 << 16, 0, 0))
+    got = b""
+    while len(got) < 2 * tcp.HDR:  # the WRITE's response, then the acknowledgement
+        got += sock.recv(tcp.HDR)
+    sock.sendall(tcp.FRAME.pack(tcp.OP_SEND | tcp.RESP, 200, 0, 0, 0, 0, 0, 0, 0, 0))
+
+
+@pytest.mark.parametrize("kind", ["tcp"])
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "status", "unknown op", "huge send", "write without payload", "half a header",
+    ],
+)  # fmt: skip
+def test_a_hostile_tcp_peer_does_not_stop_the_engine(broker, hostile, caplog):
+    """One engine thread executes every tcp queue pair's frames. A frame it could not take
+    (a response status no RNIC has) used to end that thread, and every tcp client with it; a
+    peer that stopped mid-frame (a WRITE whose payload never came) held it for 10 s; a SEND
+    claiming 4 GiB was allocated. Now a bad frame closes its connection with a log line, a
+    stalled one waits alone, and the next client is served at once."""
+    import logging
+
+    st, svc = broker
+    st.create_topic("hostile", 1)
+    caplog.set_level(logging.INFO, "rdmalog.rdma.tcp")
+    sock = _raw_tcp_peer(svc)
+    pack = tcp.FRAME.pack
+    if hostile == "status":
+        _bad_status_to_an_ack(sock)
+    elif hostile == "unknown op":
+        sock.sendall(pack(42, 0, 0, 0, 1, 0, 0, 0, 0, 0))
+    elif hostile == "huge send":
+        sock.sendall(pack(tcp.OP_SEND, 0, 0, 0, 1, 0, 0xFFFFFFF0, 0, 0, 0))
+    elif hostile == "write without payload":
+        sock.sendall(pack(tcp.OP_WRITE, 0, 0, 7, 1, 7 << 32, 100, 0, 0, 0) + b"only a part")
+    else:
+        sock.sendall(pack(tcp.OP_WRITE, 0, 0, 0, 1, 0, 0, 0, 0, 0)[:20])
+    time.sleep(0.1)  # the engine takes the frame before the next client arrives
+    t0 = time.monotonic()
+    p = Producer(svc.control_address, timeout=5)
+    assert p.produce("hostile", 0, b"still served") == (0, 0)
+    assert time.monotonic() - t0 < 2
+    p.close()
+    if hostile in ("status", "unknown op", "huge send"):  # closed, and the broker says why
+        sock.settimeout(5)
+        while sock.recv(4096):
+            pass
+        assert any("closed" in r.getMessage() for r in caplog.records if r.name.endswith("tcp"))
+    sock.close()
+
+
+@pytest.mark.parametrize("kind", ["tcp"])
+def test_a_tcp_peer_that_does_not_read_its_answers_holds_up_only_itself(broker):
+    """The engine sent READ responses (and the service its acknowledgements) with blocking
+    sends: a client that posted READs and did not poll for a while (busy, stopped in a debugger)
+    filled its socket, and the engine waited in a send for as long, serving no other queue pair.
+    Now what the peer has no room for waits in its queue pair's outbox, the engine takes no
+    more of its frames meanwhile, and serves the others."""
+    st, svc = broker
+    st.create_topic("slow", 1)
+    reader = Endpoint(svc.control_address, "tcp")
+    g = reader.ctl.request("read_access", topic="slow", partition=0, offset=-2)
+    region = RemoteRegion.from_dict(g["region"])
+    local = reader.device.alloc_mr(1 << 20, Access.LOCAL_WRITE)
+    n = 64  # 64 MiB of answers: far more than the sockets hold
+    for i in range(n):
+        reader.qp.post_read(i, local, 0, 1 << 20, region.addr, region.rkey)
+    time.sleep(0.2)  # the engine has sent what fits, and the rest waits for the reader
+    t0 = time.monotonic()
+    p = Producer(svc.control_address, timeout=3)
+    assert p.produce("slow", 0, b"still served") == (0, 0)
+    assert time.monotonic() - t0 < 2
+    got = []
+    for _ in range(200):  # the reader polls at last: every answer, in order
+        got += reader.cq.wait(1.0, 64)
+        if len(got) == n:
+            break
+    assert [(w.wr_id, w.status) for w in got] == [(i, Status.SUCCESS) for i in range(n)]
+    p.close()
+    reader.close()
 
 
 def test_consumer_without_the_c_decoder_reads_the_same(broker, kind, monkeypatch):
