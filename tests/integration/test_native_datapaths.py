@@ -1063,15 +1063,6 @@ def test_close_releases_the_grant_at_once(broker):
     assert wait_for(lambda: svc.stats()["grants"] == 0 and svc.stats()["qps"] == 0)
 
 
-def test_closing_twice_is_harmless(broker):
-    """close() may run twice (an explicit close, then a `with` block's or a finally's): on tcp
-    the second one raised AttributeError from the transport device, closed the first time."""
-    st, svc = broker
-    p, c = writer_and_reader(st, svc, "twice", b"v")
-    for client in (p, c, p, c):
-        client.close()
-
-
 def test_poll_batches_returns_the_stored_bytes(broker):
     st, svc = broker
     st.create_topic("t", 1)
