@@ -168,7 +168,8 @@ class TcpQP:
         self._rnr: deque[tuple] = deque()
         self._hdr = bytearray(HDR)
         self._scratch = bytearray(64 * 1024)
-        self._expect(memoryview(self._hdr), self._frame)
+        self._hdr_view = memoryview(self._hdr)
+        self._expect(self._hdr_view, self._frame)
         self._sync_status: Status | None = None
         self.max_outstanding = 4096
         self._engine_served = False  # set once the engine executes what arrives
@@ -179,15 +180,28 @@ class TcpQP:
     # -- sending -----------------------------------------------------------------------------------
     def _send(self, op, status, rkey, wr_id, addr, length, imm, a, b, payload=None) -> None:
         hdr = FRAME.pack(op, status, 0, rkey, wr_id, addr, length, imm, a, b)
-        bufs = [hdr] if payload is None or len(payload) == 0 else [hdr, payload]
         with self._send_lock:
-            if not self._engine_served:  # a client's own thread may wait for its peer
-                while bufs:
-                    _consume(bufs, self.sock.sendmsg(bufs))
-                return
+            if payload is None or len(payload) == 0:
+                if not self._engine_served:  # a client's own thread may wait for its peer
+                    self.sock.sendall(hdr)
+                    return
+                bufs = [hdr]
+            else:
+                bufs = [hdr, payload]
+                if not self._engine_served:
+                    while bufs:
+                        _consume(bufs, self.sock.sendmsg(bufs))
+                    return
+            if not self._out:  # the common case: the socket takes it all at once
+                try:
+                    n = self.sock.sendmsg(bufs, (), socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    n = 0
+                _consume(bufs, n)
+                if not bufs:
+                    return
             self._out.extend(bufs)
-            if len(self._out) == len(bufs):  # nothing was waiting before these
-                self._flush()
+            self._flush()
 
     # The engine never waits for a peer to make room: what its socket does not take waits in the
     # queue pair's outbox, and the engine takes no more of that peer's frames until it is out
@@ -351,7 +365,7 @@ class TcpQP:
                 raise ConnectionError("peer closed")
             view = view[n:]
         then = self._rx_then
-        self._expect(memoryview(self._hdr), self._frame)  # unless `then` expects a payload
+        self._rx_view, self._rx_then = self._hdr_view, self._frame  # unless `then` expects more
         then()
         return True
 
