@@ -62,6 +62,9 @@ _WC_OP = {
 # poll(2) costs ~25 us on these VMs (a loopback round trip of two Python processes: 57 us when both
 # ends sleep, 8.8 us when both poll).
 SPIN_S = 100e-6
+# Arrivals kept for receives not posted yet, per queue pair: far above what a client or the
+# broker keeps in flight, it bounds what a peer flooding a queue pair can make its owner hold.
+RNR_BACKLOG = 4096
 _ids = itertools.count(1)
 _SYNC = object()  # marks a read_now request: its result is returned, not queued
 
@@ -403,7 +406,7 @@ class TcpQP:
 
     def _write_done(self, op: int, wr_id: int, imm: int, length: int, st: Status) -> None:
         if op == OP_WRITE_IMM and st == Status.SUCCESS:
-            self._deliver(OP_WRITE_IMM, imm, length, None)
+            st = self._deliver(OP_WRITE_IMM, imm, length, None)
         self._send(op | RESP, st, 0, wr_id, 0, 0, 0, 0, 0)
 
     def _discard(self, left: int, then: Callable[[], None]) -> None:
@@ -412,8 +415,8 @@ class TcpQP:
         self._expect(memoryview(self._scratch)[:k], rest)
 
     def _send_arrived(self, wr_id: int, data: bytearray) -> None:
-        self._deliver(OP_SEND, 0, len(data), data)
-        self._send(OP_SEND | RESP, Status.SUCCESS, 0, wr_id, 0, 0, 0, 0, 0)
+        st = self._deliver(OP_SEND, 0, len(data), data)
+        self._send(OP_SEND | RESP, st, 0, wr_id, 0, 0, 0, 0, 0)
 
     def _target(self, rkey: int, addr: int, length: int, need: Access) -> memoryview | None:
         mr = self.device._mrs.get(rkey)
@@ -459,10 +462,15 @@ class TcpQP:
             n = ln if st == Status.SUCCESS else 0
             self.send_cq._push_local(WorkCompletion(wr_id, st, _WC_OP[kind], n, None, self.qp_num))
 
-    def _deliver(self, kind: int, imm: int, length: int, data) -> None:
+    def _deliver(self, kind: int, imm: int, length: int, data) -> Status:
+        """Complete a posted receive with an arrival, or keep it until one is posted (the
+        sender's RNR retries, without their traffic); past RNR_BACKLOG kept, the sender's
+        operation fails as an RNIC's does once its RNR retries run out."""
         if not self._recvs:
+            if len(self._rnr) >= RNR_BACKLOG:
+                return Status.RNR_RETRY_EXC_ERR
             self._rnr.append((kind, imm, length, data))
-            return
+            return Status.SUCCESS
         wr_id, mr, off, ln = self._recvs.popleft()
         if kind == OP_WRITE_IMM:
             wc = WorkCompletion(
@@ -474,6 +482,7 @@ class TcpQP:
             mr.buf[off : off + length] = data
             wc = WorkCompletion(wr_id, Status.SUCCESS, Opcode.RECV, length, None, self.qp_num)
         self.recv_cq._push_local(wc)
+        return Status.SUCCESS
 
     def _broken(self) -> None:
         """The connection is gone: flush everything outstanding with error completions."""

@@ -110,6 +110,38 @@ def test_write_with_imm_waits_for_a_posted_receive(pair):
     assert [(w.wr_id, w.imm_data) for w in got] == [(1, 5), (2, 6)]  # in order
 
 
+def test_tcp_arrivals_without_a_receive_are_bounded(monkeypatch):
+    """A peer that keeps writing with immediates into a queue pair whose owner posts no receives
+    made it hold every arrival; past RNR_BACKLOG the write fails for its sender, as an RNIC's
+    does once its RNR retries run out, and what was kept still completes in order."""
+    from rdmalog.rdma import tcp
+
+    monkeypatch.setattr(tcp, "RNR_BACKLOG", 3)
+    p = Pair("tcp")
+    try:
+        for i in range(4):
+            p.cqp.post_write(i, p.local, 0, 8, p.rr.addr, p.rr.rkey, imm=i)
+        got = []
+        for _ in range(20):
+            got += p.ccq.wait(0.5)
+            if len(got) == 4:
+                break
+        assert [(w.wr_id, w.status) for w in got] == [
+            (0, Status.SUCCESS), (1, Status.SUCCESS), (2, Status.SUCCESS),
+            (3, Status.RNR_RETRY_EXC_ERR),
+        ]  # fmt: skip
+        for i in range(3):
+            p.sqp.post_recv(i, p.region, 0, 0)
+        arrived = []
+        for _ in range(20):
+            arrived += p.scq.wait(0.5)
+            if len(arrived) == 3:
+                break
+        assert [w.imm_data for w in arrived] == [0, 1, 2]
+    finally:
+        p.close()
+
+
 def test_send_recv_both_directions(pair):
     p = pair
     p.sqp.post_recv(10, p.region, 1000, 64)
