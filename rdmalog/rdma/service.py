@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 EARLIEST, LATEST = -2, -1  # read_access offsets, as in Kafka's ListOffsets
 RECV_DEPTH = 256  # receives kept posted per queue pair (bounds a producer's in-flight writes)
+ACKS_AT = RECV_DEPTH * 64  # where a client queue pair's region keeps the acknowledgements to send
 HELLO = struct.Struct("<Q")
 
 Reply = Callable[[int, AckStatus, int, int, int], None]
@@ -236,8 +237,8 @@ class RdmaService:
                     ps.log.remove_roll_listener(ps.on_roll)
                     ps.log.remove_start_listener(ps.on_start)
         self.prefault.stop()
-        for cq in list(self.qps.values()):
-            cq.qp.close()
+        for cqp in list(self.qps.values()):
+            cqp.close()
         self.listener.close()
         self.device.close()
 
@@ -257,6 +258,7 @@ class RdmaService:
             except Exception:  # one bad connection request must not stop every later accept
                 log.exception("rdma: connection setup failed")
                 continue
+            cqp = None
             try:
                 cqp = _ClientQP(self.device, qp, self._acks_due)
                 with self.lock:
@@ -269,7 +271,10 @@ class RdmaService:
                     log.exception("rdma: queue pair setup failed")
                 with self.lock:
                     self.qps.pop(qp.qp_num, None)
-                qp.close()
+                if cqp is not None:
+                    cqp.close()
+                else:
+                    qp.close()
 
     def _completion_loop(self) -> None:
         last_check = last_fold = time.monotonic()
@@ -304,22 +309,34 @@ class RdmaService:
                 last_fold = now
                 self.commits.fold()
 
+    def _drop_qp(self, cqp: _ClientQP) -> None:
+        with self.lock:
+            if self.qps.get(cqp.qp.qp_num) is cqp:
+                del self.qps[cqp.qp.qp_num]
+        cqp.close()
+
     def _completion(self, wc) -> Arrival | None:
         """Handle one completion; a produce notification is returned for `arrive_many`."""
         cqp = self.qps.get(wc.qp_num)
         if cqp is None:
             return None
-        if wc.status != _SUCCESS:
-            return None  # flushed: the client is gone; its session cleans up
+        if wc.status != _SUCCESS:  # flushed: the client is gone; its session cleans up,
+            if cqp.session is None:  # and one that never said hello has none to do it
+                self._drop_qp(cqp)
+            return None
         if wc.opcode == _RECV:  # hello: bind this QP to the control session
-            token = HELLO.unpack_from(cqp.recv_mr.buf, wc.wr_id * 64)[0]
+            token = HELLO.unpack_from(cqp.mr.buf, wc.wr_id * 64)[0]
             cqp.repost(wc.wr_id)
             with self.lock:
                 s = self._tokens.pop(token, None)
+                old = None
                 if s is not None:
+                    old = s.state.get("qp")  # a second hello of the session replaces the first
                     s.state["qp"] = cqp
                     cqp.session = s.id
                     self._bound.notify_all()
+            if old is not None and old is not cqp:
+                self._drop_qp(old)
             return None
         cqp.repost(wc.wr_id)
         file_id, order = imm_decode(wc.imm_data)
@@ -889,7 +906,7 @@ class RdmaService:
                 if sess is s:
                     del self._tokens[token]
         if cqp is not None:
-            cqp.qp.close()
+            cqp.close()
 
     # -- introspection (tests, bench) ----------------------------------------------------------------
     def stats(self) -> dict:
@@ -910,21 +927,29 @@ class _ClientQP:
     def __init__(self, device, qp, acks_due: set[_ClientQP]):
         self.qp = qp
         self.session: int | None = None
-        self.recv_mr = device.alloc_mr(RECV_DEPTH * 64, Access.LOCAL_WRITE)
-        self.ack_mr = device.alloc_mr(ACKS_PER_SEND * ACK_SIZE, Access.LOCAL_WRITE)
+        # One region: RECV_DEPTH 64-byte receive buffers, then the acknowledgements to send.
+        self.mr = device.alloc_mr(ACKS_AT + ACKS_PER_SEND * ACK_SIZE, Access.LOCAL_WRITE)
         self._lock = threading.Lock()
         self._outbox: list[tuple[int, int, int, int, int, int]] = []
         self._acks_due = acks_due  # the service's set of queue pairs with acknowledgements queued
 
+    def close(self) -> None:
+        """Close the queue pair and give back its buffers' region (a device has a fixed number
+        of them: shm 1024); what its receives still complete is ignored (its qp_num is no
+        longer the service's)."""
+        self.qp.close()
+        with contextlib.suppress(TransportError, BufferError):
+            self.mr.deregister()
+
     def post_all(self) -> None:
         for i in range(RECV_DEPTH):
-            self.qp.post_recv(i, self.recv_mr, i * 64, 64)
+            self.qp.post_recv(i, self.mr, i * 64, 64)
 
     def repost(self, i: int) -> None:
         """Post receive i again; a client gone since (its queue pair closed) needs none, and what
         it sent before still counts."""
         with contextlib.suppress(TransportError):
-            self.qp.post_recv(i, self.recv_mr, i * 64, 64)
+            self.qp.post_recv(i, self.mr, i * 64, 64)
 
     def ack(
         self, file_id: int, order: int, status: AckStatus, base: int, last: int, nxt: int
@@ -938,13 +963,13 @@ class _ClientQP:
     def send_acks(self) -> None:
         with self._lock:
             out, self._outbox = self._outbox, []
-            buf = self.ack_mr.buf
+            buf = self.mr.buf
             for i in range(0, len(out), ACKS_PER_SEND):
                 chunk = out[i : i + ACKS_PER_SEND]
                 for j, entry in enumerate(chunk):
-                    ACK.pack_into(buf, j * ACK_SIZE, *entry)
+                    ACK.pack_into(buf, ACKS_AT + j * ACK_SIZE, *entry)
                 try:
-                    self.qp.post_send(0, self.ack_mr, 0, len(chunk) * ACK_SIZE, signaled=False)
+                    self.qp.post_send(0, self.mr, ACKS_AT, len(chunk) * ACK_SIZE, signaled=False)
                 except (TransportError, OSError):
                     return  # the client is gone
 

@@ -1552,3 +1552,31 @@ def test_commit_slots_need_a_group_coordinator(broker):
     with pytest.raises(ControlError, match="coordinator"):
         c.control("commit_slot", group="g", topic="cs", partition=0)
     c.close()
+
+
+def test_client_sessions_give_back_their_regions(broker):
+    """Each client queue pair's receive and acknowledgement buffers were registered and never
+    deregistered: on shm (1024 regions per device) a broker refused new clients after ~500
+    sessions over its life ("region table full"). A session's end now gives its region back."""
+    st, svc = broker
+    st.create_topic("rg", 1)
+    base = len(svc.device._mrs)
+    for _ in range(5):
+        with Producer(svc.control_address) as p:
+            p.produce("rg", 0, b"x")
+        with Consumer(svc.control_address) as c:
+            c.assign([("rg", 0)])
+            c.poll(0.01)
+    assert wait_for(lambda: svc.stats()["qps"] == 0)
+    assert wait_for(lambda: len(svc.device._mrs) == base)
+
+
+@pytest.mark.parametrize("kind", ["tcp"])
+def test_a_queue_pair_that_never_said_hello_is_dropped_when_it_closes(broker):
+    """A connection that never binds to a control session (a client that died in between, a
+    stray peer) has no session end to clean up after it: its flushed receives now do."""
+    st, svc = broker
+    sock = _raw_tcp_peer(svc)
+    assert wait_for(lambda: svc.stats()["qps"] == 1)
+    sock.close()
+    assert wait_for(lambda: svc.stats()["qps"] == 0 and len(svc.device._mrs) == 0)
