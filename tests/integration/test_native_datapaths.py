@@ -768,6 +768,27 @@ def test_producer_that_reserves_and_dies_leaves_no_hole(broker, kind):
     p.close()
 
 
+def _silent_reservation(svc, kind: str, topic: str, partition: int) -> Endpoint:
+    """A live session that reserves 100 bytes of the partition's shared head and writes
+    nothing (close it to end the session)."""
+    ep = Endpoint(svc.control_address, kind)
+    g = ep.ctl.request("produce_access", topic=topic, partition=partition, mode="shared")
+    word = RemoteRegion.from_dict(g["word"])
+    atom = ep.device.alloc_mr(8, Access.LOCAL_WRITE)
+    ep.qp.post_fetch_add(1, atom, 0, word.addr, word.rkey, reservation_add(100))
+    assert ep.cq.wait(10)[0].status == Status.SUCCESS
+    return ep
+
+
+def _waited_the_order_timeout(svc, p: Producer, topic: str, partition: int) -> bool:
+    """p's next record is committed (offset 1), and only after the whole order timeout: it
+    waited behind a silent reservation until that was aborted."""
+    t0 = time.monotonic()
+    d = p.send(topic, partition, b"after")
+    p.flush(20)
+    return d.result == (1, 1) and time.monotonic() - t0 >= svc.order_timeout
+
+
 def test_a_silent_reservation_of_a_live_session_is_waited_for_the_order_timeout(broker, kind):
     """A producer that reserved and has not written yet, its session alive, may still write:
     the writes behind it wait the whole rdma.order.timeout.ms (0.3 s here) before they are
@@ -776,16 +797,8 @@ def test_a_silent_reservation_of_a_live_session_is_waited_for_the_order_timeout(
     st.create_topic("s", 1)
     p = Producer(svc.control_address, mode="shared")
     p.produce("s", 0, b"before")
-    ep = Endpoint(svc.control_address, kind)  # reserves and stays silent
-    g = ep.ctl.request("produce_access", topic="s", partition=0, mode="shared")
-    word = RemoteRegion.from_dict(g["word"])
-    atom = ep.device.alloc_mr(8, Access.LOCAL_WRITE)
-    ep.qp.post_fetch_add(1, atom, 0, word.addr, word.rkey, reservation_add(100))
-    assert ep.cq.wait(10)[0].status == Status.SUCCESS
-    t0 = time.monotonic()
-    d = p.send("s", 0, b"after")
-    p.flush(20)
-    assert d.result == (1, 1) and time.monotonic() - t0 >= svc.order_timeout
+    ep = _silent_reservation(svc, kind, "s", 0)
+    assert _waited_the_order_timeout(svc, p, "s", 0)
     ep.close()
     p.close()
 
@@ -806,17 +819,9 @@ def test_a_session_ending_leaves_alone_the_grant_that_reuses_one_of_its_file_ids
     p = Producer(svc.control_address, mode="shared")
     p.produce("reuse", 1, b"before")
     assert svc.parts[("reuse", 1)].produce.file_id == old.file_id
-    ep = Endpoint(svc.control_address, kind)  # a live session that reserves and stays silent
-    g = ep.ctl.request("produce_access", topic="reuse", partition=1, mode="shared")
-    word = RemoteRegion.from_dict(g["word"])
-    atom = ep.device.alloc_mr(8, Access.LOCAL_WRITE)
-    ep.qp.post_fetch_add(1, atom, 0, word.addr, word.rkey, reservation_add(100))
-    assert ep.cq.wait(10)[0].status == Status.SUCCESS
+    ep = _silent_reservation(svc, kind, "reuse", 1)
     gone.close()
-    t0 = time.monotonic()
-    d = p.send("reuse", 1, b"after")
-    p.flush(20)
-    assert d.result == (1, 1) and time.monotonic() - t0 >= svc.order_timeout
+    assert _waited_the_order_timeout(svc, p, "reuse", 1)
     ep.close()
     p.close()
 
