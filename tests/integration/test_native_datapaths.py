@@ -7,6 +7,7 @@ what the RDMA side committed is what a Kafka client would fetch.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import multiprocessing
 import os
@@ -458,6 +459,36 @@ def test_closing_twice_does_nothing_more(broker):
     c.close()
     p.close()
     assert wait_for(lambda: svc.stats()["qps"] == 0)
+
+
+def _open_fds() -> int:
+    gc.collect()  # what only the garbage holds is given back with it
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_closed_and_reconnected_clients_give_back_their_descriptors(broker):
+    """A client's completion queue was never closed, by close() or by reconnect(): on tcp its
+    eventfd (a bare descriptor, which no garbage collection closes) leaked with every client and
+    every reconnect, so a process that makes clients (a Spark executor's tasks) or rides broker
+    restarts ran out of descriptors."""
+    st, svc = broker
+    st.create_topic("fd", 1)
+
+    def clients(reconnects: int) -> None:
+        with Producer(svc.control_address) as p, Consumer(svc.control_address) as c:
+            c.assign([("fd", 0)])
+            for _ in range(reconnects):
+                p.reconnect(5)
+                c.reconnect(5)
+            p.produce("fd", 0, b"v")
+            assert consume(c, 1)[-1].value == b"v"
+
+    clients(0)  # what stays for the process (imports, the service's own sessions) is there
+    assert wait_for(lambda: svc.stats()["qps"] == 0)
+    before = _open_fds()
+    for _ in range(3):
+        clients(3)
+    assert wait_for(lambda: _open_fds() <= before)  # the broker's side closes a little later
 
 
 def test_reassigning_partitions_gives_their_buffers_back(broker):
