@@ -1531,6 +1531,43 @@ def test_spark_native_reads_skip_lost_records_without_fail_on_data_loss(broker, 
     native_client._POOL.clear()
 
 
+def _restart(svc: RdmaService) -> RdmaService:
+    """The service stopped and started again at its control address (a broker restart)."""
+    port = int(svc.control_address.rpartition(":")[2])
+    svc.stop()
+    return RdmaService(svc.store, svc.kind, order_timeout=0.3, control_port=port).start()
+
+
+def test_spark_native_reads_ride_a_broker_restart(broker, kind):
+    """An executor's read across a broker restart: the next task's pooled consumer, and a read
+    the restart interrupted, failed with BrokerDisconnected (on local Spark, which does not
+    retry tasks, the query failed); they continue on a new session now, nothing lost or
+    repeated, as the Kafka transport's consumers ride a restart."""
+    pytest.importorskip("pyspark")
+    from rdmalog.spark import native_client
+
+    st, svc = broker
+    # ~1 KiB records: a poll returns one or two, so the restart comes between two polls
+    conn = _spark_native_topic(svc, kind, "rs", [b"%04d" % i + b"." * 1000 for i in range(30)])
+
+    def rows(start: int, end: int):
+        return native_client.read_range(conn, ("rs", 0), start, end, True, 5000)
+
+    assert [r[2] for r in rows(0, 10)] == list(range(10))
+    svc = _restart(svc)
+    try:
+        assert [r[2] for r in rows(10, 20)] == list(range(10, 20))  # its consumer was pooled
+        it = rows(20, 30)
+        assert next(it)[2] == 20
+        svc = _restart(svc)
+        assert [r[2] for r in it] == list(range(21, 30))
+    finally:
+        for c in native_client._POOL.values():
+            c.close()
+        native_client._POOL.clear()
+        svc.stop()
+
+
 def test_preallocated_next_head_is_ready_before_the_roll(broker):
     """While a preallocated head file fills, the service has the next one allocated and made
     resident in the background; the roll renames it into place, so the new grant finds it
