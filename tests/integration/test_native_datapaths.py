@@ -866,6 +866,53 @@ def _consume_and_die(addr: str, kind: str, q) -> None:
     os._exit(0)  # no release, no close: the broker sees the session drop
 
 
+_FORKS_AND_READS_ON = """
+import os, sys
+from rdmalog.rdma import Consumer
+
+c = Consumer(sys.argv[1])
+c.assign([("fk", 0)])
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # a normal exit: the exit handlers the child inherited run
+os.waitpid(pid, 0)
+c.assign([("fk", 0), ("fk", 1)])  # a new region: a new file in the device's directory
+got = []
+for _ in range(100):
+    got += [r.value for r in c.poll(0.05)]
+    if len(got) == 2:
+        break
+print(sorted(got))
+c.close()
+"""
+
+
+@pytest.mark.parametrize("kind", ["shm"])
+def test_a_forked_child_exiting_leaves_its_parents_devices_alone(broker, tmp_path):
+    """A process with a native client forks, and the child exits normally: the exit handler of
+    each shm device the child inherited removed the parent's /dev/shm directory, so the parent's
+    next region (a partition assigned, a buffer registered) failed with FileNotFoundError and the
+    broker could not ring its doorbells. Only the process that made a device removes it now."""
+    import subprocess
+    import sys
+
+    st, svc = broker
+    st.create_topic("fk", 2)
+    p = Producer(svc.control_address)
+    p.produce("fk", 0, b"zero")
+    p.produce("fk", 1, b"one")
+    p.close()
+    script = tmp_path / "forks.py"
+    script.write_text(_FORKS_AND_READS_ON)
+    run = subprocess.run(
+        [sys.executable, str(script), svc.control_address],
+        capture_output=True, text=True, timeout=60,
+        env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[b'one', b'zero']"
+
+
 def test_consumer_that_dies_frees_its_slots(broker, kind):
     st, svc = broker
     st.create_topic("d", 2)
