@@ -1068,6 +1068,24 @@ def test_a_registered_buffer_is_unregistered_once_its_batches_are_answered(broke
     assert len(store_records(st, "u")) == 9
 
 
+def test_a_registered_buffer_closed_after_its_producer_does_nothing_more(broker):
+    """A registered buffer closed after its producer (clean-up in any order, `with` blocks): on
+    shm it raised TypeError from the device the producer's close() had freed. The producer's
+    close() gives its buffers' registrations back with its device; their close() does nothing."""
+    st, svc = broker
+    st.create_topic("rc", 1)
+    with Producer(svc.control_address) as p:
+        buf = p.register(bytearray(4096))
+        batch = bytes(build_batch([(None, b"x")]))
+        buf.view[: len(batch)] = batch
+        p.send_batch("rc", 0, buf[0 : len(batch)]).wait(5)
+    buf.close()
+    assert buf.closed
+    with pytest.raises(ValueError, match="unregistered"):
+        buf[0 : len(batch)]
+    assert [r.value for r in store_records(st, "rc")] == [b"x"]
+
+
 @pytest.mark.parametrize("mode", ["exclusive", "shared"])
 def test_a_duplicate_idempotent_batch_is_answered_and_what_follows_still_commits(broker, mode):
     """A batch of an idempotent producer that was already committed (a resend) is answered with
