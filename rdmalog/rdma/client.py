@@ -40,6 +40,7 @@ class Endpoint:
 
     def _connect(self) -> None:
         self.ctl = ControlClient(self.control_address, self.timeout)
+        self.device = self.cq = self.qp = None
         try:
             hello = self.ctl.request("hello")
             self.kind = self._transport or hello["transport"]
@@ -54,7 +55,7 @@ class Endpoint:
             self._wait_send()
             self.ctl.request("attach")
         except Exception:
-            self.ctl.close()
+            self._teardown()  # what this attempt made: a retrying reconnect() makes it again
             raise
 
     def _wait_send(self) -> None:
@@ -114,9 +115,15 @@ class Endpoint:
         """Subclasses re-register their buffers and re-request what they held."""
 
     def _teardown(self) -> None:
-        for step in (self.qp.close, self.ctl.close, self.device.close):
+        """Close the queue pair, completion queue, control connection and device, each once: the
+        completion queue too (on tcp an eventfd, which no garbage collection closes)."""
+        parts = (self.qp, self.cq, self.ctl, self.device)
+        self.qp = self.cq = self.device = None
+        for part in parts:
+            if part is None:
+                continue
             try:
-                step()
+                part.close()
             except Exception:  # the peer is gone: best effort, the new session starts clean
                 pass
 
@@ -136,8 +143,4 @@ class Endpoint:
                 self.ctl.request("bye")  # released before we go: a successor never finds it held
             except (ControlError, OSError):
                 pass
-        try:
-            self.qp.close()
-        finally:
-            self.ctl.close()
-            self.device.close()
+        self._teardown()

@@ -397,6 +397,9 @@ class Producer(Endpoint):
             self.flush()
         except (TimeoutError, KafkaError, TransportError):
             pass
+        for rb in self._buffers:  # their registrations go with the device: closing one later
+            rb.mr = None  # does nothing (it would deregister from the freed device)
+        self._buffers.clear()
         super().close()
 
     # -- staging buffer --------------------------------------------------------------------------------

@@ -514,6 +514,13 @@ class ShmListener:
             pass
 
 
+def _remove_dir(path: str, owner: int) -> None:
+    """A device's directory, removed by the process that made it: a forked child inherits the
+    device (and its exit handlers) but must not take it from its parent."""
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _sweep(base: str) -> None:
     """Remove device directories left by processes that died without closing them."""
     try:
@@ -541,7 +548,8 @@ class ShmDevice:
         base = root or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
         _sweep(base)
         self.dir = tempfile.mkdtemp(prefix=f"rdmalog-{os.getpid()}-", dir=base)
-        self._finalizer = weakref.finalize(self, shutil.rmtree, self.dir, True)  # also at exit
+        # also at exit; only by this process, not by a forked child exiting
+        self._finalizer = weakref.finalize(self, _remove_dir, self.dir, os.getpid())
         self.slot_size = SLOT_HDR + -(-max_send // 8) * 8  # slots stay 8-byte aligned
         with open(os.path.join(self.dir, "mrtable"), "wb") as f:
             f.truncate(MR_ENTRIES * MR_ENTRY)

@@ -19,6 +19,7 @@ POLL_STEP_S = 0.5
 POLL_RECORDS = 5000
 WRITE_CHUNK = 500  # records per native batch
 CLIENT_TIMEOUT_S = 30.0
+MAX_RESTARTS = 3  # broker restarts one read rides before its task fails
 # control errors that mean records of a range are gone (deleted records, a deleted topic)
 _GONE = ("offset_out_of_range", "UnknownTopicOrPartitionError")
 
@@ -53,13 +54,17 @@ _POOL_MAX = 8
 
 def _take(conn: ConnectionOptions, tp: TopicPartition, start: int):
     """A consumer of `tp` positioned at `start`: the pooled one when there is one, else new."""
+    from rdmalog.rdma.client import BrokerDisconnected
     from rdmalog.rdma.consumer import Consumer
 
     key = (conn.transport, _control(conn), tp)
     consumer = _POOL.pop(key, None)
-    if consumer is not None and consumer.broken is not None:
-        consumer.close()
-        consumer = None
+    if consumer is not None:
+        try:
+            consumer.check()  # the broker may have restarted since the consumer was pooled
+        except BrokerDisconnected:
+            consumer.close()
+            consumer = None
     if consumer is None:
         # "none", as spark-sql-kafka sets for its executors: a start the log no longer holds is
         # data loss to report, not a position to reset; CRCs checked, as its Java consumer does
@@ -102,6 +107,7 @@ def read_range(
     Records of the range that are gone (deleted by retention or DeleteRecords, before the read or
     while it runs, or with their topic) are data loss: an error with `fail_on_data_loss`, else a
     warning and, as spark-sql-kafka's executors do, the read goes on from the log start."""
+    from rdmalog.rdma.client import BrokerDisconnected
     from rdmalog.rdma.consumer import EARLIEST
     from rdmalog.rdma.control import ControlError
 
@@ -112,9 +118,14 @@ def read_range(
     at, seek_to = start, start  # seek_to: where a new consumer starts
     clean = False
     last_progress = time.monotonic()
+    restarts = 0
     try:
         while at < end:
             try:
+                if consumer is not None and consumer.broken is not None:
+                    # the session went away under the read: a new one continues at the
+                    # position, as a Kafka consumer rides a broker restart
+                    consumer.reconnect(CLIENT_TIMEOUT_S)
                 if consumer is None:
                     consumer = _take(conn, tp, seek_to)
                     pos = consumer.position(topic, part)
@@ -123,6 +134,11 @@ def read_range(
                     at = max(at, pos)
                     continue
                 records = consumer.poll(timeout=POLL_STEP_S, max_records=POLL_RECORDS)
+            except BrokerDisconnected:
+                restarts += 1
+                if consumer is None or restarts > MAX_RESTARTS:
+                    raise
+                continue
             except ControlError as exc:  # executors' consumers never reset by themselves
                 if exc.code not in _GONE:
                     raise

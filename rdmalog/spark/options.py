@@ -161,7 +161,16 @@ def parse_connection(options: Mapping[str, str]) -> ConnectionOptions:
             f"option 'rdmalog.control' must be set to the broker's RDMA control address "
             f"(host:port) when rdmalog.transport={transport}"
         )
+    if control:
+        _check_address("rdmalog.control", control)
     return ConnectionOptions(bootstrap, transport, conf, control)
+
+
+def _check_address(name: str, value: str) -> None:
+    """One host:port (checked on the driver: a bad one would fail each executor's task)."""
+    host, _, port = value.rpartition(":")
+    if not host or "," in host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise OptionError(f"option '{name}' must be one host:port address, got {value!r}")
 
 
 def parse_subscription(opts: Mapping[str, str]) -> Subscription:

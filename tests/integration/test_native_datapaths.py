@@ -7,6 +7,7 @@ what the RDMA side committed is what a Kafka client would fetch.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import multiprocessing
 import os
@@ -460,6 +461,36 @@ def test_closing_twice_does_nothing_more(broker):
     assert wait_for(lambda: svc.stats()["qps"] == 0)
 
 
+def _open_fds() -> int:
+    gc.collect()  # what only the garbage holds is given back with it
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_closed_and_reconnected_clients_give_back_their_descriptors(broker):
+    """A client's completion queue was never closed, by close() or by reconnect(): on tcp its
+    eventfd (a bare descriptor, which no garbage collection closes) leaked with every client and
+    every reconnect, so a process that makes clients (a Spark executor's tasks) or rides broker
+    restarts ran out of descriptors."""
+    st, svc = broker
+    st.create_topic("fd", 1)
+
+    def clients(reconnects: int) -> None:
+        with Producer(svc.control_address) as p, Consumer(svc.control_address) as c:
+            c.assign([("fd", 0)])
+            for _ in range(reconnects):
+                p.reconnect(5)
+                c.reconnect(5)
+            p.produce("fd", 0, b"v")
+            assert consume(c, 1)[-1].value == b"v"
+
+    clients(0)  # what stays for the process (imports, the service's own sessions) is there
+    assert wait_for(lambda: svc.stats()["qps"] == 0)
+    before = _open_fds()
+    for _ in range(3):
+        clients(3)
+    assert wait_for(lambda: _open_fds() <= before)  # the broker's side closes a little later
+
+
 def test_reassigning_partitions_gives_their_buffers_back(broker):
     """A partition taken out of the assignment gives back its receive buffer: it was kept, one
     registered region per change, and on shm (1024 regions per device) a consumer whose
@@ -835,6 +866,53 @@ def _consume_and_die(addr: str, kind: str, q) -> None:
     os._exit(0)  # no release, no close: the broker sees the session drop
 
 
+_FORKS_AND_READS_ON = """
+import os, sys
+from rdmalog.rdma import Consumer
+
+c = Consumer(sys.argv[1])
+c.assign([("fk", 0)])
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # a normal exit: the exit handlers the child inherited run
+os.waitpid(pid, 0)
+c.assign([("fk", 0), ("fk", 1)])  # a new region: a new file in the device's directory
+got = []
+for _ in range(100):
+    got += [r.value for r in c.poll(0.05)]
+    if len(got) == 2:
+        break
+print(sorted(got))
+c.close()
+"""
+
+
+@pytest.mark.parametrize("kind", ["shm"])
+def test_a_forked_child_exiting_leaves_its_parents_devices_alone(broker, tmp_path):
+    """A process with a native client forks, and the child exits normally: the exit handler of
+    each shm device the child inherited removed the parent's /dev/shm directory, so the parent's
+    next region (a partition assigned, a buffer registered) failed with FileNotFoundError and the
+    broker could not ring its doorbells. Only the process that made a device removes it now."""
+    import subprocess
+    import sys
+
+    st, svc = broker
+    st.create_topic("fk", 2)
+    p = Producer(svc.control_address)
+    p.produce("fk", 0, b"zero")
+    p.produce("fk", 1, b"one")
+    p.close()
+    script = tmp_path / "forks.py"
+    script.write_text(_FORKS_AND_READS_ON)
+    run = subprocess.run(
+        [sys.executable, str(script), svc.control_address],
+        capture_output=True, text=True, timeout=60,
+        env=os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[b'one', b'zero']"
+
+
 def test_consumer_that_dies_frees_its_slots(broker, kind):
     st, svc = broker
     st.create_topic("d", 2)
@@ -988,6 +1066,24 @@ def test_a_registered_buffer_is_unregistered_once_its_batches_are_answered(broke
     assert p.produce("u", 0, b"after") == (8, 8)
     p.close()
     assert len(store_records(st, "u")) == 9
+
+
+def test_a_registered_buffer_closed_after_its_producer_does_nothing_more(broker):
+    """A registered buffer closed after its producer (clean-up in any order, `with` blocks): on
+    shm it raised TypeError from the device the producer's close() had freed. The producer's
+    close() gives its buffers' registrations back with its device; their close() does nothing."""
+    st, svc = broker
+    st.create_topic("rc", 1)
+    with Producer(svc.control_address) as p:
+        buf = p.register(bytearray(4096))
+        batch = bytes(build_batch([(None, b"x")]))
+        buf.view[: len(batch)] = batch
+        p.send_batch("rc", 0, buf[0 : len(batch)]).wait(5)
+    buf.close()
+    assert buf.closed
+    with pytest.raises(ValueError, match="unregistered"):
+        buf[0 : len(batch)]
+    assert [r.value for r in store_records(st, "rc")] == [b"x"]
 
 
 @pytest.mark.parametrize("mode", ["exclusive", "shared"])
@@ -1498,6 +1594,43 @@ def test_spark_native_reads_skip_lost_records_without_fail_on_data_loss(broker, 
     for c in native_client._POOL.values():
         c.close()
     native_client._POOL.clear()
+
+
+def _restart(svc: RdmaService) -> RdmaService:
+    """The service stopped and started again at its control address (a broker restart)."""
+    port = int(svc.control_address.rpartition(":")[2])
+    svc.stop()
+    return RdmaService(svc.store, svc.kind, order_timeout=0.3, control_port=port).start()
+
+
+def test_spark_native_reads_ride_a_broker_restart(broker, kind):
+    """An executor's read across a broker restart: the next task's pooled consumer, and a read
+    the restart interrupted, failed with BrokerDisconnected (on local Spark, which does not
+    retry tasks, the query failed); they continue on a new session now, nothing lost or
+    repeated, as the Kafka transport's consumers ride a restart."""
+    pytest.importorskip("pyspark")
+    from rdmalog.spark import native_client
+
+    st, svc = broker
+    # ~1 KiB records: a poll returns one or two, so the restart comes between two polls
+    conn = _spark_native_topic(svc, kind, "rs", [b"%04d" % i + b"." * 1000 for i in range(30)])
+
+    def rows(start: int, end: int):
+        return native_client.read_range(conn, ("rs", 0), start, end, True, 5000)
+
+    assert [r[2] for r in rows(0, 10)] == list(range(10))
+    svc = _restart(svc)
+    try:
+        assert [r[2] for r in rows(10, 20)] == list(range(10, 20))  # its consumer was pooled
+        it = rows(20, 30)
+        assert next(it)[2] == 20
+        svc = _restart(svc)
+        assert [r[2] for r in it] == list(range(21, 30))
+    finally:
+        for c in native_client._POOL.values():
+            c.close()
+        native_client._POOL.clear()
+        svc.stop()
 
 
 def test_preallocated_next_head_is_ready_before_the_roll(broker):

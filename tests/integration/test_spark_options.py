@@ -16,6 +16,7 @@ from rdmalog.spark.options import (  # noqa: E402
 )
 
 BS = {"rdmalog.bootstrap": "127.0.0.1:9092"}
+C = "rdmalog.control"
 
 
 @pytest.mark.parametrize(
@@ -55,6 +56,11 @@ BS = {"rdmalog.bootstrap": "127.0.0.1:9092"}
         ({"subscribe": "t", "rdmalog.transport": "udp"}, True, "rdmalog.transport"),
         ({"subscribe": "t", "rdmalog.transport": "tcp"}, True, "rdmalog.control"),
         ({"subscribe": "t", "rdmalog.transport": "shm", "rdmalog.control": "h:1"}, True, None),
+        # not host:port: an executor's task failed instead, with int()'s ValueError
+        *(
+            ({"subscribe": "t", "rdmalog.transport": "tcp", "rdmalog.control": bad}, True, C)
+            for bad in ("127.0.0.1", "h:port", "h:0", "h:70000", ":9093", "h:1,h:2")
+        ),
         (
             {"subscribe": "t", "kafka.group.id": "g", "kafka.enable.auto.commit": "true"},
             True,
