@@ -5,7 +5,7 @@ Imports are lazy so that importing the store never requires the C extension or p
 
 from __future__ import annotations
 
-__all__ = ["BrokerDisconnected", "Consumer", "Producer", "open_device"]
+__all__ = ["BrokerDisconnected", "ClientClosedError", "Consumer", "Producer", "open_device"]
 
 
 def __getattr__(name: str):
@@ -17,10 +17,10 @@ def __getattr__(name: str):
         from rdmalog.rdma.consumer import Consumer
 
         return Consumer
-    if name == "BrokerDisconnected":
-        from rdmalog.rdma.client import BrokerDisconnected
+    if name in ("BrokerDisconnected", "ClientClosedError"):
+        from rdmalog.rdma import client
 
-        return BrokerDisconnected
+        return getattr(client, name)
     if name == "open_device":
         from rdmalog.rdma.transport import open_device
 

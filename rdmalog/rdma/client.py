@@ -23,6 +23,11 @@ class BrokerDisconnected(TransportError):
     """
 
 
+class ClientClosedError(RuntimeError):
+    """The client was closed by the application: nothing more can be done with it (as Kafka
+    clients refuse every operation after close); make a new one."""
+
+
 class Endpoint:
     """Control connection + transport device + one RC queue pair to the broker, bound by a token.
 
@@ -66,8 +71,10 @@ class Endpoint:
         raise TransportError("hello was not completed")
 
     # -- liveness ------------------------------------------------------------------------------------
-    def disconnected(self, why: str) -> BrokerDisconnected:
+    def disconnected(self, why: str) -> BrokerDisconnected | ClientClosedError:
         """Mark the session gone; return the error to raise (subclasses fail what is pending)."""
+        if self.closed:
+            return ClientClosedError(f"this {type(self).__name__} is closed")
         if self.broken is None:
             self.broken = why
         return BrokerDisconnected(
@@ -95,6 +102,8 @@ class Endpoint:
 
     def reconnect(self, timeout: float = 30.0) -> None:
         """Drop the old session and open a new one, retrying until the broker answers."""
+        if self.closed:
+            raise self.disconnected("closed")
         self._teardown()
         deadline = time.monotonic() + timeout
         while True:
@@ -144,3 +153,4 @@ class Endpoint:
             except (ControlError, OSError):
                 pass
         self._teardown()
+        self.broken = "closed"  # every later operation raises ClientClosedError (disconnected)

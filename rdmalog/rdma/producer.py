@@ -30,7 +30,7 @@ from rdmalog.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from rdmalog.rdma.client import BrokerDisconnected, Endpoint
+from rdmalog.rdma.client import BrokerDisconnected, ClientClosedError, Endpoint
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import (
@@ -260,7 +260,7 @@ class Producer(Endpoint):
             d.saved, d.attempts = None, 0
             self._retry.append(d)
 
-    def disconnected(self, why: str) -> BrokerDisconnected:
+    def disconnected(self, why: str) -> BrokerDisconnected | ClientClosedError:
         """Fail every batch not yet acknowledged: its outcome is unknown to us. An idempotent
         producer keeps them instead (their staged bytes copied out) for `reconnect()`."""
         err = super().disconnected(why)
@@ -393,6 +393,8 @@ class Producer(Endpoint):
             raise TimeoutError(f"{len(self.inflight)} batch(es) still unacknowledged")
 
     def close(self) -> None:
+        if self.closed:
+            return
         try:
             self.flush()
         except (TimeoutError, KafkaError, TransportError):

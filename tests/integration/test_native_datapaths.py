@@ -1718,3 +1718,28 @@ def test_a_queue_pair_that_never_said_hello_is_dropped_when_it_closes(broker):
     assert wait_for(lambda: svc.stats()["qps"] == 1)
     sock.close()
     assert wait_for(lambda: svc.stats()["qps"] == 0 and len(svc.device._mrs) == 0)
+
+
+def test_a_closed_client_says_so(broker):
+    """Every operation of a closed producer or consumer raises ClientClosedError, as Kafka
+    clients refuse everything after close: assign() raised an unrelated TypeError on shm and
+    BrokerDisconnected ("the broker went away") on tcp, and reconnect() opened a session that
+    nothing released."""
+    from rdmalog.rdma import ClientClosedError
+
+    st, svc = broker
+    st.create_topic("closed", 1)
+    p, c = Producer(svc.control_address), Consumer(svc.control_address)
+    p.close()
+    c.close()
+    for op in (
+        lambda: p.send("closed", 0, b"x"),
+        lambda: p.produce("closed", 0, b"x"),
+        lambda: c.assign([("closed", 0)]),
+        lambda: c.poll(0.01),
+        lambda: c.reconnect(timeout=1),
+        lambda: p.reconnect(timeout=1),
+    ):
+        with pytest.raises(ClientClosedError, match="is closed"):
+            op()
+    assert wait_for(lambda: svc.stats()["qps"] == 0)
