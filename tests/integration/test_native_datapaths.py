@@ -36,6 +36,7 @@ from rdmalog.rdma.wire import (
 )
 from rdmalog.records import build_batch, decode_all
 from rdmalog.store import Store
+from tests.unit.conftest import crash
 
 KINDS = ["shm", "tcp"]
 
@@ -723,6 +724,41 @@ def test_corrupt_batch_is_refused(broker, mode):
     assert p.produce("c", 0, b"good1") == (1, 1)  # a new grant continues at the committed end
     assert [r.value for r in store_records(st, "c")] == [b"good0", b"good1"]
     p.close()
+
+
+def test_refused_bytes_in_a_rolled_file_do_not_cost_later_segments_after_a_crash(broker):
+    """A refused write leaves its bytes past the head's committed end; the head rolls while a
+    consumer's read registration keeps its trim waiting. A crash then (flushed, checkpointed)
+    must lose nothing: recovery cuts those bytes, and the file still ends where the next one
+    begins. It used to take the cut as a torn log and delete every later segment."""
+    st, svc = broker
+    st.create_topic("k", 1)
+    p = Producer(svc.control_address)
+    p.produce("k", 0, b"a")
+    c = Consumer(svc.control_address)  # reads the head: its registration holds the mapping
+    c.assign([("k", 0)])
+    assert [r.value for r in consume(c, 1)] == [b"a"]
+    bad = build_batch([(None, b"x" * 500)])
+    bad[-1] ^= 0xFF  # breaks the CRC: refused, its bytes stay where they were written
+    with pytest.raises(CorruptRecordError):
+        p.send_batch("k", 0, bad).wait(5)
+    plog = st.partition("k", 0)
+    plog.roll()  # segment.ms, say
+    assert plog.segments[0].trim_pending
+    assert p.produce("k", 0, b"b") == (1, 1) and p.produce("k", 0, b"c") == (2, 2)
+    plog.flush()
+    st.checkpoint()
+    crash(plog)  # kill -9: no trim, no close
+    st.opened = False
+    st._unlock_dir()
+    st2 = Store(st.dir, st.config).open(start_maintenance=False)
+    try:
+        assert [r.value for r in store_records(st2, "k")] == [b"a", b"b", b"c"]
+        assert st2.partition("k", 0).append(build_batch([(None, b"d")])).base_offset == 3
+    finally:
+        st2.close()
+        c.close()
+        p.close()
 
 
 def _reserve_and_die(addr: str, kind: str, q) -> None:
