@@ -436,6 +436,8 @@ class RdmaService:
             except KafkaError:
                 return False
             f.expect_pos = seg.size
+            if res.flush_needed:  # the flush policy: durable before acknowledged, as Kafka
+                plog.flush()
             base, start = res.base_offset, seg.size - total
             for (o, _, reply), count, end in zip(run, spans, ends, strict=True):
                 f.next_order = (o + 1) & 0xFFFF
@@ -443,8 +445,6 @@ class RdmaService:
                 base += count
             self._send_acks()  # before anything else: the producer waits for them
             self._committed(f, seg)
-            if res.flush_needed:
-                plog.flush()
         return True
 
     def _process(self, f: ProduceFile, order: int, byte_len: int, reply: Reply) -> None:
@@ -474,11 +474,11 @@ class RdmaService:
                 else:
                     if seg.size != f.expect_pos:
                         f.expect_pos = seg.size
+                        if res.flush_needed:  # durable before acknowledged
+                            plog.flush()
                         reply(order, _ACK_OK, res.base_offset, res.last_offset, seg.size)
                         self._send_acks()
                         self._committed(f, seg)
-                        if res.flush_needed:
-                            plog.flush()
                         return
                     # Nothing appended: a duplicate of an idempotent producer's committed batch,
                     # answered with the original's offsets, as Kafka does. Its bytes stay where
