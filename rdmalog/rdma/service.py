@@ -59,7 +59,9 @@ RECV_DEPTH = 256  # receives kept posted per queue pair (bounds a producer's in-
 ACKS_AT = RECV_DEPTH * 64  # where a client queue pair's region keeps the acknowledgements to send
 HELLO = struct.Struct("<Q")
 
-Reply = Callable[[int, AckStatus, int, int, int], None]
+# (order, status, base offset, last offset, next position[, log append time]): the time, -1
+# unless the topic uses LogAppendTime, only for the gateway's appends (no ack field holds it)
+Reply = Callable[..., None]
 Arrival = tuple["ProduceFile", int, int, Reply]  # (file, order, byte length, reply)
 MAX_RUN = 64  # writes committed together at most
 # A write missing behind which others wait, whose order was reserved before a session holding the
@@ -441,7 +443,7 @@ class RdmaService:
             base, start = res.base_offset, seg.size - total
             for (o, _, reply), count, end in zip(run, spans, ends, strict=True):
                 f.next_order = (o + 1) & 0xFFFF
-                reply(o, _ACK_OK, base, base + count - 1, start + end)
+                reply(o, _ACK_OK, base, base + count - 1, start + end, res.log_append_time)
                 base += count
             self._send_acks()  # before anything else: the producer waits for them
             self._committed(f, seg)
@@ -476,7 +478,8 @@ class RdmaService:
                         f.expect_pos = seg.size
                         if res.flush_needed:  # durable before acknowledged
                             plog.flush()
-                        reply(order, _ACK_OK, res.base_offset, res.last_offset, seg.size)
+                        t = res.log_append_time
+                        reply(order, _ACK_OK, res.base_offset, res.last_offset, seg.size, t)
                         self._send_acks()
                         self._committed(f, seg)
                         return
@@ -484,7 +487,8 @@ class RdmaService:
                     # answered with the original's offsets, as Kafka does. Its bytes stay where
                     # they were written, uncommitted, and later writes sit behind them: revoke
                     # (below), so those come back REVOKED and are resent under a new grant.
-                    answer = (_ACK_OK, res.base_offset, res.last_offset, seg.size)
+                    t = res.log_append_time
+                    answer = (_ACK_OK, res.base_offset, res.last_offset, seg.size, t)
         reply(order, *answer)
         self._revoke(f)  # later writes sit behind bytes that were not committed (outside the
         # log's lock: the grant path takes the service lock first)
@@ -602,19 +606,19 @@ class RdmaService:
         done = threading.Event()
         result: list = []
 
-        def reply(o, status, base, last, nxt):
-            result.append((status, base, last))
+        def reply(o, status, base, last, nxt, append_time=-1):
+            result.append((status, base, last, append_time))
             done.set()
 
         fits = pos + n <= f.segment.capacity and copy(f.segment.mmap, pos, data, 0, n)
         self.arrive(f, order, n if fits else 0, reply)
         if not done.wait(self.order_timeout * 2 + 5):
             raise PolicyViolationError("RDMA ordering did not complete")
-        status, base, last = result[0]
+        status, base, last, append_time = result[0]
         if status == _ACK_OK:
             from rdmalog.log import AppendResult
 
-            return AppendResult(base, last, -1, ps.log.log_start_offset, False)
+            return AppendResult(base, last, append_time, ps.log.log_start_offset, False)
         if status in (AckStatus.FULL, AckStatus.REVOKED, AckStatus.ABORTED):
             return self.append(topic, partition, buf, leader_epoch)  # the head changed: retry
         raise error_for_code(base)(f"append refused: Kafka error {base}")  # CORRUPT: the reason
@@ -974,6 +978,6 @@ class _ClientQP:
                     return  # the client is gone
 
     def reply(self, file_id: int) -> Reply:
-        return lambda order, status, base, last, nxt: self.ack(
+        return lambda order, status, base, last, nxt, _append_time=-1: self.ack(
             file_id, order, status, base, last, nxt
         )

@@ -231,6 +231,25 @@ def test_gateway_idempotent_appends_into_a_shared_grant(broker):
     ]  # fmt: skip
 
 
+def test_gateway_append_into_a_shared_grant_reports_the_log_append_time(broker):
+    """On a LogAppendTime topic the gateway's append answers with the time the log stamped on
+    its batch (the produce response's log_append_time, which Kafka clients report as the
+    record's timestamp), also when it is ordered with a shared producer's writes - it said -1
+    there - and a retried idempotent batch gets its original's time, as with no grant."""
+    st, svc = broker
+    st.create_topic("lt", 1, {"message.timestamp.type": "LogAppendTime"})
+    plain = svc.append("lt", 0, build_batch([(None, b"no-grant")]))
+    assert plain.log_append_time > 0
+    p = Producer(svc.control_address, mode="shared")
+    p.produce("lt", 0, b"native")
+    kafka = build_batch([(None, b"kafka")], producer_id=12, producer_epoch=0, base_sequence=0)
+    res = svc.append("lt", 0, kafka)
+    stamped = store_records(st, "lt")[res.base_offset].timestamp
+    assert res.log_append_time == stamped >= plain.log_append_time
+    assert svc.append("lt", 0, kafka) == res  # the retry: same offsets, same time
+    p.close()
+
+
 def test_a_write_into_a_revoked_file_is_answered_even_once_it_is_forgotten(broker):
     """The gateway's append holds the shared head file itself. If a roll revokes that file and
     the completion loop forgets it (nothing was pending) before the append's write arrives
