@@ -98,15 +98,18 @@ class ProduceFile:
 class ReadFile:
     """A segment registered for REMOTE_READ, shared by all consumers reading it."""
 
-    def __init__(self, seg, mr):
-        self.segment, self.mr = seg, mr
+    def __init__(self, key: tuple[str, int, int], seg, mr):
+        self.key, self.segment, self.mr = key, seg, mr  # key: (topic, partition, base offset)
         self.slots: dict[int, tuple[SlotRegion, int]] = {}  # session id -> (region, slot index)
         self.refs: set[int] = set()
 
     def withdraw(self) -> None:
-        """Free its remaining metadata slots and deregister it: READs of it fail from now on."""
+        """Deregister it: READs of it fail from now on. The metadata slots still on it say it is
+        sealed, so a consumer that read all it showed asks for the next file, hears it is gone and
+        seeks again (a cleared slot it took for 'nothing new', and waited forever); each is kept
+        until its session releases the file."""
         for region, idx in self.slots.values():
-            region.clear(idx)
+            region.retire(idx, self.key, self.segment.base_offset)
         self.slots.clear()
         self.mr.deregister()
 
@@ -117,6 +120,7 @@ class SlotRegion:
     def __init__(self, device, nslots: int):
         self.mr = device.alloc_mr(nslots * SLOT_SIZE, Access.LOCAL_WRITE | Access.REMOTE_READ)
         self.free = list(range(nslots - 1, -1, -1))  # pop() gives the lowest: keep slots close
+        self.retired: dict[tuple[str, int, int], int] = {}  # withdrawn file -> its slot
 
     def take(self) -> int:
         if not self.free:
@@ -131,6 +135,18 @@ class SlotRegion:
     def clear(self, idx: int) -> None:
         store(self.mr.buf, idx * SLOT_SIZE, 0)
         self.free.append(idx)
+
+    def retire(self, idx: int, key: tuple[str, int, int], base_offset: int) -> None:
+        """The file is withdrawn: sealed, nothing more readable (a consumer never lowers its
+        last readable byte), and not handed to another file before `release(key)`."""
+        self.set(idx, 0, False, base_offset)
+        self.retired[key] = idx
+
+    def release(self, key: tuple[str, int, int]) -> None:
+        """Free the slot of the withdrawn file `key`, if there is one."""
+        idx = self.retired.pop(key, None)
+        if idx is not None:
+            self.clear(idx)
 
 
 class PartState:
@@ -804,15 +820,18 @@ class RdmaService:
 
     def _register_reader(self, s: Session, ps: PartState, seg, start: int) -> dict:
         with self.lock:
+            key = (ps.log.topic, ps.log.partition, seg.base_offset)
             rf = ps.readers.get(seg.base_offset)
             if rf is None or rf.segment is not seg or not rf.mr.rkey:
                 # READ access alone: a read-only pin, which kernels allow on a file mapping
                 mr = self.device.reg_mr(seg.mmap, Access.REMOTE_READ, path=str(seg.path))
-                rf = ps.readers[seg.base_offset] = ReadFile(seg, mr)
+                rf = ps.readers[seg.base_offset] = ReadFile(key, seg, mr)
             rf.refs.add(s.id)
             lrb, mutable = ps.lrb(seg)
             slot = -1
             region = s.state.get("slots")
+            if region is not None:
+                region.release(key)  # a withdrawn registration of the file this one replaces
             if mutable or lrb < seg.size:  # the slot tells when more becomes readable
                 if region is None:
                     region = s.state["slots"] = SlotRegion(self.device, self.slots_per_consumer)
@@ -823,8 +842,7 @@ class RdmaService:
                     rf.slots[s.id] = (region, slot)
                 region.set(slot, lrb, mutable, seg.base_offset)
                 lrb, mutable = ps.lrb(seg)  # a roll between the two looks is seen by the slot too
-            reads = s.state.setdefault("reads", set())
-            reads.add((ps.log.topic, ps.log.partition, seg.base_offset))
+            s.state.setdefault("reads", set()).add(key)
             return {
                 "region": rf.mr.remote().to_dict(),
                 "base_offset": seg.base_offset,
@@ -839,6 +857,9 @@ class RdmaService:
         with self.lock:
             ps = self.parts.get((topic, partition))
             s.state.get("reads", set()).discard((topic, partition, base))
+            region = s.state.get("slots")
+            if region is not None:
+                region.release((topic, partition, base))
             rf = ps.readers.get(base) if ps else None
             if rf is None:
                 return

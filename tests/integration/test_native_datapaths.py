@@ -698,6 +698,35 @@ def test_segments_deleted_by_retention_are_withdrawn_before_it_returns(broker):
     p.close()
 
 
+def test_a_caught_up_consumer_reads_on_after_its_head_file_is_withdrawn(broker):
+    """A consumer that has read everything waits on its head file's metadata slot. DeleteRecords
+    up to the high watermark, and time retention (which rolls the head and deletes it), withdraw
+    that registration: the slot now says the file is sealed and gone, the consumer seeks again
+    and reads what comes next. The slot used to be cleared, which the consumer took for
+    'nothing new': it waited forever while records arrived."""
+    st, svc = broker
+    st.create_topic("cw", 2, {"retention.ms": "60000"})
+    p = Producer(svc.control_address)
+    c = Consumer(svc.control_address)
+    c.assign([("cw", 0), ("cw", 1)], offset=0)
+    for part in (0, 1):  # the other partition takes the freed slot first, its base is 0 too
+        p.produce("cw", part, b"first")
+    assert len(consume(c, 2)) == 2 and c.poll(0.05) == []
+    plog = st.partition("cw", 0)
+    assert plog.delete_records(-1) == 1  # cuts into the head: its registration is withdrawn
+    p.produce("cw", 0, b"after-delete")
+    assert [(r.offset, r.value) for r in consume(c, 1)] == [(1, b"after-delete")]
+    assert c.poll(0.05) == []
+    assert plog.apply_retention(plog.clock() + 120_000) == 1  # the head rolled and went
+    p.produce("cw", 0, b"after-retention")
+    assert [(r.offset, r.value) for r in consume(c, 1)] == [(2, b"after-retention")]
+    p.produce("cw", 1, b"other")
+    assert [(r.partition, r.value) for r in consume(c, 1)] == [(1, b"other")]
+    assert svc.stats()["slots"] == 2
+    c.close()
+    p.close()
+
+
 def test_a_consumer_reads_hundreds_of_partitions_at_their_heads(broker):
     """Every head file a consumer reads takes a metadata slot of its session: a session had 64,
     so a consumer of more partitions was refused (no_slot) - rdma.consumer.slots, 1024 now."""
