@@ -957,11 +957,16 @@ class _ClientQP:
         self._lock = threading.Lock()
         self._outbox: list[tuple[int, int, int, int, int, int]] = []
         self._acks_due = acks_due  # the service's set of queue pairs with acknowledgements queued
+        self.closed = False
 
     def close(self) -> None:
         """Close the queue pair and give back its buffers' region (a device has a fixed number
         of them: shm 1024); what its receives still complete is ignored (its qp_num is no
-        longer the service's)."""
+        longer the service's), and so are acknowledgements still due to it (writes of a dead
+        producer given up later): their buffer is gone."""
+        with self._lock:  # after any send_acks under way, before any later one
+            self.closed = True
+            self._outbox.clear()
         self.qp.close()
         with contextlib.suppress(TransportError, BufferError):
             self.mr.deregister()
@@ -982,12 +987,14 @@ class _ClientQP:
         """Queue an acknowledgement; `send_acks` sends what is queued (the service calls it once
         it has committed what it could: a run of writes costs one SEND, not one each)."""
         with self._lock:
+            if self.closed:
+                return
             self._outbox.append((file_id, order, status, base, last, nxt))
         self._acks_due.add(self)
 
     def send_acks(self) -> None:
         with self._lock:
-            out, self._outbox = self._outbox, []
+            out, self._outbox = self._outbox, []  # empty once closed
             buf = self.mr.buf
             for i in range(0, len(out), ACKS_PER_SEND):
                 chunk = out[i : i + ACKS_PER_SEND]

@@ -271,6 +271,33 @@ def test_a_write_into_a_revoked_file_is_answered_even_once_it_is_forgotten(broke
     p.close()
 
 
+def test_writes_of_a_dead_session_are_given_up_without_stopping_the_service(broker):
+    """A producer dies with a write waiting behind a reservation nobody fills: its session ends
+    and its queue pair's buffers are given back, then the wait is given up and the write
+    answered ABORTED - on its closed queue pair. That answer went into the released buffer and
+    raised in the completion loop, which died: no RDMA write was committed from then on."""
+    st, svc = broker
+    st.create_topic("dq", 1)
+    p = Producer(svc.control_address, mode="shared")
+    p.produce("dq", 0, b"before")
+    g = p.grants[("dq", 0)]
+    f = svc.parts[("dq", 0)].produce
+    fetch_add(f.word_mr.buf, 0, reservation_add(100))  # reserved, never written
+    batch = build_batch([(None, b"stuck")])
+    order, pos = word_decode(fetch_add(f.word_mr.buf, 0, reservation_add(len(batch))))
+    p.stage.buf[: len(batch)] = batch
+    imm = imm_encode(g.file_id, order)
+    p.qp.post_write(7, p.stage, 0, len(batch), g.region.addr + pos, g.region.rkey, imm=imm)
+    assert p.cq.wait(5)[0].status == Status.SUCCESS
+    assert wait_for(lambda: order in f.pending)  # waits for the reservation before it
+    p._teardown()  # killed: no bye, its control connection and queue pair just close
+    assert wait_for(lambda: not f.pending)  # given up (ABORTED)
+    p2 = Producer(svc.control_address, mode="shared")
+    assert p2.send("dq", 0, b"after").wait(5) == (1, 1)
+    assert all(t.is_alive() for t in svc._threads)
+    p2.close()
+
+
 def test_bad_control_requests_are_answered_and_the_service_stays_up(broker, caplog):
     """Malformed lines, requests that are not objects, missing or mistyped fields (a float
     partition is not partition 0) get invalid_request naming the problem, logged as the client's
