@@ -254,7 +254,12 @@ class PartitionLog:
                 _, corrupt = seg.recover(prev_end)
                 recovered.append(seg)
                 nxt = segs[i + 1].base_offset if i + 1 < len(segs) else None
-                if nxt is not None and (corrupt or seg.next_offset > nxt):
+                # Bytes cut past the last batch that still ends where the next file begins were
+                # never committed (an RDMA write refused or revoked by a roll, left while a
+                # registration kept the trim waiting): the later segments follow on, keep them.
+                if nxt is not None and (
+                    seg.next_offset > nxt or (corrupt and seg.next_offset != nxt)
+                ):
                     log.warning(
                         "%s: segment %d was truncated; deleting %d later segment(s)",
                         self.name, seg.base_offset, len(segs) - i - 1,

@@ -59,7 +59,9 @@ RECV_DEPTH = 256  # receives kept posted per queue pair (bounds a producer's in-
 ACKS_AT = RECV_DEPTH * 64  # where a client queue pair's region keeps the acknowledgements to send
 HELLO = struct.Struct("<Q")
 
-Reply = Callable[[int, AckStatus, int, int, int], None]
+# (order, status, base offset, last offset, next position[, log append time]): the time, -1
+# unless the topic uses LogAppendTime, only for the gateway's appends (no ack field holds it)
+Reply = Callable[..., None]
 Arrival = tuple["ProduceFile", int, int, Reply]  # (file, order, byte length, reply)
 MAX_RUN = 64  # writes committed together at most
 # A write missing behind which others wait, whose order was reserved before a session holding the
@@ -96,15 +98,18 @@ class ProduceFile:
 class ReadFile:
     """A segment registered for REMOTE_READ, shared by all consumers reading it."""
 
-    def __init__(self, seg, mr):
-        self.segment, self.mr = seg, mr
+    def __init__(self, key: tuple[str, int, int], seg, mr):
+        self.key, self.segment, self.mr = key, seg, mr  # key: (topic, partition, base offset)
         self.slots: dict[int, tuple[SlotRegion, int]] = {}  # session id -> (region, slot index)
         self.refs: set[int] = set()
 
     def withdraw(self) -> None:
-        """Free its remaining metadata slots and deregister it: READs of it fail from now on."""
+        """Deregister it: READs of it fail from now on. The metadata slots still on it say it is
+        sealed, so a consumer that read all it showed asks for the next file, hears it is gone and
+        seeks again (a cleared slot it took for 'nothing new', and waited forever); each is kept
+        until its session releases the file."""
         for region, idx in self.slots.values():
-            region.clear(idx)
+            region.retire(idx, self.key, self.segment.base_offset)
         self.slots.clear()
         self.mr.deregister()
 
@@ -115,6 +120,7 @@ class SlotRegion:
     def __init__(self, device, nslots: int):
         self.mr = device.alloc_mr(nslots * SLOT_SIZE, Access.LOCAL_WRITE | Access.REMOTE_READ)
         self.free = list(range(nslots - 1, -1, -1))  # pop() gives the lowest: keep slots close
+        self.retired: dict[tuple[str, int, int], int] = {}  # withdrawn file -> its slot
 
     def take(self) -> int:
         if not self.free:
@@ -129,6 +135,18 @@ class SlotRegion:
     def clear(self, idx: int) -> None:
         store(self.mr.buf, idx * SLOT_SIZE, 0)
         self.free.append(idx)
+
+    def retire(self, idx: int, key: tuple[str, int, int], base_offset: int) -> None:
+        """The file is withdrawn: sealed, nothing more readable (a consumer never lowers its
+        last readable byte), and not handed to another file before `release(key)`."""
+        self.set(idx, 0, False, base_offset)
+        self.retired[key] = idx
+
+    def release(self, key: tuple[str, int, int]) -> None:
+        """Free the slot of the withdrawn file `key`, if there is one."""
+        idx = self.retired.pop(key, None)
+        if idx is not None:
+            self.clear(idx)
 
 
 class PartState:
@@ -436,15 +454,15 @@ class RdmaService:
             except KafkaError:
                 return False
             f.expect_pos = seg.size
+            if res.flush_needed:  # the flush policy: durable before acknowledged, as Kafka
+                plog.flush()
             base, start = res.base_offset, seg.size - total
             for (o, _, reply), count, end in zip(run, spans, ends, strict=True):
                 f.next_order = (o + 1) & 0xFFFF
-                reply(o, _ACK_OK, base, base + count - 1, start + end)
+                reply(o, _ACK_OK, base, base + count - 1, start + end, res.log_append_time)
                 base += count
             self._send_acks()  # before anything else: the producer waits for them
             self._committed(f, seg)
-            if res.flush_needed:
-                plog.flush()
         return True
 
     def _process(self, f: ProduceFile, order: int, byte_len: int, reply: Reply) -> None:
@@ -474,17 +492,19 @@ class RdmaService:
                 else:
                     if seg.size != f.expect_pos:
                         f.expect_pos = seg.size
-                        reply(order, _ACK_OK, res.base_offset, res.last_offset, seg.size)
+                        if res.flush_needed:  # durable before acknowledged
+                            plog.flush()
+                        t = res.log_append_time
+                        reply(order, _ACK_OK, res.base_offset, res.last_offset, seg.size, t)
                         self._send_acks()
                         self._committed(f, seg)
-                        if res.flush_needed:
-                            plog.flush()
                         return
                     # Nothing appended: a duplicate of an idempotent producer's committed batch,
                     # answered with the original's offsets, as Kafka does. Its bytes stay where
                     # they were written, uncommitted, and later writes sit behind them: revoke
                     # (below), so those come back REVOKED and are resent under a new grant.
-                    answer = (_ACK_OK, res.base_offset, res.last_offset, seg.size)
+                    t = res.log_append_time
+                    answer = (_ACK_OK, res.base_offset, res.last_offset, seg.size, t)
         reply(order, *answer)
         self._revoke(f)  # later writes sit behind bytes that were not committed (outside the
         # log's lock: the grant path takes the service lock first)
@@ -602,19 +622,19 @@ class RdmaService:
         done = threading.Event()
         result: list = []
 
-        def reply(o, status, base, last, nxt):
-            result.append((status, base, last))
+        def reply(o, status, base, last, nxt, append_time=-1):
+            result.append((status, base, last, append_time))
             done.set()
 
         fits = pos + n <= f.segment.capacity and copy(f.segment.mmap, pos, data, 0, n)
         self.arrive(f, order, n if fits else 0, reply)
         if not done.wait(self.order_timeout * 2 + 5):
             raise PolicyViolationError("RDMA ordering did not complete")
-        status, base, last = result[0]
+        status, base, last, append_time = result[0]
         if status == _ACK_OK:
             from rdmalog.log import AppendResult
 
-            return AppendResult(base, last, -1, ps.log.log_start_offset, False)
+            return AppendResult(base, last, append_time, ps.log.log_start_offset, False)
         if status in (AckStatus.FULL, AckStatus.REVOKED, AckStatus.ABORTED):
             return self.append(topic, partition, buf, leader_epoch)  # the head changed: retry
         raise error_for_code(base)(f"append refused: Kafka error {base}")  # CORRUPT: the reason
@@ -800,15 +820,18 @@ class RdmaService:
 
     def _register_reader(self, s: Session, ps: PartState, seg, start: int) -> dict:
         with self.lock:
+            key = (ps.log.topic, ps.log.partition, seg.base_offset)
             rf = ps.readers.get(seg.base_offset)
             if rf is None or rf.segment is not seg or not rf.mr.rkey:
                 # READ access alone: a read-only pin, which kernels allow on a file mapping
                 mr = self.device.reg_mr(seg.mmap, Access.REMOTE_READ, path=str(seg.path))
-                rf = ps.readers[seg.base_offset] = ReadFile(seg, mr)
+                rf = ps.readers[seg.base_offset] = ReadFile(key, seg, mr)
             rf.refs.add(s.id)
             lrb, mutable = ps.lrb(seg)
             slot = -1
             region = s.state.get("slots")
+            if region is not None:
+                region.release(key)  # a withdrawn registration of the file this one replaces
             if mutable or lrb < seg.size:  # the slot tells when more becomes readable
                 if region is None:
                     region = s.state["slots"] = SlotRegion(self.device, self.slots_per_consumer)
@@ -819,8 +842,7 @@ class RdmaService:
                     rf.slots[s.id] = (region, slot)
                 region.set(slot, lrb, mutable, seg.base_offset)
                 lrb, mutable = ps.lrb(seg)  # a roll between the two looks is seen by the slot too
-            reads = s.state.setdefault("reads", set())
-            reads.add((ps.log.topic, ps.log.partition, seg.base_offset))
+            s.state.setdefault("reads", set()).add(key)
             return {
                 "region": rf.mr.remote().to_dict(),
                 "base_offset": seg.base_offset,
@@ -835,6 +857,9 @@ class RdmaService:
         with self.lock:
             ps = self.parts.get((topic, partition))
             s.state.get("reads", set()).discard((topic, partition, base))
+            region = s.state.get("slots")
+            if region is not None:
+                region.release((topic, partition, base))
             rf = ps.readers.get(base) if ps else None
             if rf is None:
                 return
@@ -932,11 +957,16 @@ class _ClientQP:
         self._lock = threading.Lock()
         self._outbox: list[tuple[int, int, int, int, int, int]] = []
         self._acks_due = acks_due  # the service's set of queue pairs with acknowledgements queued
+        self.closed = False
 
     def close(self) -> None:
         """Close the queue pair and give back its buffers' region (a device has a fixed number
         of them: shm 1024); what its receives still complete is ignored (its qp_num is no
-        longer the service's)."""
+        longer the service's), and so are acknowledgements still due to it (writes of a dead
+        producer given up later): their buffer is gone."""
+        with self._lock:  # after any send_acks under way, before any later one
+            self.closed = True
+            self._outbox.clear()
         self.qp.close()
         with contextlib.suppress(TransportError, BufferError):
             self.mr.deregister()
@@ -957,12 +987,14 @@ class _ClientQP:
         """Queue an acknowledgement; `send_acks` sends what is queued (the service calls it once
         it has committed what it could: a run of writes costs one SEND, not one each)."""
         with self._lock:
+            if self.closed:
+                return
             self._outbox.append((file_id, order, status, base, last, nxt))
         self._acks_due.add(self)
 
     def send_acks(self) -> None:
         with self._lock:
-            out, self._outbox = self._outbox, []
+            out, self._outbox = self._outbox, []  # empty once closed
             buf = self.mr.buf
             for i in range(0, len(out), ACKS_PER_SEND):
                 chunk = out[i : i + ACKS_PER_SEND]
@@ -974,6 +1006,6 @@ class _ClientQP:
                     return  # the client is gone
 
     def reply(self, file_id: int) -> Reply:
-        return lambda order, status, base, last, nxt: self.ack(
+        return lambda order, status, base, last, nxt, _append_time=-1: self.ack(
             file_id, order, status, base, last, nxt
         )

@@ -37,6 +37,7 @@ from rdmalog.rdma.wire import (
 )
 from rdmalog.records import build_batch, decode_all
 from rdmalog.store import Store
+from tests.unit.conftest import crash
 
 KINDS = ["shm", "tcp"]
 
@@ -231,6 +232,25 @@ def test_gateway_idempotent_appends_into_a_shared_grant(broker):
     ]  # fmt: skip
 
 
+def test_gateway_append_into_a_shared_grant_reports_the_log_append_time(broker):
+    """On a LogAppendTime topic the gateway's append answers with the time the log stamped on
+    its batch (the produce response's log_append_time, which Kafka clients report as the
+    record's timestamp), also when it is ordered with a shared producer's writes - it said -1
+    there - and a retried idempotent batch gets its original's time, as with no grant."""
+    st, svc = broker
+    st.create_topic("lt", 1, {"message.timestamp.type": "LogAppendTime"})
+    plain = svc.append("lt", 0, build_batch([(None, b"no-grant")]))
+    assert plain.log_append_time > 0
+    p = Producer(svc.control_address, mode="shared")
+    p.produce("lt", 0, b"native")
+    kafka = build_batch([(None, b"kafka")], producer_id=12, producer_epoch=0, base_sequence=0)
+    res = svc.append("lt", 0, kafka)
+    stamped = store_records(st, "lt")[res.base_offset].timestamp
+    assert res.log_append_time == stamped >= plain.log_append_time
+    assert svc.append("lt", 0, kafka) == res  # the retry: same offsets, same time
+    p.close()
+
+
 def test_a_write_into_a_revoked_file_is_answered_even_once_it_is_forgotten(broker):
     """The gateway's append holds the shared head file itself. If a roll revokes that file and
     the completion loop forgets it (nothing was pending) before the append's write arrives
@@ -250,6 +270,33 @@ def test_a_write_into_a_revoked_file_is_answered_even_once_it_is_forgotten(broke
     svc.arrive(f, order, 100, lambda *a: answers.append(a))
     assert order == dead + 1 and answers == [(order, AckStatus.REVOKED, -1, -1, 0)]
     p.close()
+
+
+def test_writes_of_a_dead_session_are_given_up_without_stopping_the_service(broker):
+    """A producer dies with a write waiting behind a reservation nobody fills: its session ends
+    and its queue pair's buffers are given back, then the wait is given up and the write
+    answered ABORTED - on its closed queue pair. That answer went into the released buffer and
+    raised in the completion loop, which died: no RDMA write was committed from then on."""
+    st, svc = broker
+    st.create_topic("dq", 1)
+    p = Producer(svc.control_address, mode="shared")
+    p.produce("dq", 0, b"before")
+    g = p.grants[("dq", 0)]
+    f = svc.parts[("dq", 0)].produce
+    fetch_add(f.word_mr.buf, 0, reservation_add(100))  # reserved, never written
+    batch = build_batch([(None, b"stuck")])
+    order, pos = word_decode(fetch_add(f.word_mr.buf, 0, reservation_add(len(batch))))
+    p.stage.buf[: len(batch)] = batch
+    imm = imm_encode(g.file_id, order)
+    p.qp.post_write(7, p.stage, 0, len(batch), g.region.addr + pos, g.region.rkey, imm=imm)
+    assert p.cq.wait(5)[0].status == Status.SUCCESS
+    assert wait_for(lambda: order in f.pending)  # waits for the reservation before it
+    p._teardown()  # killed: no bye, its control connection and queue pair just close
+    assert wait_for(lambda: not f.pending)  # given up (ABORTED)
+    p2 = Producer(svc.control_address, mode="shared")
+    assert p2.send("dq", 0, b"after").wait(5) == (1, 1)
+    assert all(t.is_alive() for t in svc._threads)
+    p2.close()
 
 
 def test_bad_control_requests_are_answered_and_the_service_stays_up(broker, caplog):
@@ -709,6 +756,35 @@ def test_segments_deleted_by_retention_are_withdrawn_before_it_returns(broker):
     p.close()
 
 
+def test_a_caught_up_consumer_reads_on_after_its_head_file_is_withdrawn(broker):
+    """A consumer that has read everything waits on its head file's metadata slot. DeleteRecords
+    up to the high watermark, and time retention (which rolls the head and deletes it), withdraw
+    that registration: the slot now says the file is sealed and gone, the consumer seeks again
+    and reads what comes next. The slot used to be cleared, which the consumer took for
+    'nothing new': it waited forever while records arrived."""
+    st, svc = broker
+    st.create_topic("cw", 2, {"retention.ms": "60000"})
+    p = Producer(svc.control_address)
+    c = Consumer(svc.control_address)
+    c.assign([("cw", 0), ("cw", 1)], offset=0)
+    for part in (0, 1):  # the other partition takes the freed slot first, its base is 0 too
+        p.produce("cw", part, b"first")
+    assert len(consume(c, 2)) == 2 and c.poll(0.05) == []
+    plog = st.partition("cw", 0)
+    assert plog.delete_records(-1) == 1  # cuts into the head: its registration is withdrawn
+    p.produce("cw", 0, b"after-delete")
+    assert [(r.offset, r.value) for r in consume(c, 1)] == [(1, b"after-delete")]
+    assert c.poll(0.05) == []
+    assert plog.apply_retention(plog.clock() + 120_000) == 1  # the head rolled and went
+    p.produce("cw", 0, b"after-retention")
+    assert [(r.offset, r.value) for r in consume(c, 1)] == [(2, b"after-retention")]
+    p.produce("cw", 1, b"other")
+    assert [(r.partition, r.value) for r in consume(c, 1)] == [(1, b"other")]
+    assert svc.stats()["slots"] == 2
+    c.close()
+    p.close()
+
+
 def test_a_consumer_reads_hundreds_of_partitions_at_their_heads(broker):
     """Every head file a consumer reads takes a metadata slot of its session: a session had 64,
     so a consumer of more partitions was refused (no_slot) - rdma.consumer.slots, 1024 now."""
@@ -741,6 +817,32 @@ def test_exclusive_grant_excludes_others(broker):
 
 
 @pytest.mark.parametrize("mode", ["exclusive", "shared"])
+def test_flush_messages_1_fsyncs_before_the_acknowledgement(broker, mode, monkeypatch):
+    """flush.messages=1: an RDMA write, and a gateway append ordered with a shared producer's
+    writes, are acknowledged only once fsynced (the log's recovery point covers them), as Kafka
+    produce responses are. The acknowledgement used to go out first, the fsync after it: a power
+    cut in between lost an acknowledged record. (fsync is slowed down to widen that window.)"""
+    st, svc = broker
+    st.create_topic("fm", 1, {"flush.messages": "1"})
+    plog = st.partition("fm", 0)
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(0.03)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    p = Producer(svc.control_address, mode=mode)
+    for i in range(3):
+        last = p.produce("fm", 0, b"v%d" % i)[1]
+        assert plog.recovery_point > last
+    if mode == "shared":  # the gateway's append through the reservation word
+        res = svc.append("fm", 0, build_batch([(None, b"kafka")]))
+        assert res.base_offset == 3 and plog.recovery_point > res.last_offset
+    p.close()
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "shared"])
 def test_corrupt_batch_is_refused(broker, mode):
     st, svc = broker
     st.create_topic("c", 1)
@@ -754,6 +856,41 @@ def test_corrupt_batch_is_refused(broker, mode):
     assert p.produce("c", 0, b"good1") == (1, 1)  # a new grant continues at the committed end
     assert [r.value for r in store_records(st, "c")] == [b"good0", b"good1"]
     p.close()
+
+
+def test_refused_bytes_in_a_rolled_file_do_not_cost_later_segments_after_a_crash(broker):
+    """A refused write leaves its bytes past the head's committed end; the head rolls while a
+    consumer's read registration keeps its trim waiting. A crash then (flushed, checkpointed)
+    must lose nothing: recovery cuts those bytes, and the file still ends where the next one
+    begins. It used to take the cut as a torn log and delete every later segment."""
+    st, svc = broker
+    st.create_topic("k", 1)
+    p = Producer(svc.control_address)
+    p.produce("k", 0, b"a")
+    c = Consumer(svc.control_address)  # reads the head: its registration holds the mapping
+    c.assign([("k", 0)])
+    assert [r.value for r in consume(c, 1)] == [b"a"]
+    bad = build_batch([(None, b"x" * 500)])
+    bad[-1] ^= 0xFF  # breaks the CRC: refused, its bytes stay where they were written
+    with pytest.raises(CorruptRecordError):
+        p.send_batch("k", 0, bad).wait(5)
+    plog = st.partition("k", 0)
+    plog.roll()  # segment.ms, say
+    assert plog.segments[0].trim_pending
+    assert p.produce("k", 0, b"b") == (1, 1) and p.produce("k", 0, b"c") == (2, 2)
+    plog.flush()
+    st.checkpoint()
+    crash(plog)  # kill -9: no trim, no close
+    st.opened = False
+    st._unlock_dir()
+    st2 = Store(st.dir, st.config).open(start_maintenance=False)
+    try:
+        assert [r.value for r in store_records(st2, "k")] == [b"a", b"b", b"c"]
+        assert st2.partition("k", 0).append(build_batch([(None, b"d")])).base_offset == 3
+    finally:
+        st2.close()
+        c.close()
+        p.close()
 
 
 def _reserve_and_die(addr: str, kind: str, q) -> None:
