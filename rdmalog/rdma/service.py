@@ -258,6 +258,8 @@ class RdmaService:
         for cqp in list(self.qps.values()):
             cqp.close()
         self.listener.close()
+        for cq in (self.recv_cq, self.send_cq):  # tcp: an eventfd each, no GC closes them
+            cq.close()
         self.device.close()
 
     def __enter__(self) -> RdmaService:
@@ -316,16 +318,19 @@ class RdmaService:
                     self.arrive_many(arrivals)
                 except Exception:
                     log.exception("rdma commit failed")
-            elif self._acks_due:  # writes refused in _completion (no grant): answer them now
-                self._send_acks()
-            self.send_cq.poll(256)  # acks are unsignaled: only errors land here
             now = time.monotonic()
-            if now - last_check > 0.01:
-                last_check = now
-                self._check_timeouts(now)
-            if now - last_fold > self.commit_interval:
-                last_fold = now
-                self.commits.fold()
+            try:  # as above: one failure must not stop every later commit
+                if not arrivals and self._acks_due:  # writes refused in _completion (no grant)
+                    self._send_acks()
+                self.send_cq.poll(256)  # acks are unsignaled: only errors land here
+                if now - last_check > 0.01:
+                    last_check = now
+                    self._check_timeouts(now)
+                if now - last_fold > self.commit_interval:
+                    last_fold = now
+                    self.commits.fold()
+            except Exception:
+                log.exception("rdma acknowledgements, timeout check or commit fold failed")
 
     def _drop_qp(self, cqp: _ClientQP) -> None:
         with self.lock:

@@ -153,7 +153,10 @@ class TcpCQ:
                 pass
 
     def close(self) -> None:
-        os.close(self._efd)
+        """Close its eventfd, once (a service stopped twice closes its queues twice)."""
+        if self._efd >= 0:
+            os.close(self._efd)
+            self._efd = -1
 
 
 class TcpQP:
