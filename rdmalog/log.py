@@ -605,7 +605,10 @@ class PartitionLog:
             self.segments.append(new)
             self._bases.append(new.base_offset)
             for cb in list(self._roll_listeners):  # before the trim: transports revoke access first
-                cb(self, old, new)
+                try:
+                    cb(self, old, new)
+                except Exception:  # as the other listeners: the roll itself must complete
+                    log.exception("%s: roll listener failed", self.name)
             old.seal()
             return new
 

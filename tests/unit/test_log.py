@@ -747,3 +747,24 @@ def test_offset_for_timestamp_matches_a_brute_force_scan(tmp_path: Path, clock: 
     best = max(stamps)
     assert plog.max_timestamp() == (best, stamps.index(best))
     plog.close()
+
+
+def test_a_failing_roll_listener_does_not_stop_the_roll(tmp_path: Path, clock: Clock) -> None:
+    """A roll listener that raises is logged, as the other listeners' failures are: the other
+    listeners still run and the old segment is still sealed (the exception used to escape the
+    roll half done, the new head appended and the old one never sealed)."""
+    plog = open_log(tmp_path / "t-0", clock=clock)
+    seen = []
+
+    def broken(lg, old, new):
+        raise RuntimeError("listener bug")
+
+    plog.add_roll_listener(broken)
+    plog.add_roll_listener(lambda lg, old, new: seen.append(new.base_offset))
+    plog.append(batch(2))
+    head = plog.active_segment
+    new = plog.roll()
+    assert seen == [2] and new is plog.active_segment and head.size == os.path.getsize(head.path)
+    plog.append(batch(1))
+    assert plog.log_end_offset == 3
+    plog.close()
