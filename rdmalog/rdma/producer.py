@@ -140,6 +140,7 @@ class Delivery:
     key: tuple[int, int] | None = None  # (file id, order) of the current attempt
     wr: int = 0
     seq: int = 0
+    epoch: int = -1  # idempotent: the producer epoch it was stamped under (-1: not stamped)
     result: tuple[int, int] | None = None
     error: Exception | None = None
     saved: bytes | None = None  # idempotent: staged bytes kept over a reconnect
@@ -182,6 +183,7 @@ class Producer(Endpoint):
         self.idempotent = idempotent
         self.producer_id, self.producer_epoch = -1, -1
         self._next_sequence: dict[tuple[str, int], int] = {}
+        self._epoch_spent = False  # a stamped batch failed: the next stamp starts a new epoch
         self._in_doubt: list[Delivery] = []  # idempotent: unanswered when the broker went away
         if idempotent:
             r = self.control("producer_id")
@@ -323,18 +325,43 @@ class Producer(Endpoint):
         (copied into the staging area), or a slice of a `register()`ed buffer (not copied)."""
         return self._send(topic, partition, batch, stamp=self.idempotent)
 
-    def _stamp(self, buf: memoryview, start: int, n: int, tp: tuple[str, int]) -> None:
+    def _stamp(self, buf: memoryview, start: int, n: int, tp: tuple[str, int]) -> int:
         """Our producer id, epoch and the partition's next sequences into each batch's header
-        (once the batch is sure to be sent: a sequence taken and not sent would be a gap)."""
-        pos, end = start, start + n
+        (once the batch is sure to be sent: a sequence taken and not sent would be a gap).
+        Returns the epoch stamped, -1 when nothing was (not a batch)."""
+        if self._epoch_spent:
+            self._new_epoch()
+        pos, end, epoch = start, start + n, -1
         while end - pos >= BATCH_OVERHEAD:
             size = read_header(buf, pos)[1]
             if size < BATCH_OVERHEAD or pos + size > end:
-                return  # not a batch: left as it is, for the broker to refuse
+                break  # not a batch: left as it is, for the broker to refuse
             seq = self._next_sequence.get(tp, 0)
             used = stamp_producer(buf, pos, size, self.producer_id, self.producer_epoch, seq)
             self._next_sequence[tp] = (seq + used) & 0x7FFFFFFF
+            epoch = self.producer_epoch
             pos += size
+        return epoch
+
+    def _new_epoch(self) -> None:
+        """Start sequences again from 0 on every partition under the next epoch (a new producer
+        id once the epoch is at its limit), as Kafka's idempotent producer bumps its epoch after
+        a failed batch: the sequences that batch took are a gap the log would refuse every later
+        batch of its partition for (OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+        if self.producer_epoch < 0x7FFF:
+            self.producer_epoch += 1
+        else:
+            r = self.control("producer_id")
+            self.producer_id, self.producer_epoch = r["producer_id"], r["producer_epoch"]
+        self._next_sequence.clear()
+        self._epoch_spent = False
+
+    def _fail(self, d: Delivery, error: Exception) -> None:
+        """Fail a batch (nothing of it was appended); one stamped under the current epoch left
+        a gap in its partition's sequence, so the next stamp starts a new epoch."""
+        d.error = error
+        if d.epoch >= 0 and d.epoch == self.producer_epoch:
+            self._epoch_spent = True
 
     def _wait_unused(self, src: RegisteredBuffer, off: int, n: int) -> None:
         """Until no unanswered batch uses bytes [off, off+n) of `src` (bounded by the timeout)."""
@@ -369,10 +396,12 @@ class Producer(Endpoint):
             src, n = None, len(batch)
             off = self._stage_alloc(n, (topic, partition))
             self.stage.buf[off : off + n] = batch
+        epoch = -1
         if stamp:
-            self._stamp(self.stage.buf if src is None else src.view, off, n, (topic, partition))
+            buf = self.stage.buf if src is None else src.view
+            epoch = self._stamp(buf, off, n, (topic, partition))
         self._seq += 1
-        d = Delivery(topic, partition, off, n, src, seq=self._seq, _producer=self)
+        d = Delivery(topic, partition, off, n, src, seq=self._seq, epoch=epoch, _producer=self)
         if src is None:
             self._staged.append(d)
         if self._retry:
@@ -486,7 +515,7 @@ class Producer(Endpoint):
     def _post(self, d: Delivery) -> None:
         d.attempts += 1
         if d.attempts > MAX_ATTEMPTS:
-            d.error = ProduceError(f"gave up after {MAX_ATTEMPTS} attempts")
+            self._fail(d, ProduceError(f"gave up after {MAX_ATTEMPTS} attempts"))
             return
         try:
             self._write(d)
@@ -508,15 +537,15 @@ class Producer(Endpoint):
         except BrokerDisconnected as e:
             if self.idempotent:
                 raise
-            d.error = e
+            self._fail(d, e)
             return
         except ControlError as e:
-            d.error = ProduceError(str(e))
+            self._fail(d, ProduceError(str(e)))
             self._partition_counts.pop(d.topic, None)  # the topic may have changed: ask again
             return
         n = d.length
         if n > g.length:
-            d.error = ProduceError(f"batch of {n} bytes is larger than a segment ({g.length})")
+            self._fail(d, ProduceError(f"batch of {n} bytes is larger than a segment ({g.length})"))
             return
         if g.mode == "exclusive":
             if g.position + n > g.length:
@@ -616,7 +645,7 @@ class Producer(Endpoint):
             self._drop_grant(fid)
             code = base if base > 0 else CorruptRecordError.error_code
             cls = error_for_code(code)
-            d.error = cls(f"the broker refused the batch: Kafka error {code} ({cls.__name__})")
+            self._fail(d, cls(f"the broker refused the batch: Kafka error {code} ({cls.__name__})"))
         else:  # FULL, ABORTED, REVOKED: nothing was committed; resend under a new grant
             self._drop_grant(fid)
             self._retry.append(d)

@@ -1289,6 +1289,32 @@ def test_idempotent_producer_stamps_every_batch_with_its_id_and_sequences(broker
     assert [r.value for r in store_records(st, "ip")] == [b"a", b"b", b"c", b"d", b"e", b"f", b"f"]
 
 
+def test_an_idempotent_producer_goes_on_after_a_refused_batch(broker):
+    """A batch the broker refuses (here larger than max.message.bytes) took sequence numbers that
+    were never appended: later batches of its partition followed a gap and were all refused with
+    OUT_OF_ORDER_SEQUENCE_NUMBER, for good. The producer starts a new epoch instead, as Kafka's
+    does, so what it sends next is stored - also behind a refusal in the middle of a pipeline."""
+    st, svc = broker
+    st.create_topic("gap", 2, {"max.message.bytes": "2000"})
+    p = Producer(svc.control_address, idempotent=True)
+    assert p.produce("gap", 0, b"a") == (0, 0)
+    assert p.produce("gap", 1, b"q") == (0, 0)
+    with pytest.raises(KafkaError):
+        p.send("gap", 0, b"x" * 5000).wait(10)
+    assert p.produce("gap", 0, b"b") == (1, 1)
+    assert p.produce("gap", 1, b"r") == (1, 1)  # the new epoch starts every partition over
+    pipelined = [p.send("gap", 0, b"y" * 5000 if i == 1 else b"c%d" % i) for i in range(4)]
+    p.flush()
+    with pytest.raises(KafkaError):
+        pipelined[1].wait(10)
+    assert p.produce("gap", 0, b"d") is not None
+    p.close()
+    stored = [r.value for r in store_records(st, "gap")]
+    assert stored[:2] == [b"a", b"b"] and stored[-1] == b"d"
+    assert b"c0" in stored and not any(v.startswith(b"y") for v in stored)
+    assert [r.value for r in store_records(st, "gap", 1)] == [b"q", b"r"]
+
+
 def test_close_releases_the_grant_at_once(broker):
     """close() says bye: the next producer (either mode) never finds the partition still held."""
     st, svc = broker
