@@ -320,7 +320,6 @@ class PartitionLog:
         for base, h in self._walk_headers(start):
             if h[9] >= 0 and not h[5] & CONTROL_BIT:
                 table.update(h[9], h[10], h[11], h[12], base, base + h[6], h[8])
-        table.truncate_before(self.log_start_offset)
         self.producer_state = table
 
     @property
@@ -722,8 +721,8 @@ class PartitionLog:
         return deleted
 
     def _on_start_offset(self) -> None:
-        """Forget producer batches and leader epochs below the log start offset."""
-        self.producer_state.truncate_before(self.log_start_offset)
+        """Forget leader epochs below the log start offset. Producer state stays (Kafka keeps it
+        too): a retry of a deleted batch must still be answered as a duplicate."""
         before = list(self.leader_epochs.entries)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
         if self.leader_epochs.entries != before:

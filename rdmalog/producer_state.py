@@ -7,8 +7,10 @@ Kafka's rules (ProducerStateManager / ProducerAppendInfo), per partition:
 - within an epoch, a batch whose sequence range equals one of the producer's last five batches is a
   retry: it is acknowledged again with the offsets it got the first time and not appended;
 - otherwise its first sequence must follow the last one (wrapping at 2**31 - 1 to 0);
-- a producer the partition has never seen (or whose entries retention removed, or that was idle for
-  `producer.id.expiration.ms`) may start at any sequence, as Kafka accepts it.
+- a producer the partition has never seen (or that was idle for `producer.id.expiration.ms`) may
+  start at any sequence, as Kafka accepts it;
+- retention and DeleteRecords do not forget producers (as Kafka since KIP-360): a retry of a batch
+  they deleted is still a duplicate; `producer.id.expiration.ms` bounds the table.
 
 The state is rebuilt at start-up by walking batch headers (no record decoding); `snapshot()` /
 `restore()` let the log keep a copy across clean shutdowns in Kafka's `<offset>.snapshot` spirit.
@@ -117,14 +119,6 @@ class ProducerStateTable:
         entry.batches.append(
             BatchMeta(first_seq, _last_seq(first_seq, count), first_offset, last_offset, timestamp)
         )
-
-    def truncate_before(self, offset: int) -> None:
-        """Forget producers whose last batch lies below a new log start offset (retention,
-        DeleteRecords); others keep all their batches, as Kafka's evictUnretainedProducers does."""
-        for pid in list(self.producers):
-            entry = self.producers[pid]
-            if not entry.batches or entry.batches[-1].last_offset < offset:
-                del self.producers[pid]
 
     def expire(self, now: int, max_age_ms: int) -> int:
         """Forget producers whose last batch's max timestamp is `max_age_ms` old (Kafka's

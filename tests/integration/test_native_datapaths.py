@@ -1253,6 +1253,28 @@ def test_a_duplicate_idempotent_batch_is_answered_and_what_follows_still_commits
     assert [r.value[:1] for r in store_records(st, "dup")] == [b"A", b"B", b"C", b"E"]
 
 
+def test_a_resend_after_delete_records_is_still_answered_as_a_duplicate(broker):
+    """DeleteRecords (or retention) removing the segments that held an idempotent producer's last
+    batches made the log forget the producer, so the resend of a batch whose acknowledgement was
+    lost was committed a second time. Kafka keeps producer state when the log start offset moves
+    (producer.id.expiration.ms bounds it): the resend is answered with the original's offsets."""
+    st, svc = broker
+    st.create_topic("dr", 1)
+    p = Producer(svc.control_address)
+    first = bytes(build_batch([(b"k", b"A")], producer_id=11, producer_epoch=0, base_sequence=0))
+    assert p.send_batch("dr", 0, first).wait(10) == (0, 0)
+    assert st.partition("dr", 0).delete_records(-1) == 1
+    assert p.send_batch("dr", 0, first).wait(10) == (0, 0)  # the resend: not stored again
+    gap = build_batch([(b"k", b"B")], producer_id=11, producer_epoch=0, base_sequence=5)
+    with pytest.raises(KafkaError) as e:
+        p.send_batch("dr", 0, gap).wait(10)
+    assert e.value.error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER: the sequence is still known
+    nxt = build_batch([(b"k", b"C")], producer_id=11, producer_epoch=0, base_sequence=1)
+    assert p.send_batch("dr", 0, nxt).wait(10) == (1, 1)
+    p.close()
+    assert [r.value for r in store_records(st, "dr")] == [b"C"]
+
+
 def test_idempotent_producer_stamps_every_batch_with_its_id_and_sequences(broker):
     """idempotent=True: the broker hands out a producer id; every batch - built by send(), given
     as bytes (two batches in one write) or built in registered memory - carries it and its

@@ -66,9 +66,9 @@ def test_truncation_and_snapshot_round_trip(tmp_path) -> None:
     table.snapshot(path, 4)
     restored, end = ProducerStateTable.restore(path)
     assert end == 4 and restored.check(2, 0, 0, 2).first_offset == 2
-    restored.truncate_before(2)
-    assert 1 not in restored.producers
     restored.truncate_after(2)
+    assert list(restored.producers) == [1]
+    restored.truncate_after(0)
     assert restored.producers == {}
     path.write_text("not json")
     assert ProducerStateTable.restore(path) is None
@@ -94,4 +94,26 @@ def test_the_log_expires_producers_idle_for_producer_id_expiration_ms(tmp_path, 
     # an expired producer is unknown again: its next batch is accepted at any sequence
     res = plog.append(batch(1, ts=clock.now, producer_id=3, producer_epoch=0, base_sequence=9))
     assert res.base_offset == 2
+    plog.close()
+
+
+def test_delete_records_and_a_restart_keep_producer_state(tmp_path, clock) -> None:
+    """The log start moving past a producer's batches forgot the producer (and a clean restart's
+    snapshot was cut the same way): a retry of its deleted batch was appended again."""
+    config = topic_config(broker_config())
+    plog = PartitionLog(tmp_path / "t-0", "t", 0, config, clock=clock).open()
+    plog.append(batch(2, ts=T0, producer_id=4, producer_epoch=0, base_sequence=0))
+    plog.append(batch(1, ts=T0))
+    plog.delete_records(-1)
+    retry = plog.append(batch(2, ts=T0, producer_id=4, producer_epoch=0, base_sequence=0))
+    assert (retry.base_offset, retry.last_offset, plog.log_end_offset) == (0, 1, 3)
+    plog.close()
+    plog = PartitionLog(
+        tmp_path / "t-0", "t", 0, config, log_start_offset=3, recovery_point=3,
+        clean_shutdown=True, clock=clock,
+    ).open()  # fmt: skip
+    retry = plog.append(batch(2, ts=T0, producer_id=4, producer_epoch=0, base_sequence=0))
+    assert (retry.base_offset, plog.log_end_offset) == (0, 3)
+    with pytest.raises(OutOfOrderSequenceError):
+        plog.append(batch(1, ts=T0, producer_id=4, producer_epoch=0, base_sequence=7))
     plog.close()
