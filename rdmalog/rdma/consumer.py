@@ -20,7 +20,13 @@ from typing import NamedTuple
 from rdmalog.errors import CorruptRecordError, KafkaError
 from rdmalog.rdma import commit_slots
 from rdmalog.rdma.client import Endpoint
-from rdmalog.rdma.commit_slots import SLOT_BYTES, PendingCommits, add_for, slot_word
+from rdmalog.rdma.commit_slots import (
+    MAX_OFFSET,
+    SLOT_BYTES,
+    PendingCommits,
+    add_for,
+    next_word,
+)
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.offsets import OffsetCommitError
 from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
@@ -292,7 +298,7 @@ class Consumer(Endpoint):
         callback: CommitCallback | None = None,
     ) -> None:
         """Commit `offsets` (default: every assigned partition's position) through commit slots:
-        one FETCH_AND_ADD per partition whose offset moved, no request and no broker CPU. The
+        one FETCH_AND_ADD per partition, no request and no broker CPU. The
         broker hands them to the group coordinator within `rdma.commit.interval.ms` and when this
         consumer closes; until then they are not durable (a broker crash in between makes the
         group re-read those records, as a lost asynchronous commit of a Kafka consumer would).
@@ -304,6 +310,9 @@ class Consumer(Endpoint):
         if self.broken is not None:
             raise self.disconnected(self.broken)
         offsets = self._to_commit(offsets)
+        too_big = {tp: o for tp, o in offsets.items() if o > MAX_OFFSET}
+        if too_big:  # checked before any slot moves
+            raise ValueError(f"a commit slot holds offsets up to {MAX_OFFSET}: {too_big}")
         words = {}
         for (topic, partition), offset in offsets.items():
             slot = self._commit_slots.get((topic, partition))
@@ -316,14 +325,12 @@ class Consumer(Endpoint):
                 self._commit_slots[(topic, partition)] = slot
                 if self._results is None:
                     self._results = (region.addr + r["results_at"], region.rkey)
-            add = add_for(slot[2], offset)
-            if add:
-                if self._atom is None:
-                    self._atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
-                self.qp.post_fetch_add(1, self._atom, 0, slot[0], slot[1], add)
-                self._wait_atomic(f"commit of {topic}-{partition}")
-                slot[2] = slot_word(offset)
-            words[slot[3]] = slot[2]
+            word = next_word(slot[2], offset)
+            if self._atom is None:
+                self._atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
+            self.qp.post_fetch_add(1, self._atom, 0, slot[0], slot[1], add_for(slot[2], word))
+            self._wait_atomic(f"commit of {topic}-{partition}")
+            slot[2] = words[slot[3]] = word
         if callback is not None and words:
             self._pending.add(callback, dict(offsets), words)
 

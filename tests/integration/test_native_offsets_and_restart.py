@@ -295,6 +295,32 @@ def test_commit_async_callbacks_report_the_coordinators_answer(broker_factory, t
     check.close()
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_commit_async_of_the_offset_a_slot_holds_is_a_commit_again(broker_factory, transport):
+    """Two native consumers of one group commit the same partition: c commits 5, d commits 8,
+    then c commits 5 again (it rewound, or retries) - the last commit wins, as with Kafka
+    consumers. c's slot already held 5, so a word of the offset alone did not change: the broker
+    never folded the commit (the group stayed at 8), and its callback was answered at once by
+    the old result word."""
+    topic = group = f"again-{transport}"
+    broker, control = _start_with_records(broker_factory, transport, topic, b"a", 10)
+    c = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    d = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    calls: list[tuple[dict, Exception | None]] = []
+    cb = lambda offsets, error: calls.append((offsets, error))  # noqa: E731
+
+    c.commit_async({(topic, 0): 5}, callback=cb)
+    assert _poll_until(c, lambda: len(calls) == 1) and calls == [({(topic, 0): 5}, None)]
+    d.commit_async({(topic, 0): 8})
+    assert _wait_committed(c, topic, 8) == 8
+    c.commit_async({(topic, 0): 5}, callback=cb)
+    assert _poll_until(c, lambda: len(calls) == 2)
+    assert calls[1] == ({(topic, 0): 5}, None)
+    assert c.committed(topic, 0) == 5  # the callback came after the fold that committed it
+    d.close()
+    c.close()
+
+
 @pytest.mark.parametrize("mode", ["exclusive", "shared"])
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_idempotent_producer_neither_loses_nor_duplicates_across_a_broker_kill(
