@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -160,6 +161,8 @@ class Consumer(Endpoint):
         # refused seek)
         self._deferred: Exception | None = None
         self.parts: dict[tuple[str, int], _Assignment] = {}
+        # (callback, offsets, error) of answered commits not run yet: one that raised left them
+        self._answered: deque[tuple] = deque()
         self._register()
         self._idle = 0
         self.group_id = group_id
@@ -337,6 +340,7 @@ class Consumer(Endpoint):
     def _look_at_commits(self, wait: bool = False) -> None:
         """Run the callbacks of commits the coordinator answered (their slots' result words)."""
         if not self._pending or self._results is None:
+            self._call_back(())  # those answered before
             return
         addr, rkey = self._results
         if self._results_q is None and self._results_mr is None:
@@ -374,9 +378,11 @@ class Consumer(Endpoint):
                 raise self.disconnected(f"{what} failed: {st.name}")
             raise TransportError(f"{what} failed: {st.name}")
 
-    @staticmethod
-    def _call_back(calls) -> None:
-        for cb, offsets, error in calls:
+    def _call_back(self, calls) -> None:
+        """Run commit callbacks in order; one that raises leaves the rest for the next poll()."""
+        self._answered.extend(calls)
+        while self._answered:
+            cb, offsets, error = self._answered.popleft()
             cb(offsets, error)
 
     def _fail_commits(self, lost: list[tuple], why: str) -> None:
@@ -440,7 +446,7 @@ class Consumer(Endpoint):
     def _poll(self, timeout: float, max_records: int, raw: bool) -> list:
         if self.broken is not None:
             raise self.disconnected(self.broken)
-        if self._commits_waiting:
+        if self._commits_waiting or self._answered:
             self._look_at_commits()
         self._raise_deferred()  # found by the last poll, which returned the records before it
         out: list[ConsumerRecord] = []
@@ -668,18 +674,32 @@ class Consumer(Endpoint):
         a.mr, a.head = mr, 0
 
     def close(self) -> None:
+        """Run the callbacks of commits still waiting (answered, or failed at the timeout), then
+        close; the first exception a callback raised is raised once closed."""
         if self.closed:
             return
+        deadline = time.monotonic() + self.timeout  # the next fold answers them
+        first = None
+        while True:  # bounded: each raise pops a callback, and the waiting ends at the deadline
+            try:
+                self._finish_commits(deadline)
+                break
+            except Exception as e:  # the other callbacks still run, and the consumer closes
+                first = first or e
         if self.broken is None:
-            deadline = time.monotonic() + self.timeout  # the next fold answers them
-            while self._pending and time.monotonic() < deadline:
-                self._look_at_commits(wait=True)
-                time.sleep(0.005)
             for a in self.parts.values():
                 self._release(a)
-        self._fail_commits(
-            self._pending.drop(), "no answer before close(); folded as the session ends"
-        )
         if self.offsets is not None:
             self.offsets.close()
         super().close()
+        if first is not None:
+            raise first
+
+    def _finish_commits(self, deadline: float) -> None:
+        self._call_back(())
+        while self.broken is None and self._pending and time.monotonic() < deadline:
+            self._look_at_commits(wait=True)
+            time.sleep(0.005)
+        self._fail_commits(
+            self._pending.drop(), "no answer before close(); folded as the session ends"
+        )

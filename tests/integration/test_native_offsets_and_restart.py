@@ -321,6 +321,38 @@ def test_commit_async_of_the_offset_a_slot_holds_is_a_commit_again(broker_factor
     c.close()
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_commit_callback_that_raises_loses_no_other_answer(broker_factory, transport):
+    """A commit_async callback that raises: its exception comes out of poll() (or close()), as
+    from a Kafka consumer's, and the callbacks answered with it still run - the next poll() runs
+    them (they were dropped, never called), and close() still closes the consumer (it stopped
+    half way, its session and group client left open)."""
+    topic = group = f"raise-{transport}"
+    broker, control = _start_with_records(broker_factory, transport, topic, b"r", 10)
+    c = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    calls: list[tuple[dict, Exception | None]] = []
+    cb = lambda offsets, error: calls.append((offsets, error))  # noqa: E731
+
+    def boom(offsets, error):
+        raise RuntimeError("callback failed")
+
+    c.commit_async({(topic, 0): 5}, callback=boom)
+    c.commit_async({(topic, 0): 6}, callback=cb)  # one fold answers both
+    with pytest.raises(RuntimeError, match="callback failed"):
+        _poll_until(c, lambda: False, 5.0)
+    assert _poll_until(c, lambda: len(calls) == 1, 1.0)
+    assert calls == [({(topic, 0): 6}, None)]
+
+    c.commit_async({(topic, 0): 7}, callback=boom)
+    c.commit_async({(topic, 0): 8}, callback=cb)
+    with pytest.raises(RuntimeError, match="callback failed"):
+        c.close()
+    assert c.closed and calls[1] == ({(topic, 0): 8}, None)
+    check = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    assert check.committed(topic, 0) == 8
+    check.close()
+
+
 @pytest.mark.parametrize("mode", ["exclusive", "shared"])
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_idempotent_producer_neither_loses_nor_duplicates_across_a_broker_kill(
