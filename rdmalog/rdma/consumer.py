@@ -336,6 +336,8 @@ class Consumer(Endpoint):
             slot[2] = words[slot[3]] = word
         if callback is not None and words:
             self._pending.add(callback, dict(offsets), words)
+        elif callback is not None:  # nothing to commit: answered by the next poll(), as Kafka's
+            self._answered.append((callback, dict(offsets), None))
 
     def _look_at_commits(self, wait: bool = False) -> None:
         """Run the callbacks of commits the coordinator answered (their slots' result words)."""

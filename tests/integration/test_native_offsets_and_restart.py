@@ -353,6 +353,24 @@ def test_a_commit_callback_that_raises_loses_no_other_answer(broker_factory, tra
     check.close()
 
 
+def test_a_commit_async_of_nothing_still_calls_back(broker_factory):
+    """commit_async(callback=...) with nothing to commit (no partition assigned, or {}) answers
+    the callback in the next poll() with no error, as a Kafka consumer's commitAsync does; it was
+    never called, so an application waiting for it waited forever."""
+    topic = group = "nothing"
+    broker, control = _start_with_records(broker_factory, "shm", topic, b"n", 1)
+    c = Consumer(control, "shm", group_id=group, bootstrap=broker.bootstrap)
+    calls: list[tuple[dict, Exception | None]] = []
+    cb = lambda offsets, error: calls.append((offsets, error))  # noqa: E731
+    c.commit_async(callback=cb)
+    c.commit_async({}, callback=cb)
+    assert _poll_until(c, lambda: len(calls) == 2, 2.0)
+    assert calls == [({}, None), ({}, None)]
+    c.commit_async(callback=cb)
+    c.close()  # runs it too
+    assert len(calls) == 3
+
+
 @pytest.mark.parametrize("mode", ["exclusive", "shared"])
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_idempotent_producer_neither_loses_nor_duplicates_across_a_broker_kill(
