@@ -700,8 +700,12 @@ class Consumer(Endpoint):
     def _finish_commits(self, deadline: float) -> None:
         self._call_back(())
         while self.broken is None and self._pending and time.monotonic() < deadline:
+            if not self.ctl.alive():  # no fold will answer (shm: a dead broker's words still read)
+                self.disconnected("control connection closed by the broker")
+                break
             self._look_at_commits(wait=True)
             time.sleep(0.005)
-        self._fail_commits(
-            self._pending.drop(), "no answer before close(); folded as the session ends"
-        )
+        why = "no answer before close(); folded as the session ends"
+        if self.broken is not None:
+            why = f"the broker went away before confirming the commit ({self.broken})"
+        self._fail_commits(self._pending.drop(), why)

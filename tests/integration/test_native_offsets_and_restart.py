@@ -371,6 +371,30 @@ def test_a_commit_async_of_nothing_still_calls_back(broker_factory):
     assert len(calls) == 3
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_close_after_the_broker_died_fails_waiting_commits_at_once(broker_factory, transport):
+    """A broker killed before it folded a commit: close() fails the commit's callback at once,
+    since no fold will answer it. On shm the dead broker's result words still read (a mapping),
+    so close() waited its whole timeout for an answer that could not come."""
+    from rdmalog.rdma.offsets import OffsetCommitError
+
+    topic = group = f"died-{transport}"
+    broker, control = _start_with_records(broker_factory, transport, topic, b"d", 5)
+    c = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap, timeout=5)
+    calls: list[tuple[dict, Exception | None]] = []
+    c.commit_async({(topic, 0): 1})  # the slot, while the broker is up
+    broker.stop(signal.SIGKILL)
+    time.sleep(0.2)
+    try:
+        c.commit_async({(topic, 0): 3}, callback=lambda o, e: calls.append((o, e)))
+    except BrokerDisconnected:  # tcp may see the broker gone already: nothing waits then
+        calls.append(({(topic, 0): 3}, OffsetCommitError("refused")))
+    started = time.monotonic()
+    c.close()
+    assert time.monotonic() - started < 2.0
+    assert len(calls) == 1 and isinstance(calls[0][1], OffsetCommitError)
+
+
 @pytest.mark.parametrize("mode", ["exclusive", "shared"])
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_idempotent_producer_neither_loses_nor_duplicates_across_a_broker_kill(
