@@ -316,18 +316,10 @@ class Consumer(Endpoint):
         too_big = {tp: o for tp, o in offsets.items() if o > MAX_OFFSET}
         if too_big:  # checked before any slot moves
             raise ValueError(f"a commit slot holds offsets up to {MAX_OFFSET}: {too_big}")
+        # every slot first: a partition refused one (e.g. an unknown topic) moves none of them
+        slots = [(tp, self._commit_slot(*tp), offset) for tp, offset in offsets.items()]
         words = {}
-        for (topic, partition), offset in offsets.items():
-            slot = self._commit_slots.get((topic, partition))
-            if slot is None:
-                r = self.control(
-                    "commit_slot", group=self.group_id, topic=topic, partition=partition
-                )
-                region = RemoteRegion.from_dict(r["region"])
-                slot = [region.addr + r["index"] * SLOT_BYTES, region.rkey, r["word"], r["index"]]
-                self._commit_slots[(topic, partition)] = slot
-                if self._results is None:
-                    self._results = (region.addr + r["results_at"], region.rkey)
+        for (topic, partition), slot, offset in slots:
             word = next_word(slot[2], offset)
             if self._atom is None:
                 self._atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
@@ -338,6 +330,18 @@ class Consumer(Endpoint):
             self._pending.add(callback, dict(offsets), words)
         elif callback is not None:  # nothing to commit: answered by the next poll(), as Kafka's
             self._answered.append((callback, dict(offsets), None))
+
+    def _commit_slot(self, topic: str, partition: int) -> list[int]:
+        """[addr, rkey, word, index] of the partition's commit slot, asked for the first time."""
+        slot = self._commit_slots.get((topic, partition))
+        if slot is None:
+            r = self.control("commit_slot", group=self.group_id, topic=topic, partition=partition)
+            region = RemoteRegion.from_dict(r["region"])
+            slot = [region.addr + r["index"] * SLOT_BYTES, region.rkey, r["word"], r["index"]]
+            self._commit_slots[(topic, partition)] = slot
+            if self._results is None:
+                self._results = (region.addr + r["results_at"], region.rkey)
+        return slot
 
     def _look_at_commits(self, wait: bool = False) -> None:
         """Run the callbacks of commits the coordinator answered (their slots' result words)."""

@@ -371,6 +371,24 @@ def test_a_commit_async_of_nothing_still_calls_back(broker_factory):
     assert len(calls) == 3
 
 
+def test_a_refused_commit_async_commits_none_of_its_partitions(broker_factory):
+    """commit_async() of partitions one of which has no commit slot (an unknown topic) raises,
+    and commits none of them: it had already moved the slots of the partitions before that one,
+    so a commit the application saw fail was folded in part (no callback ever ran for it)."""
+    topic = group = "partial"
+    broker, control = _start_with_records(broker_factory, "shm", topic, b"p", 5)
+    c = Consumer(control, "shm", group_id=group, bootstrap=broker.bootstrap)
+    calls: list[tuple[dict, Exception | None]] = []
+    with pytest.raises(ControlError):
+        c.commit_async(
+            {(topic, 0): 4, ("no-such-topic", 0): 1}, callback=lambda *a: calls.append(a)
+        )
+    c.close()  # folds whatever its slots hold
+    check = Consumer(control, "shm", group_id=group, bootstrap=broker.bootstrap)
+    assert check.committed(topic, 0) is None and calls == []
+    check.close()
+
+
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_close_after_the_broker_died_fails_waiting_commits_at_once(broker_factory, transport):
     """A broker killed before it folded a commit: close() fails the commit's callback at once,
