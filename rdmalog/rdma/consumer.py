@@ -301,10 +301,10 @@ class Consumer(Endpoint):
         callback: CommitCallback | None = None,
     ) -> None:
         """Commit `offsets` (default: every assigned partition's position) through commit slots:
-        one FETCH_AND_ADD per partition, no request and no broker CPU. The
-        broker hands them to the group coordinator within `rdma.commit.interval.ms` and when this
-        consumer closes; until then they are not durable (a broker crash in between makes the
-        group re-read those records, as a lost asynchronous commit of a Kafka consumer would).
+        one FETCH_AND_ADD per partition, no request and no broker CPU. The broker hands them to
+        the group coordinator within `rdma.commit.interval.ms` and when this consumer closes;
+        until then they are not durable (a broker crash in between makes the group re-read those
+        records, as a lost asynchronous commit of a Kafka consumer would).
         `callback(offsets, error)` runs in a later poll() (or close()) once the coordinator has
         answered: error None, or an OffsetCommitError with the Kafka error code (a group with
         active members refuses these commits: UNKNOWN_MEMBER_ID)."""
