@@ -2,9 +2,11 @@
 
 A native consumer of a group asks once per partition for a **commit slot**: an 8-byte word in a
 region the broker registered for its session with REMOTE_ATOMIC. The word holds the committed
-offset + 1 (0: nothing committed through it). The consumer is the slot's only writer and keeps
-its value, so a commit is one FETCH_AND_ADD of (new word - old word), modulo 2**64: no request,
-no broker CPU on the commit's path. The broker folds changed slots into the group coordinator
+offset + 1 above a 16-bit commit count (0: nothing committed through it). The consumer is the
+slot's only writer and keeps its value, so a commit is one FETCH_AND_ADD of (new word - old word),
+modulo 2**64: no request, no broker CPU on the commit's path. The count changes with every commit,
+so a commit of the offset the slot already holds is one too (a retry after a refusal, or after
+another consumer of the group committed elsewhere): the broker folds words that changed. The broker folds changed slots into the group coordinator
 (`__consumer_offsets`, as a simple commit: generation -1) every `rdma.commit.interval.ms` and
 when the session ends, so a commit is durable within that interval, as a Kafka consumer's
 asynchronous commit is once its request lands; a broker that dies before folding loses at most
@@ -31,8 +33,11 @@ log = logging.getLogger(__name__)
 SLOT_BYTES = 8
 MAX_SLOTS = 4096  # commit slots per session (one per group partition the consumer commits)
 RESULTS_AT = MAX_SLOTS * SLOT_BYTES  # where the result words start in a session's region
-WORD_BITS = 48  # of the folded word kept in a result word (offsets below 2**48)
+WORD_BITS = 48  # of the folded word kept in a result word: its count, the offset's low bits
 WORD_MASK = (1 << WORD_BITS) - 1
+COUNT_BITS = 16  # a slot word's commit count, below the offset + 1
+COUNT_MASK = (1 << COUNT_BITS) - 1
+MAX_OFFSET = (1 << 64 - COUNT_BITS) - 2  # the largest offset a slot word holds
 
 # The coordinator's answer to a fold: {(topic, partition): Kafka error code (0: committed)}
 CommitDone = Callable[[dict[tuple[str, int], int]], None]
@@ -41,14 +46,26 @@ CommitDone = Callable[[dict[tuple[str, int], int]], None]
 CommitSink = Callable[[str, dict[tuple[str, int], int], CommitDone], None]
 
 
-def slot_word(offset: int) -> int:
-    """The slot value that commits `offset` (the next offset to read)."""
-    return offset + 1
+def slot_word(offset: int, count: int = 1) -> int:
+    """The slot value of the `count`th commit (1..65535, cycling) of `offset` (the next offset
+    to read)."""
+    return (offset + 1) << COUNT_BITS | count
 
 
-def add_for(old_word: int, offset: int) -> int:
-    """The FETCH_AND_ADD operand that moves a slot from `old_word` to commit `offset`."""
-    return (slot_word(offset) - old_word) & 0xFFFFFFFFFFFFFFFF
+def offset_of(word: int) -> int:
+    """The offset a (nonzero) slot word commits."""
+    return (word >> COUNT_BITS) - 1
+
+
+def next_word(old_word: int, offset: int) -> int:
+    """The slot word that commits `offset` after `old_word`: always another word, even for the
+    same offset (the count moves on, never to 0), so the broker folds every commit."""
+    return slot_word(offset, (old_word & COUNT_MASK) % COUNT_MASK + 1)
+
+
+def add_for(old_word: int, new_word: int) -> int:
+    """The FETCH_AND_ADD operand that moves a slot from `old_word` to `new_word`."""
+    return (new_word - old_word) & 0xFFFFFFFFFFFFFFFF
 
 
 def result_word(word: int, error_code: int) -> int:
@@ -123,7 +140,7 @@ class CommitSlots:
                         ss.folded[i] = word
                         folded.setdefault(group, []).append((ss, i, word, (topic, partition)))
         for group, moved in folded.items():
-            offsets = {tp: word - 1 for _, _, word, tp in moved}
+            offsets = {tp: offset_of(word) for _, _, word, tp in moved}
             try:  # hands the commit over; never waits for it
                 self.sink(group, offsets, lambda errors, m=moved: self._answer(m, errors))
             except Exception:  # e.g. the coordinator's event loop is closed: keep serving

@@ -14,13 +14,20 @@ from __future__ import annotations
 
 import struct
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
 from rdmalog.errors import CorruptRecordError, KafkaError
 from rdmalog.rdma import commit_slots
 from rdmalog.rdma.client import Endpoint
-from rdmalog.rdma.commit_slots import SLOT_BYTES, PendingCommits, add_for, slot_word
+from rdmalog.rdma.commit_slots import (
+    MAX_OFFSET,
+    SLOT_BYTES,
+    PendingCommits,
+    add_for,
+    next_word,
+)
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.offsets import OffsetCommitError
 from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
@@ -154,6 +161,8 @@ class Consumer(Endpoint):
         # refused seek)
         self._deferred: Exception | None = None
         self.parts: dict[tuple[str, int], _Assignment] = {}
+        # (callback, offsets, error) of answered commits not run yet: one that raised left them
+        self._answered: deque[tuple] = deque()
         self._register()
         self._idle = 0
         self.group_id = group_id
@@ -292,10 +301,10 @@ class Consumer(Endpoint):
         callback: CommitCallback | None = None,
     ) -> None:
         """Commit `offsets` (default: every assigned partition's position) through commit slots:
-        one FETCH_AND_ADD per partition whose offset moved, no request and no broker CPU. The
-        broker hands them to the group coordinator within `rdma.commit.interval.ms` and when this
-        consumer closes; until then they are not durable (a broker crash in between makes the
-        group re-read those records, as a lost asynchronous commit of a Kafka consumer would).
+        one FETCH_AND_ADD per partition, no request and no broker CPU. The broker hands them to
+        the group coordinator within `rdma.commit.interval.ms` and when this consumer closes;
+        until then they are not durable (a broker crash in between makes the group re-read those
+        records, as a lost asynchronous commit of a Kafka consumer would).
         `callback(offsets, error)` runs in a later poll() (or close()) once the coordinator has
         answered: error None, or an OffsetCommitError with the Kafka error code (a group with
         active members refuses these commits: UNKNOWN_MEMBER_ID)."""
@@ -304,32 +313,40 @@ class Consumer(Endpoint):
         if self.broken is not None:
             raise self.disconnected(self.broken)
         offsets = self._to_commit(offsets)
+        too_big = {tp: o for tp, o in offsets.items() if o > MAX_OFFSET}
+        if too_big:  # checked before any slot moves
+            raise ValueError(f"a commit slot holds offsets up to {MAX_OFFSET}: {too_big}")
+        # every slot first: a partition refused one (e.g. an unknown topic) moves none of them
+        slots = [(tp, self._commit_slot(*tp), offset) for tp, offset in offsets.items()]
         words = {}
-        for (topic, partition), offset in offsets.items():
-            slot = self._commit_slots.get((topic, partition))
-            if slot is None:
-                r = self.control(
-                    "commit_slot", group=self.group_id, topic=topic, partition=partition
-                )
-                region = RemoteRegion.from_dict(r["region"])
-                slot = [region.addr + r["index"] * SLOT_BYTES, region.rkey, r["word"], r["index"]]
-                self._commit_slots[(topic, partition)] = slot
-                if self._results is None:
-                    self._results = (region.addr + r["results_at"], region.rkey)
-            add = add_for(slot[2], offset)
-            if add:
-                if self._atom is None:
-                    self._atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
-                self.qp.post_fetch_add(1, self._atom, 0, slot[0], slot[1], add)
-                self._wait_atomic(f"commit of {topic}-{partition}")
-                slot[2] = slot_word(offset)
-            words[slot[3]] = slot[2]
+        for (topic, partition), slot, offset in slots:
+            word = next_word(slot[2], offset)
+            if self._atom is None:
+                self._atom = self.device.alloc_mr(8, Access.LOCAL_WRITE)
+            self.qp.post_fetch_add(1, self._atom, 0, slot[0], slot[1], add_for(slot[2], word))
+            self._wait_atomic(f"commit of {topic}-{partition}")
+            slot[2] = words[slot[3]] = word
         if callback is not None and words:
             self._pending.add(callback, dict(offsets), words)
+        elif callback is not None:  # nothing to commit: answered by the next poll(), as Kafka's
+            self._answered.append((callback, dict(offsets), None))
+
+    def _commit_slot(self, topic: str, partition: int) -> list[int]:
+        """[addr, rkey, word, index] of the partition's commit slot, asked for the first time."""
+        slot = self._commit_slots.get((topic, partition))
+        if slot is None:
+            r = self.control("commit_slot", group=self.group_id, topic=topic, partition=partition)
+            region = RemoteRegion.from_dict(r["region"])
+            slot = [region.addr + r["index"] * SLOT_BYTES, region.rkey, r["word"], r["index"]]
+            self._commit_slots[(topic, partition)] = slot
+            if self._results is None:
+                self._results = (region.addr + r["results_at"], region.rkey)
+        return slot
 
     def _look_at_commits(self, wait: bool = False) -> None:
         """Run the callbacks of commits the coordinator answered (their slots' result words)."""
         if not self._pending or self._results is None:
+            self._call_back(())  # those answered before
             return
         addr, rkey = self._results
         if self._results_q is None and self._results_mr is None:
@@ -367,9 +384,11 @@ class Consumer(Endpoint):
                 raise self.disconnected(f"{what} failed: {st.name}")
             raise TransportError(f"{what} failed: {st.name}")
 
-    @staticmethod
-    def _call_back(calls) -> None:
-        for cb, offsets, error in calls:
+    def _call_back(self, calls) -> None:
+        """Run commit callbacks in order; one that raises leaves the rest for the next poll()."""
+        self._answered.extend(calls)
+        while self._answered:
+            cb, offsets, error = self._answered.popleft()
             cb(offsets, error)
 
     def _fail_commits(self, lost: list[tuple], why: str) -> None:
@@ -433,7 +452,7 @@ class Consumer(Endpoint):
     def _poll(self, timeout: float, max_records: int, raw: bool) -> list:
         if self.broken is not None:
             raise self.disconnected(self.broken)
-        if self._commits_waiting:
+        if self._commits_waiting or self._answered:
             self._look_at_commits()
         self._raise_deferred()  # found by the last poll, which returned the records before it
         out: list[ConsumerRecord] = []
@@ -661,18 +680,36 @@ class Consumer(Endpoint):
         a.mr, a.head = mr, 0
 
     def close(self) -> None:
+        """Run the callbacks of commits still waiting (answered, or failed at the timeout), then
+        close; the first exception a callback raised is raised once closed."""
         if self.closed:
             return
+        deadline = time.monotonic() + self.timeout  # the next fold answers them
+        first = None
+        while True:  # bounded: each raise pops a callback, and the waiting ends at the deadline
+            try:
+                self._finish_commits(deadline)
+                break
+            except Exception as e:  # the other callbacks still run, and the consumer closes
+                first = first or e
         if self.broken is None:
-            deadline = time.monotonic() + self.timeout  # the next fold answers them
-            while self._pending and time.monotonic() < deadline:
-                self._look_at_commits(wait=True)
-                time.sleep(0.005)
             for a in self.parts.values():
                 self._release(a)
-        self._fail_commits(
-            self._pending.drop(), "no answer before close(); folded as the session ends"
-        )
         if self.offsets is not None:
             self.offsets.close()
         super().close()
+        if first is not None:
+            raise first
+
+    def _finish_commits(self, deadline: float) -> None:
+        self._call_back(())
+        while self.broken is None and self._pending and time.monotonic() < deadline:
+            if not self.ctl.alive():  # no fold will answer (shm: a dead broker's words still read)
+                self.disconnected("control connection closed by the broker")
+                break
+            self._look_at_commits(wait=True)
+            time.sleep(0.005)
+        why = "no answer before close(); folded as the session ends"
+        if self.broken is not None:
+            why = f"the broker went away before confirming the commit ({self.broken})"
+        self._fail_commits(self._pending.drop(), why)

@@ -295,6 +295,124 @@ def test_commit_async_callbacks_report_the_coordinators_answer(broker_factory, t
     check.close()
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_commit_async_of_the_offset_a_slot_holds_is_a_commit_again(broker_factory, transport):
+    """Two native consumers of one group commit the same partition: c commits 5, d commits 8,
+    then c commits 5 again (it rewound, or retries) - the last commit wins, as with Kafka
+    consumers. c's slot already held 5, so a word of the offset alone did not change: the broker
+    never folded the commit (the group stayed at 8), and its callback was answered at once by
+    the old result word."""
+    topic = group = f"again-{transport}"
+    broker, control = _start_with_records(broker_factory, transport, topic, b"a", 10)
+    c = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    d = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    calls: list[tuple[dict, Exception | None]] = []
+    cb = lambda offsets, error: calls.append((offsets, error))  # noqa: E731
+
+    c.commit_async({(topic, 0): 5}, callback=cb)
+    assert _poll_until(c, lambda: len(calls) == 1) and calls == [({(topic, 0): 5}, None)]
+    d.commit_async({(topic, 0): 8})
+    assert _wait_committed(c, topic, 8) == 8
+    c.commit_async({(topic, 0): 5}, callback=cb)
+    assert _poll_until(c, lambda: len(calls) == 2)
+    assert calls[1] == ({(topic, 0): 5}, None)
+    assert c.committed(topic, 0) == 5  # the callback came after the fold that committed it
+    d.close()
+    c.close()
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_a_commit_callback_that_raises_loses_no_other_answer(broker_factory, transport):
+    """A commit_async callback that raises: its exception comes out of poll() (or close()), as
+    from a Kafka consumer's, and the callbacks answered with it still run - the next poll() runs
+    them (they were dropped, never called), and close() still closes the consumer (it stopped
+    half way, its session and group client left open)."""
+    topic = group = f"raise-{transport}"
+    broker, control = _start_with_records(broker_factory, transport, topic, b"r", 10)
+    c = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    calls: list[tuple[dict, Exception | None]] = []
+    cb = lambda offsets, error: calls.append((offsets, error))  # noqa: E731
+
+    def boom(offsets, error):
+        raise RuntimeError("callback failed")
+
+    c.commit_async({(topic, 0): 5}, callback=boom)
+    c.commit_async({(topic, 0): 6}, callback=cb)  # one fold answers both
+    with pytest.raises(RuntimeError, match="callback failed"):
+        _poll_until(c, lambda: False, 5.0)
+    assert _poll_until(c, lambda: len(calls) == 1, 1.0)
+    assert calls == [({(topic, 0): 6}, None)]
+
+    c.commit_async({(topic, 0): 7}, callback=boom)
+    c.commit_async({(topic, 0): 8}, callback=cb)
+    with pytest.raises(RuntimeError, match="callback failed"):
+        c.close()
+    assert c.closed and calls[1] == ({(topic, 0): 8}, None)
+    check = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap)
+    assert check.committed(topic, 0) == 8
+    check.close()
+
+
+def test_a_commit_async_of_nothing_still_calls_back(broker_factory):
+    """commit_async(callback=...) with nothing to commit (no partition assigned, or {}) answers
+    the callback in the next poll() with no error, as a Kafka consumer's commitAsync does; it was
+    never called, so an application waiting for it waited forever."""
+    topic = group = "nothing"
+    broker, control = _start_with_records(broker_factory, "shm", topic, b"n", 1)
+    c = Consumer(control, "shm", group_id=group, bootstrap=broker.bootstrap)
+    calls: list[tuple[dict, Exception | None]] = []
+    cb = lambda offsets, error: calls.append((offsets, error))  # noqa: E731
+    c.commit_async(callback=cb)
+    c.commit_async({}, callback=cb)
+    assert _poll_until(c, lambda: len(calls) == 2, 2.0)
+    assert calls == [({}, None), ({}, None)]
+    c.commit_async(callback=cb)
+    c.close()  # runs it too
+    assert len(calls) == 3
+
+
+def test_a_refused_commit_async_commits_none_of_its_partitions(broker_factory):
+    """commit_async() of partitions one of which has no commit slot (an unknown topic) raises,
+    and commits none of them: it had already moved the slots of the partitions before that one,
+    so a commit the application saw fail was folded in part (no callback ever ran for it)."""
+    topic = group = "partial"
+    broker, control = _start_with_records(broker_factory, "shm", topic, b"p", 5)
+    c = Consumer(control, "shm", group_id=group, bootstrap=broker.bootstrap)
+    calls: list[tuple[dict, Exception | None]] = []
+    with pytest.raises(ControlError):
+        c.commit_async(
+            {(topic, 0): 4, ("no-such-topic", 0): 1}, callback=lambda *a: calls.append(a)
+        )
+    c.close()  # folds whatever its slots hold
+    check = Consumer(control, "shm", group_id=group, bootstrap=broker.bootstrap)
+    assert check.committed(topic, 0) is None and calls == []
+    check.close()
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_close_after_the_broker_died_fails_waiting_commits_at_once(broker_factory, transport):
+    """A broker killed before it folded a commit: close() fails the commit's callback at once,
+    since no fold will answer it. On shm the dead broker's result words still read (a mapping),
+    so close() waited its whole timeout for an answer that could not come."""
+    from rdmalog.rdma.offsets import OffsetCommitError
+
+    topic = group = f"died-{transport}"
+    broker, control = _start_with_records(broker_factory, transport, topic, b"d", 5)
+    c = Consumer(control, transport, group_id=group, bootstrap=broker.bootstrap, timeout=5)
+    calls: list[tuple[dict, Exception | None]] = []
+    c.commit_async({(topic, 0): 1})  # the slot, while the broker is up
+    broker.stop(signal.SIGKILL)
+    time.sleep(0.2)
+    try:
+        c.commit_async({(topic, 0): 3}, callback=lambda o, e: calls.append((o, e)))
+    except BrokerDisconnected:  # tcp may see the broker gone already: nothing waits then
+        calls.append(({(topic, 0): 3}, OffsetCommitError("refused")))
+    started = time.monotonic()
+    c.close()
+    assert time.monotonic() - started < 2.0
+    assert len(calls) == 1 and isinstance(calls[0][1], OffsetCommitError)
+
+
 @pytest.mark.parametrize("mode", ["exclusive", "shared"])
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_idempotent_producer_neither_loses_nor_duplicates_across_a_broker_kill(

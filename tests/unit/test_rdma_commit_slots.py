@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from rdmalog.rdma.commit_slots import (
+    COUNT_MASK,
+    MAX_OFFSET,
+    WORD_MASK,
     PendingCommits,
     add_for,
+    next_word,
+    offset_of,
     parse_result,
     result_word,
     slot_word,
@@ -13,16 +18,24 @@ from rdmalog.rdma.commit_slots import (
 
 def test_adds_move_a_slot_either_way_modulo_2_64():
     word = 0
-    for offset in (10, 3, 2**40, 0):
-        word = (word + add_for(word, offset)) % 2**64
-        assert word == slot_word(offset)
+    for offset in (10, 3, 2**40, MAX_OFFSET, 0, 0):
+        new = next_word(word, offset)
+        word = (word + add_for(word, new)) % 2**64
+        assert word == new and offset_of(word) == offset
+
+
+def test_every_commit_changes_the_word_even_of_the_same_offset():
+    """The broker folds words that changed: a commit of the offset a slot holds must change it."""
+    assert next_word(slot_word(5, 1), 5) == slot_word(5, 2)
+    assert next_word(slot_word(5, COUNT_MASK), 5) == slot_word(5, 1)  # the count skips 0
 
 
 def test_result_words_carry_the_word_and_a_signed_error_code():
     assert parse_result(0) == (0, 0)
-    assert parse_result(result_word(slot_word(41), 0)) == (42, 0)
-    assert parse_result(result_word(slot_word(41), 25)) == (42, 25)
-    assert parse_result(result_word(slot_word(7), -1)) == (8, -1)  # UNKNOWN_SERVER_ERROR
+    low = slot_word(41) & WORD_MASK
+    assert parse_result(result_word(slot_word(41), 0)) == (low, 0)
+    assert parse_result(result_word(slot_word(41), 25)) == (low, 25)
+    assert parse_result(result_word(slot_word(7), -1)) == (slot_word(7) & WORD_MASK, -1)
 
 
 def test_a_fold_answers_every_commit_up_to_the_word_it_carried():
