@@ -6,9 +6,9 @@ offset + 1 above a 16-bit commit count (0: nothing committed through it). The co
 slot's only writer and keeps its value, so a commit is one FETCH_AND_ADD of (new word - old word),
 modulo 2**64: no request, no broker CPU on the commit's path. The count changes with every commit,
 so a commit of the offset the slot already holds is one too (a retry after a refusal, or after
-another consumer of the group committed elsewhere): the broker folds words that changed. The broker folds changed slots into the group coordinator
-(`__consumer_offsets`, as a simple commit: generation -1) every `rdma.commit.interval.ms` and
-when the session ends, so a commit is durable within that interval, as a Kafka consumer's
+another consumer of the group committed elsewhere). The broker folds changed slots into the group
+coordinator (`__consumer_offsets`, as a simple commit: generation -1) every
+`rdma.commit.interval.ms` and when the session ends, so a commit is durable within that interval, as a Kafka consumer's
 asynchronous commit is once its request lands; a broker that dies before folding loses at most
 that interval of commits (the consumer re-reads those records: at-least-once).
 
