@@ -8,9 +8,10 @@ modulo 2**64: no request, no broker CPU on the commit's path. The count changes 
 so a commit of the offset the slot already holds is one too (a retry after a refusal, or after
 another consumer of the group committed elsewhere). The broker folds changed slots into the group
 coordinator (`__consumer_offsets`, as a simple commit: generation -1) every
-`rdma.commit.interval.ms` and when the session ends, so a commit is durable within that interval, as a Kafka consumer's
-asynchronous commit is once its request lands; a broker that dies before folding loses at most
-that interval of commits (the consumer re-reads those records: at-least-once).
+`rdma.commit.interval.ms` and when the session ends, so a commit is durable within that
+interval, as a Kafka consumer's asynchronous commit is once its request lands; a broker that dies
+before folding loses at most that interval of commits (the consumer re-reads those records:
+at-least-once).
 
 The coordinator's answer comes back the same way: after a fold the broker writes each folded
 slot's **result word** (error code:16 | low 48 bits of the folded word; code 0: committed), in
