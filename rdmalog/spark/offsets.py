@@ -176,7 +176,12 @@ def rate_limit(limit: int, start: OffsetMap, end: OffsetMap) -> OffsetMap:
 
 
 def plan_ranges(start: OffsetMap, end: OffsetMap, min_partitions: int | None) -> list[OffsetRange]:
-    """Non-empty ranges, one per topic-partition, split further to reach `minPartitions`."""
+    """Non-empty ranges, one per topic-partition, split further to reach `minPartitions`.
+
+    As spark-sql-kafka's KafkaOffsetRangeCalculator: ranges too small to split count one
+    partition each and are left out of the share the larger ranges split, so a skewed
+    backlog gives about `minPartitions` partitions rather than that many plus the small ones.
+    """
     ranges = [
         OffsetRange(tp[0], tp[1], start[tp], e)
         for tp, e in sorted(end.items())
@@ -184,10 +189,17 @@ def plan_ranges(start: OffsetMap, end: OffsetMap, min_partitions: int | None) ->
     ]
     if not min_partitions or len(ranges) >= min_partitions:
         return ranges
+
+    def part_count(size: int, total: int, parts: int) -> int:
+        return max(math.floor(size / total * parts + 0.5), 1)  # Scala's Math.round
+
     total = sum(r.size for r in ranges)
+    unsplit = [r for r in ranges if part_count(r.size, total, min_partitions) == 1]
+    split_total = total - sum(r.size for r in unsplit)
+    split_min = max(min_partitions - len(unsplit), 1)
     split: list[OffsetRange] = []
     for r in ranges:
-        parts = max(math.floor(r.size / total * min_partitions + 0.5), 1)  # Scala's round
+        parts = 1 if r in unsplit else part_count(r.size, split_total, split_min)
         remaining, begin = r.size, r.start
         for i in range(parts):
             this = remaining // (parts - i)

@@ -154,6 +154,16 @@ def test_plan_ranges_and_min_partitions() -> None:
         assert all(a.end == b.start for a, b in zip(parts, parts[1:], strict=False))
 
 
+def test_min_partitions_leaves_small_ranges_out_of_the_split() -> None:
+    """spark-sql-kafka's KafkaOffsetRangeCalculator: small ranges stay whole and count against
+    minPartitions, so a skewed backlog gives 10 partitions for minPartitions=10, not 13."""
+    start = {("t", p): 0 for p in range(4)}
+    end = {("t", 0): 100, ("t", 1): 1, ("t", 2): 1, ("t", 3): 1}
+    split = plan_ranges(start, end, 10)
+    assert [r.size for r in split if r.partition == 0] == [14, 14, 14, 14, 14, 15, 15]
+    assert [r for r in split if r.partition != 0] == [OffsetRange("t", p, 0, 1) for p in (1, 2, 3)]
+
+
 def test_initial_offset_is_resolved_once(bootstrap: str) -> None:
     """Spark asks initialOffset() twice for a new query; `latest` must not move in between, or the
     query fails with "offset went back" under traffic (spark-sql-kafka keeps its first answer too)."""
