@@ -68,15 +68,21 @@ def from_json(data: dict) -> OffsetMap:
     return {(t, int(p)): int(o) for t, parts in data.items() for p, o in parts.items()}
 
 
-def discover(client: Offsets, subscription: Subscription) -> list[TopicPartition]:
-    """The topic-partitions the subscription covers right now, sorted."""
+def discover(
+    client: Offsets, subscription: Subscription, *, check_assigned: bool = True
+) -> list[TopicPartition]:
+    """The topic-partitions the subscription covers right now, sorted.
+
+    `check_assigned` (at the start of a query): an `assign`ed partition that does not exist is a
+    bad option. Later in a stream it is a partition gone (deleted with its topic), left out here
+    so the caller reports data loss, as spark-sql-kafka's AssignStrategy does."""
     if subscription.kind == "assign":
         existing = client.topic_partitions()
         missing = [tp for tp in subscription.assigned if tp[1] not in existing.get(tp[0], [])]
-        if missing:
+        if missing and check_assigned:
             names = ", ".join(f"{t}-{p}" for t, p in missing)
             raise OptionError(f"option 'assign' names topic-partitions that do not exist: {names}")
-        return list(subscription.assigned)
+        return [tp for tp in subscription.assigned if tp not in missing]
     return sorted(
         (topic, part)
         for topic, parts in client.topic_partitions().items()

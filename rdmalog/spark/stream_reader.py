@@ -68,7 +68,7 @@ class RdmalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self) -> OffsetMap:
         client = self._offsets()
-        tps = discover(client, self.opts.subscription)
+        tps = discover(client, self.opts.subscription, check_assigned=False)
         latest = resolve(client, OffsetSpec("latest"), tps, starting=False, fail_on_data_loss=False)
         if self._target is not None:
             latest = {

@@ -191,3 +191,32 @@ def test_initial_offset_is_resolved_once(bootstrap: str) -> None:
     assert reader.initialOffset() == first
     assert from_json(first) == {(topic, 0): 3}
     assert from_json(reader.latestOffset(first)) == {(topic, 0): 7}
+
+
+def test_assigned_topic_deleted_mid_stream_is_data_loss(bootstrap: str) -> None:
+    """A deleted topic under `assign` is a partition gone, as with `subscribe`: with
+    failOnDataLoss=false the stream carries on (spark-sql-kafka's AssignStrategy keeps only the
+    partitions that exist), it does not fail on the 'assign' option."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from rdmalog.spark import RdmalogDataSource
+    from rdmalog.spark.schema import kafka_schema
+
+    topic = "assign-deleted-mid-stream"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    options = {"assign": f'{{"{topic}":[0]}}', "rdmalog.bootstrap": bootstrap}
+    reader = RdmalogDataSource(options | {"failOnDataLoss": "false"}).streamReader(
+        kafka_schema(False)
+    )
+    strict = RdmalogDataSource(options).streamReader(kafka_schema(False))
+    first = reader.initialOffset()
+    assert strict.initialOffset() == first == {topic: {"0": 0}}
+    admin.delete_topics([topic])[topic].result(15)
+    latest = reader.latestOffset(first)
+    assert latest == {}
+    assert reader.partitions(first, latest) == []
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        strict.partitions(first, strict.latestOffset(first))
+    reader.stop()
+    strict.stop()
