@@ -66,13 +66,21 @@ class RdmalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = open_offsets(self.opts.conn)
         return self._client
 
-    def _latest(self) -> OffsetMap:
+    def _latest(self, begin: OffsetMap | None = None) -> OffsetMap:
+        """Latest offsets now, capped by Trigger.AvailableNow's target.
+
+        Spark fixes the target before it asks a new query's initialOffset(), so a start resolved
+        later (`latest` under traffic) may be past it: the cap never goes below `begin`, or
+        that nothing-to-read would look like offsets going back."""
         client = self._offsets()
         tps = discover(client, self.opts.subscription, check_assigned=False)
         latest = resolve(client, OffsetSpec("latest"), tps, starting=False, fail_on_data_loss=False)
         if self._target is not None:
+            floor = begin or {}
             latest = {
-                tp: min(off, self._target[tp]) for tp, off in latest.items() if tp in self._target
+                tp: min(off, max(self._target[tp], floor.get(tp, 0)))
+                for tp, off in latest.items()
+                if tp in self._target
             }
         return latest
 
@@ -106,10 +114,10 @@ class RdmalogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         """Latest offsets of every partition, capped by the read limit (spark-sql-kafka's split)."""
-        latest = self._latest()
         if start is None:
-            return to_json(latest)
+            return to_json(self._latest())
         begin = from_json(start)
+        latest = self._latest(begin)
         self._start_new_at_earliest(begin, latest)
         if HAS_ADMISSION_CONTROL and isinstance(limit, ReadMaxRows):
             latest = rate_limit(limit.max_rows, begin, latest)

@@ -220,3 +220,37 @@ def test_assigned_topic_deleted_mid_stream_is_data_loss(bootstrap: str) -> None:
         strict.partitions(first, strict.latestOffset(first))
     reader.stop()
     strict.stop()
+
+
+def test_available_now_target_before_initial_offset(bootstrap: str) -> None:
+    """Spark calls prepareForTriggerAvailableNow() when it builds the plan, before it asks a new
+    query's initialOffset(). Records produced in between put `latest` (the default start) past the
+    target; that is nothing to read, not offsets going back (which failed the query)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from rdmalog.spark import RdmalogDataSource
+    from rdmalog.spark.schema import kafka_schema
+
+    topic = "available-now-target-first"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    producer = Producer({"bootstrap.servers": bootstrap})
+
+    def produce(n: int) -> None:
+        for i in range(n):
+            producer.produce(topic, b"%d" % i)
+        assert producer.flush(15) == 0
+
+    produce(3)
+    source = RdmalogDataSource({"subscribe": topic, "rdmalog.bootstrap": bootstrap})
+    reader = source.streamReader(kafka_schema(False))
+    reader.prepareForTriggerAvailableNow()
+    produce(4)
+    first = reader.initialOffset()
+    assert from_json(first) == {(topic, 0): 7}
+    end = reader.latestOffset(first, ReadAllAvailable())
+    assert end == first
+    assert reader.partitions(first, end) == []
+    reader.stop()
