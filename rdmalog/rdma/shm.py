@@ -63,6 +63,9 @@ ADDR_SHIFT = 32  # region addresses are rkey << 32: unique per region, offsets u
 RING_HDR = 256  # reserve @0, head @64, waiting @128: separate cache lines
 SLOT_HDR = 24  # seq u64, kind u32, qp_num u32, imm u32, byte_len u32
 KIND_SEND, KIND_WRITE_IMM, KIND_DISCONNECT = 1, 2, 3
+# A slot claimed but unpublished this long was claimed by a producer that died mid-push: the owner
+# skips it (before pushers waiting on a full ring give up, `_Ring.push`'s 1 s).
+RING_STALL_S = 0.5
 
 PAGE = mmap.ALLOCATIONGRANULARITY
 # plain ints on the hot path: IntFlag arithmetic costs microseconds
@@ -135,6 +138,7 @@ class _Ring:
                 f.truncate(size)
         self._map, self.buf = _map_file(path, 0, size, True)
         self.head = load(self.buf, 64)  # consumer-local copy of the head index
+        self._stall = (-1, 0.0)  # (head, since when) of an unpublished claimed slot
 
     def slot_off(self, seq: int) -> int:
         return RING_HDR + (seq % self.nslots) * self.slot_size
@@ -159,7 +163,20 @@ class _Ring:
         e = ring_pop(self.buf, self.nslots, self.slot_size, self.head)
         if e is not None:
             self.head += 1
-        return e
+            return e
+        if self.stalled():  # claimed, unpublished: a push under way, or its producer was killed
+            now = time.monotonic()
+            if self._stall[0] != self.head:
+                self._stall = (self.head, now)
+            elif now - self._stall[1] >= RING_STALL_S:  # killed: the slot would block the ring
+                self.head += 1
+                store(self.buf, 64, self.head)
+                return self.pop()
+        return None
+
+    def stalled(self) -> bool:
+        """Whether a slot is claimed at the head but not published (yet)."""
+        return load(self.buf, 0) != self.head
 
     def ready(self) -> bool:
         return load(self.buf, self.slot_off(self.head)) == self.head + 1
@@ -236,6 +253,8 @@ class ShmCQ:
             fetch_add(ring.buf, 128, 0)  # full barrier before re-checking (pairs with push)
             if not ring.ready() and not self._local:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if ring.stalled():  # wake to skip the slot if its producer is dead
+                    left = RING_STALL_S if left is None else min(left, RING_STALL_S)
                 wait_readable([self._bell], left)
             store(ring.buf, 128, 0)
             self._sleeping = False

@@ -505,3 +505,29 @@ def test_waits_work_on_descriptors_above_1023():
         a.close()
         b.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_shm_ring_slot_claimed_by_a_dead_producer_is_skipped():
+    """A producer killed (SIGKILL) between claiming a ring slot and publishing it left the slot
+    unpublished forever: the ring's owner waited on it, never saw any later completion, and the
+    ring filled up under every other peer (their pushes failed RNR_RETRY_EXC_ERR). The claim is
+    made by hand here, through the ring header's reserve word, as the dead process left it."""
+    from rdmalog.rdma._atomic64 import fetch_add
+
+    p = Pair("shm")
+    try:
+        fetch_add(p.scq.ring.buf, 0, 1)  # a slot claimed, never published
+        for i in range(3):
+            p.sqp.post_recv(i, p.region, 0, 0)
+        p.local.buf[:4] = b"data"
+        p.cqp.post_write(9, p.local, 0, 4, p.rr.addr, p.rr.rkey, imm=42)
+        assert p.one(p.ccq).status == Status.SUCCESS
+        got = p.scq.wait(4.0)
+        assert [(w.wr_id, w.imm_data) for w in got] == [(0, 42)]
+        # the ring keeps working past the skipped slot, across wrap-around
+        for n in range(2 * p.scq.ring.nslots):
+            p.sqp.post_recv(100 + n, p.region, 0, 0)
+            p.cqp.post_write(10, p.local, 0, 4, p.rr.addr, p.rr.rkey, imm=n, signaled=False)
+            assert [w.imm_data for w in p.scq.wait(5.0)] == [n]
+    finally:
+        p.close()
