@@ -306,6 +306,7 @@ class _Peer:
             return None
         r = self.regions.get(rkey)
         if r is None:
+            self._prune()
             length, access, foff, plen = struct.unpack_from("<QQQQ", self.table, eoff + 8)
             path = bytes(self.table[eoff + 40 : eoff + 40 + plen]).decode()
             write = bool(access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC))
@@ -317,6 +318,14 @@ class _Peer:
         if (r[1] & need) != need:
             return None
         return r[0]
+
+    def _prune(self) -> None:
+        """Drop the mappings of regions revoked since: a peer that moved on never names their
+        rkeys again, and its mapping would hold a deleted segment file's space."""
+        for k in [
+            k for k in self.regions if load(self.table, (k & (MR_ENTRIES - 1)) * MR_ENTRY) != k
+        ]:
+            del self.regions[k]
 
     def close(self) -> None:
         self.regions.clear()

@@ -531,3 +531,37 @@ def test_shm_ring_slot_claimed_by_a_dead_producer_is_skipped():
             assert [w.imm_data for w in p.scq.wait(5.0)] == [n]
     finally:
         p.close()
+
+
+def test_shm_peer_unmaps_regions_revoked_since(tmp_path):
+    """A peer kept its mapping of every region it had touched until it used that rkey again: a
+    consumer that moved on from a segment whose grant the broker revoked kept the segment file
+    mapped for the connection's lifetime, so the disk space of files retention deleted stayed
+    held (and mappings grew by one per segment). Mapping the next region drops revoked ones."""
+    import mmap
+
+    p = Pair("shm")
+    try:
+        paths = [str(tmp_path / f"seg-{i}") for i in range(2)]
+        maps, mrs = [], []
+        for path in paths:
+            with open(path, "wb") as f:
+                f.truncate(4096)
+            with open(path, "r+b") as f:
+                maps.append(mmap.mmap(f.fileno(), 4096))
+            mrs.append(p.srv.reg_mr(maps[-1], Access.REMOTE_READ, path=path))
+        rr = mrs[0].remote()
+        assert p.cqp.read_now(p.local, 0, 8, rr.addr, rr.rkey) == Status.SUCCESS
+        mrs[0].deregister()
+        mrs[0].buf.release()
+        maps[0].close()
+        os.unlink(paths[0])  # retention deletes the segment
+        rr = mrs[1].remote()
+        assert p.cqp.read_now(p.local, 0, 8, rr.addr, rr.rkey) == Status.SUCCESS
+        with open("/proc/self/maps") as f:
+            assert paths[0] not in f.read()
+        mrs[1].deregister()
+        mrs[1].buf.release()
+        maps[1].close()
+    finally:
+        p.close()
