@@ -336,9 +336,7 @@ class _Peer:
 class ShmQP:
     """A connected queue pair; one-sided operations run here, in the initiator's thread."""
 
-    def __init__(
-        self, dev: ShmDevice, sock: socket.socket, send_cq: ShmCQ, recv_cq: ShmCQ, peer: dict
-    ):
+    def __init__(self, dev: ShmDevice, sock: socket.socket, send_cq: ShmCQ, recv_cq: ShmCQ):
         self.device = dev
         self.qp_num = next(_ids)
         self.send_cq, self.recv_cq = send_cq, recv_cq
@@ -352,17 +350,27 @@ class ShmQP:
         self._lock = threading.Lock()  # posting threads share the peer ring claim path only
         self.closed = False
         dev._qps[self.qp_num] = self
-        if peer:
-            self._attach(peer)
 
     def hello(self) -> dict:
         return {"dir": self.device.dir, "qp": self.qp_num, **self.recv_cq.describe()}
 
-    def _attach(self, peer: dict) -> None:
-        self.peer_qp_num = peer["qp"]
-        self._peer = _Peer(peer["dir"])
-        self._peer_ring = _Ring(peer["ring"], peer["nslots"], peer["slot"], False)
-        self._peer_bell = peer["bell"]
+    def _attach(self, peer) -> None:
+        """Map what the peer's hello names; TransportError for a setup line that is not a hello
+        or names nothing mappable (the caller closes the queue pair)."""
+        try:
+            qpn, ring, bell = int(peer["qp"]), peer["ring"], str(peer["bell"])
+            nslots, slot = int(peer["nslots"]), int(peer["slot"])
+            if nslots < 1 or slot % 8 or slot < SLOT_HDR + MAX_SEND_BYTES:  # pushes would raise
+                raise ValueError(f"ring geometry {nslots} x {slot}")
+            p = _Peer(peer["dir"])
+            try:
+                r = _Ring(ring, nslots, slot, False)
+            except BaseException:
+                p.close()
+                raise
+        except (KeyError, TypeError, ValueError, OSError) as e:
+            raise TransportError(f"bad connection setup: {e!r}") from e
+        self.peer_qp_num, self._peer, self._peer_ring, self._peer_bell = qpn, p, r, bell
 
     # -- posting ----------------------------------------------------------------------------------
     def _complete(self, wr_id: int, status: Status, op: Opcode, n: int, signaled: bool) -> None:
@@ -530,8 +538,13 @@ class ShmListener:
 
     def accept(self, send_cq, recv_cq=None, timeout=None) -> ShmQP:
         conn, peer = accept_setup(self.sock, timeout, SETUP_LIMIT)
-        qp = ShmQP(self.device, conn, send_cq, recv_cq or send_cq, peer)
-        send_setup(conn, qp.hello())
+        qp = ShmQP(self.device, conn, send_cq, recv_cq or send_cq)
+        try:
+            qp._attach(peer)
+            send_setup(conn, qp.hello())
+        except BaseException:  # a bad request must not leave a half-made QP or its connection
+            qp.close()
+            raise
         return qp
 
     def close(self) -> None:
@@ -658,9 +671,13 @@ class ShmDevice:
         except OSError as e:
             sock.close()
             raise TransportError(f"cannot connect to {address}: {e}") from e
-        qp = ShmQP(self, sock, send_cq, recv_cq or send_cq, {})
-        send_setup(sock, qp.hello())
-        qp._attach(recv_setup(sock, SETUP_LIMIT))
+        qp = ShmQP(self, sock, send_cq, recv_cq or send_cq)
+        try:
+            send_setup(sock, qp.hello())
+            qp._attach(recv_setup(sock, SETUP_LIMIT))
+        except BaseException:
+            qp.close()
+            raise
         return qp
 
     def close(self) -> None:

@@ -565,3 +565,39 @@ def test_shm_peer_unmaps_regions_revoked_since(tmp_path):
         maps[1].close()
     finally:
         p.close()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "{}",
+        "null",  # "{}" and null were taken for "no peer yet": a QP without a ring to push to
+        "[1]",
+        '{"dir": "/nonexistent", "qp": 1}',
+        '{"dir": "%(dir)s", "qp": 1, "ring": "%(ring)s", "nslots": 0, "slot": 512, "bell": ""}',
+        '{"dir": "%(dir)s", "qp": 1, "ring": "%(ring)s", "nslots": 4, "slot": 32, "bell": ""}',
+    ],
+)
+def test_shm_bad_setup_line_closes_the_connection(line):
+    """A setup line that is JSON but not a peer's hello (missing keys, paths that do not map, a
+    ring no push fits) left a half-made queue pair registered in the device with the connection
+    open, or one whose pushes raise in the broker's loop: each bad request leaked a descriptor,
+    and the requester waited for an answer that never came."""
+    import socket
+
+    dev = open_device("shm")
+    lst = dev.listen()
+    cq = dev.create_cq()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(lst.address)
+        s.sendall((line % {"dir": dev.dir, "ring": cq.ring.path}).encode() + b"\n")
+        with pytest.raises(TransportError):
+            lst.accept(cq, timeout=2)
+        s.settimeout(2)
+        assert s.recv(1) == b""  # closed: the requester is not left waiting
+        assert dev._qps == {}
+    finally:
+        s.close()
+        lst.close()
+        dev.close()
