@@ -18,6 +18,7 @@ open so each side can tell when the other is gone.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import mmap
 import os
@@ -555,11 +556,47 @@ class ShmListener:
             pass
 
 
-def _remove_dir(path: str, owner: int) -> None:
+def _remove_dir(path: str, owner: int, lock_fd: int) -> None:
     """A device's directory, removed by the process that made it: a forked child inherits the
-    device (and its exit handlers) but must not take it from its parent."""
+    device (and its exit handlers) but must not take it from its parent. Then its owner lock."""
     if os.getpid() == owner:
         shutil.rmtree(path, ignore_errors=True)
+    os.close(lock_fd)
+
+
+def _lock_owner(dir_: str) -> int:
+    """Take the directory's owner lock, held for the device's life (and by forked children): the
+    sweep's liveness test. Locked before it is named `owner`, so no sweep sees it unlocked."""
+    tmp = os.path.join(dir_, "owner.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(tmp, os.path.join(dir_, "owner"))
+    return fd
+
+
+def _owner_gone(path: str, pid: int) -> bool:
+    """Whether a device directory's owner is gone: its lock is free. Not by its pid: a live
+    owner in another pid namespace sharing /dev/shm looks dead, and a dead one's pid is reused.
+    A directory not locked yet (being made) is judged by its pid."""
+    try:
+        fd = os.open(os.path.join(path, "owner"), os.O_RDONLY)
+    except FileNotFoundError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # alive, someone else's
+        return False
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _sweep(base: str) -> None:
@@ -572,12 +609,9 @@ def _sweep(base: str) -> None:
         parts = name.split("-")
         if len(parts) < 3 or parts[0] != "rdmalog" or not parts[1].isdigit():
             continue
-        try:
-            os.kill(int(parts[1]), 0)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-        except PermissionError:
-            pass  # alive, someone else's
+        path = os.path.join(base, name)
+        if _owner_gone(path, int(parts[1])):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 class ShmDevice:
@@ -590,7 +624,9 @@ class ShmDevice:
         _sweep(base)
         self.dir = tempfile.mkdtemp(prefix=f"rdmalog-{os.getpid()}-", dir=base)
         # also at exit; only by this process, not by a forked child exiting
-        self._finalizer = weakref.finalize(self, _remove_dir, self.dir, os.getpid())
+        self._finalizer = weakref.finalize(
+            self, _remove_dir, self.dir, os.getpid(), _lock_owner(self.dir)
+        )
         self.slot_size = SLOT_HDR + -(-max_send // 8) * 8  # slots stay 8-byte aligned
         with open(os.path.join(self.dir, "mrtable"), "wb") as f:
             f.truncate(MR_ENTRIES * MR_ENTRY)

@@ -601,3 +601,37 @@ def test_shm_bad_setup_line_closes_the_connection(line):
         s.close()
         lst.close()
         dev.close()
+
+
+def test_shm_sweep_judges_owners_by_their_lock_not_their_pid(tmp_path):
+    """The /dev/shm sweep took a directory's pid for its owner's: a live device whose pid this
+    process cannot see (another pid namespace sharing /dev/shm, as containers talking over shm
+    must) had its directory removed under it, while a dead one's whose pid was reused by an
+    unrelated process was never removed. The owner's lock on its directory decides now."""
+    import fcntl
+    import subprocess
+
+    from rdmalog.rdma.shm import ShmDevice
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process here has (until reused)
+    elsewhere = tmp_path / f"rdmalog-{gone.pid}-live"  # owner alive, pid not visible here
+    elsewhere.mkdir()
+    held = os.open(elsewhere / "owner", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    reused = tmp_path / f"rdmalog-{os.getpid()}-dead"  # owner dead, its pid now someone else's
+    reused.mkdir()
+    (reused / "owner").touch()
+    dead = tmp_path / f"rdmalog-{gone.pid}-dead"  # from before owner locks: the pid decides
+    dead.mkdir()
+    try:
+        dev = ShmDevice(root=str(tmp_path))
+        assert elsewhere.exists()
+        assert not reused.exists()
+        assert not dead.exists()
+        other = ShmDevice(root=str(tmp_path))  # a live device of this process is not swept
+        assert os.path.isdir(dev.dir)
+        other.close()
+        dev.close()
+    finally:
+        os.close(held)
