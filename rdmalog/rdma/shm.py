@@ -369,7 +369,7 @@ class ShmQP:
             except BaseException:
                 p.close()
                 raise
-        except (KeyError, TypeError, ValueError, OSError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError, OSError) as e:
             raise TransportError(f"bad connection setup: {e!r}") from e
         self.peer_qp_num, self._peer, self._peer_ring, self._peer_bell = qpn, p, r, bell
 

@@ -576,6 +576,7 @@ def test_shm_peer_unmaps_regions_revoked_since(tmp_path):
         '{"dir": "/nonexistent", "qp": 1}',
         '{"dir": "%(dir)s", "qp": 1, "ring": "%(ring)s", "nslots": 0, "slot": 512, "bell": ""}',
         '{"dir": "%(dir)s", "qp": 1, "ring": "%(ring)s", "nslots": 4, "slot": 32, "bell": ""}',
+        '{"dir": "%(dir)s", "qp": 1, "ring": "%(ring)s", "nslots": 1e18, "slot": 512, "bell": ""}',
     ],
 )
 def test_shm_bad_setup_line_closes_the_connection(line):
