@@ -309,10 +309,12 @@ class _Peer:
         if r is None:
             self._prune()
             length, access, foff, plen = struct.unpack_from("<QQQQ", self.table, eoff + 8)
-            path = bytes(self.table[eoff + 40 : eoff + 40 + plen]).decode()
+            path = bytes(self.table[eoff + 40 : eoff + 40 + plen])
+            if load(self.table, eoff) != rkey:  # revoked while read: the entry is another's now
+                return None
             write = bool(access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC))
             try:
-                m, view = _map_file(path, foff, length, write, clamp=True)
+                m, view = _map_file(path.decode(), foff, length, write, clamp=True)
             except (OSError, ValueError):  # the file is gone (retention) or shorter than registered
                 return None
             r = self.regions[rkey] = (view, int(access), length, m)

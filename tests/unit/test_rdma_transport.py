@@ -636,3 +636,44 @@ def test_shm_sweep_judges_owners_by_their_lock_not_their_pid(tmp_path):
         dev.close()
     finally:
         os.close(held)
+
+
+def test_shm_peer_does_not_map_a_region_reregistered_while_it_looked(tmp_path):
+    """A peer checked a region's rkey word, then read the entry's path and length: a region
+    deregistered in between, its table entry handed to the next region (free entries are reused
+    last-in first-out), made the peer map the new region's file under the old rkey and complete
+    an access with a revoked key as a success, on another region's bytes. The interleaving is
+    forced with a profile hook at the entry read."""
+    import mmap
+    import struct as struct_mod
+    import sys
+
+    p = Pair("shm")
+    bufs, mrs = [], []
+
+    def region(name: bytes) -> None:
+        path = str(tmp_path / name.decode())
+        with open(path, "wb") as f:
+            f.write(name * (4096 // len(name)))
+        with open(path, "r+b") as f:
+            bufs.append(mmap.mmap(f.fileno(), 4096))
+        mrs.append(p.srv.reg_mr(bufs[-1], Access.REMOTE_READ, path=path))
+
+    def swap(frame, event, arg) -> None:  # the owner revokes A and registers B meanwhile
+        if event == "c_call" and arg is struct_mod.unpack_from and len(mrs) == 1:
+            sys.setprofile(None)
+            mrs[0].deregister()
+            region(b"B")
+
+    try:
+        region(b"A")
+        rr = mrs[0].remote()
+        sys.setprofile(swap)
+        try:
+            st = p.cqp.read_now(p.local, 0, 4, rr.addr, rr.rkey)
+        finally:
+            sys.setprofile(None)
+        assert len(mrs) == 2 and mrs[1].index == mrs[0].index  # the entry was reused
+        assert (st, bytes(p.local.buf[:4])) == (Status.REM_ACCESS_ERR, bytes(4))
+    finally:
+        p.close()
