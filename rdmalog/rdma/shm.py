@@ -87,6 +87,20 @@ _RECV_RDMA_WITH_IMM = Opcode.RECV_RDMA_WITH_IMM
 _FETCH_AND_ADD = Opcode.FETCH_AND_ADD
 
 
+def _make_file(path: str, size: int) -> None:
+    """Create a file of `size` bytes with its blocks allocated: a sparse file on a full tmpfs
+    (Docker's /dev/shm is 64 MiB) maps fine, and its first touched page that cannot be backed
+    kills the toucher with SIGBUS - a peer pushing into a ring, not just its owner."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        os.unlink(path)
+        raise TransportError(f"cannot allocate {size} bytes for {path}: {e}") from e
+    finally:
+        os.close(fd)
+
+
 def _map_file(
     path: str, offset: int, length: int, write: bool, clamp: bool = False
 ) -> tuple[mmap.mmap, memoryview]:
@@ -135,8 +149,7 @@ class _Ring:
         self.path, self.nslots, self.slot_size = path, nslots, slot_size
         size = RING_HDR + nslots * slot_size
         if create:
-            with open(path, "wb") as f:
-                f.truncate(size)
+            _make_file(path, size)
         self._map, self.buf = _map_file(path, 0, size, True)
         self.head = load(self.buf, 64)  # consumer-local copy of the head index
         self._stall = (-1, 0.0)  # (head, since when) of an unpublished claimed slot
@@ -630,8 +643,7 @@ class ShmDevice:
             self, _remove_dir, self.dir, os.getpid(), _lock_owner(self.dir)
         )
         self.slot_size = SLOT_HDR + -(-max_send // 8) * 8  # slots stay 8-byte aligned
-        with open(os.path.join(self.dir, "mrtable"), "wb") as f:
-            f.truncate(MR_ENTRIES * MR_ENTRY)
+        _make_file(os.path.join(self.dir, "mrtable"), MR_ENTRIES * MR_ENTRY)
         self._tmap, self._table = _map_file(
             os.path.join(self.dir, "mrtable"), 0, MR_ENTRIES * MR_ENTRY, True
         )
@@ -685,8 +697,7 @@ class ShmDevice:
 
     def alloc_mr(self, length: int, access: Access) -> ShmMR:
         path = os.path.join(self.dir, f"mr-{next(_ids)}")
-        with open(path, "wb") as f:
-            f.truncate(max(length, 1))
+        _make_file(path, max(length, 1))
         m, view = _map_file(path, 0, max(length, 1), True)
         return self._register(view[:length], access, path, 0, owned=(m, path))
 

@@ -677,3 +677,57 @@ def test_shm_peer_does_not_map_a_region_reregistered_while_it_looked(tmp_path):
         assert (st, bytes(p.local.buf[:4])) == (Status.REM_ACCESS_ERR, bytes(4))
     finally:
         p.close()
+
+
+_FULL_SHM_CHILD = """
+import sys
+from rdmalog.rdma.shm import ShmDevice
+from rdmalog.rdma.transport import Access, TransportError
+from tests.unit.test_rdma_transport import Pair
+p = Pair("shm")
+try:
+    cli = ShmDevice(root=sys.argv[1])  # on the small /dev/shm
+    cq = cli.create_cq(4096)  # 2 MiB of ring on a 1 MiB tmpfs
+except TransportError as e:
+    print("refused:", e)
+    sys.exit(0)
+lst = p.srv.listen()
+import threading
+got = {}
+t = threading.Thread(target=lambda: got.setdefault("qp", lst.accept(p.scq, timeout=5)))
+t.start()
+qp = cli.connect(lst.address, cq)
+t.join(5)
+for i in range(4096):  # the broker's SENDs land in the client's ring pages
+    got["qp"].post_send(i, p.region, 0, 8, signaled=False)
+print("no fault")
+"""
+
+
+def test_shm_files_on_a_full_dev_shm_are_refused_not_faulted(tmp_path):
+    """Files in /dev/shm were made sparse (truncate): on a full tmpfs (Docker's default
+    /dev/shm is 64 MiB) creating a CQ succeeded, and the first push into a ring page tmpfs
+    could not back killed the pusher with SIGBUS - the broker, when a client's ring filled
+    the mount. Files are allocated when made now: a full mount is refused there."""
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mnt = tmp_path / "shm"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        r = subprocess.run(
+            [sys.executable, "-c", _FULL_SHM_CHILD, str(mnt)],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": root},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (r.returncode, r.stdout.split(":")[0]) == (0, "refused"), r
+    finally:
+        subprocess.run(["umount", str(mnt)])
