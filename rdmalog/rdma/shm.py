@@ -7,7 +7,9 @@ Layout of one device (one per process and role) in a directory under /dev/shm:
   a deregistered region answers REM_ACCESS_ERR like a revoked RNIC key.
 - ``cq-N``: the receive side of a completion queue, a multi-producer ring of fixed slots. A peer's
   WRITE_WITH_IMM and SEND push a slot (imm, byte_len, inline SEND payload) after the data copy,
-  so the target sees the data before the notification (release/acquire on the slot word).
+  so the target sees the data before the notification (release/acquire on the slot word). A slot
+  claimed but unpublished for `RING_STALL_S` (its producer was killed mid-push) is skipped.
+- ``owner``: flock'ed for the device's life; sweeping dead devices' directories tests it.
 - ``cq-N.sock``: a datagram doorbell, rung only when the ring's owner has announced it sleeps.
 
 One-sided READ/WRITE are memcpy into/out of the peer's mapping; FETCH_AND_ADD/CMP_AND_SWAP are
