@@ -7,7 +7,9 @@ Layout of one device (one per process and role) in a directory under /dev/shm:
   a deregistered region answers REM_ACCESS_ERR like a revoked RNIC key.
 - ``cq-N``: the receive side of a completion queue, a multi-producer ring of fixed slots. A peer's
   WRITE_WITH_IMM and SEND push a slot (imm, byte_len, inline SEND payload) after the data copy,
-  so the target sees the data before the notification (release/acquire on the slot word).
+  so the target sees the data before the notification (release/acquire on the slot word). A slot
+  claimed but unpublished for `RING_STALL_S` (its producer was killed mid-push) is skipped.
+- ``owner``: flock'ed for the device's life; sweeping dead devices' directories tests it.
 - ``cq-N.sock``: a datagram doorbell, rung only when the ring's owner has announced it sleeps.
 
 One-sided READ/WRITE are memcpy into/out of the peer's mapping; FETCH_AND_ADD/CMP_AND_SWAP are
@@ -18,6 +20,7 @@ open so each side can tell when the other is gone.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import mmap
 import os
@@ -63,6 +66,9 @@ ADDR_SHIFT = 32  # region addresses are rkey << 32: unique per region, offsets u
 RING_HDR = 256  # reserve @0, head @64, waiting @128: separate cache lines
 SLOT_HDR = 24  # seq u64, kind u32, qp_num u32, imm u32, byte_len u32
 KIND_SEND, KIND_WRITE_IMM, KIND_DISCONNECT = 1, 2, 3
+# A slot claimed but unpublished this long was claimed by a producer that died mid-push: the owner
+# skips it (before pushers waiting on a full ring give up, `_Ring.push`'s 1 s).
+RING_STALL_S = 0.5
 
 PAGE = mmap.ALLOCATIONGRANULARITY
 # plain ints on the hot path: IntFlag arithmetic costs microseconds
@@ -81,6 +87,20 @@ _SEND = Opcode.SEND
 _RECV = Opcode.RECV
 _RECV_RDMA_WITH_IMM = Opcode.RECV_RDMA_WITH_IMM
 _FETCH_AND_ADD = Opcode.FETCH_AND_ADD
+
+
+def _make_file(path: str, size: int) -> None:
+    """Create a file of `size` bytes with its blocks allocated: a sparse file on a full tmpfs
+    (Docker's /dev/shm is 64 MiB) maps fine, and its first touched page that cannot be backed
+    kills the toucher with SIGBUS - a peer pushing into a ring, not just its owner."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        os.unlink(path)
+        raise TransportError(f"cannot allocate {size} bytes for {path}: {e}") from e
+    finally:
+        os.close(fd)
 
 
 def _map_file(
@@ -131,10 +151,10 @@ class _Ring:
         self.path, self.nslots, self.slot_size = path, nslots, slot_size
         size = RING_HDR + nslots * slot_size
         if create:
-            with open(path, "wb") as f:
-                f.truncate(size)
+            _make_file(path, size)
         self._map, self.buf = _map_file(path, 0, size, True)
         self.head = load(self.buf, 64)  # consumer-local copy of the head index
+        self._stall = (-1, 0.0)  # (head, since when) of an unpublished claimed slot
 
     def slot_off(self, seq: int) -> int:
         return RING_HDR + (seq % self.nslots) * self.slot_size
@@ -159,7 +179,20 @@ class _Ring:
         e = ring_pop(self.buf, self.nslots, self.slot_size, self.head)
         if e is not None:
             self.head += 1
-        return e
+            return e
+        if self.stalled():  # claimed, unpublished: a push under way, or its producer was killed
+            now = time.monotonic()
+            if self._stall[0] != self.head:
+                self._stall = (self.head, now)
+            elif now - self._stall[1] >= RING_STALL_S:  # killed: the slot would block the ring
+                self.head += 1
+                store(self.buf, 64, self.head)
+                return self.pop()
+        return None
+
+    def stalled(self) -> bool:
+        """Whether a slot is claimed at the head but not published (yet)."""
+        return load(self.buf, 0) != self.head
 
     def ready(self) -> bool:
         return load(self.buf, self.slot_off(self.head)) == self.head + 1
@@ -236,6 +269,8 @@ class ShmCQ:
             fetch_add(ring.buf, 128, 0)  # full barrier before re-checking (pairs with push)
             if not ring.ready() and not self._local:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if ring.stalled():  # wake to skip the slot if its producer is dead
+                    left = RING_STALL_S if left is None else min(left, RING_STALL_S)
                 wait_readable([self._bell], left)
             store(ring.buf, 128, 0)
             self._sleeping = False
@@ -287,17 +322,28 @@ class _Peer:
             return None
         r = self.regions.get(rkey)
         if r is None:
+            self._prune()
             length, access, foff, plen = struct.unpack_from("<QQQQ", self.table, eoff + 8)
-            path = bytes(self.table[eoff + 40 : eoff + 40 + plen]).decode()
+            path = bytes(self.table[eoff + 40 : eoff + 40 + plen])
+            if load(self.table, eoff) != rkey:  # revoked while read: the entry is another's now
+                return None
             write = bool(access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC))
             try:
-                m, view = _map_file(path, foff, length, write, clamp=True)
+                m, view = _map_file(path.decode(), foff, length, write, clamp=True)
             except (OSError, ValueError):  # the file is gone (retention) or shorter than registered
                 return None
             r = self.regions[rkey] = (view, int(access), length, m)
         if (r[1] & need) != need:
             return None
         return r[0]
+
+    def _prune(self) -> None:
+        """Drop the mappings of regions revoked since: a peer that moved on never names their
+        rkeys again, and its mapping would hold a deleted segment file's space."""
+        for k in [
+            k for k in self.regions if load(self.table, (k & (MR_ENTRIES - 1)) * MR_ENTRY) != k
+        ]:
+            del self.regions[k]
 
     def close(self) -> None:
         self.regions.clear()
@@ -308,9 +354,7 @@ class _Peer:
 class ShmQP:
     """A connected queue pair; one-sided operations run here, in the initiator's thread."""
 
-    def __init__(
-        self, dev: ShmDevice, sock: socket.socket, send_cq: ShmCQ, recv_cq: ShmCQ, peer: dict
-    ):
+    def __init__(self, dev: ShmDevice, sock: socket.socket, send_cq: ShmCQ, recv_cq: ShmCQ):
         self.device = dev
         self.qp_num = next(_ids)
         self.send_cq, self.recv_cq = send_cq, recv_cq
@@ -324,17 +368,27 @@ class ShmQP:
         self._lock = threading.Lock()  # posting threads share the peer ring claim path only
         self.closed = False
         dev._qps[self.qp_num] = self
-        if peer:
-            self._attach(peer)
 
     def hello(self) -> dict:
         return {"dir": self.device.dir, "qp": self.qp_num, **self.recv_cq.describe()}
 
-    def _attach(self, peer: dict) -> None:
-        self.peer_qp_num = peer["qp"]
-        self._peer = _Peer(peer["dir"])
-        self._peer_ring = _Ring(peer["ring"], peer["nslots"], peer["slot"], False)
-        self._peer_bell = peer["bell"]
+    def _attach(self, peer) -> None:
+        """Map what the peer's hello names; TransportError for a setup line that is not a hello
+        or names nothing mappable (the caller closes the queue pair)."""
+        try:
+            qpn, ring, bell = int(peer["qp"]), peer["ring"], str(peer["bell"])
+            nslots, slot = int(peer["nslots"]), int(peer["slot"])
+            if nslots < 1 or slot % 8 or slot < SLOT_HDR + MAX_SEND_BYTES:  # pushes would raise
+                raise ValueError(f"ring geometry {nslots} x {slot}")
+            p = _Peer(peer["dir"])
+            try:
+                r = _Ring(ring, nslots, slot, False)
+            except BaseException:
+                p.close()
+                raise
+        except (KeyError, TypeError, ValueError, OverflowError, OSError) as e:
+            raise TransportError(f"bad connection setup: {e!r}") from e
+        self.peer_qp_num, self._peer, self._peer_ring, self._peer_bell = qpn, p, r, bell
 
     # -- posting ----------------------------------------------------------------------------------
     def _complete(self, wr_id: int, status: Status, op: Opcode, n: int, signaled: bool) -> None:
@@ -502,8 +556,13 @@ class ShmListener:
 
     def accept(self, send_cq, recv_cq=None, timeout=None) -> ShmQP:
         conn, peer = accept_setup(self.sock, timeout, SETUP_LIMIT)
-        qp = ShmQP(self.device, conn, send_cq, recv_cq or send_cq, peer)
-        send_setup(conn, qp.hello())
+        qp = ShmQP(self.device, conn, send_cq, recv_cq or send_cq)
+        try:
+            qp._attach(peer)
+            send_setup(conn, qp.hello())
+        except BaseException:  # a bad request must not leave a half-made QP or its connection
+            qp.close()
+            raise
         return qp
 
     def close(self) -> None:
@@ -514,11 +573,47 @@ class ShmListener:
             pass
 
 
-def _remove_dir(path: str, owner: int) -> None:
+def _remove_dir(path: str, owner: int, lock_fd: int) -> None:
     """A device's directory, removed by the process that made it: a forked child inherits the
-    device (and its exit handlers) but must not take it from its parent."""
+    device (and its exit handlers) but must not take it from its parent. Then its owner lock."""
     if os.getpid() == owner:
         shutil.rmtree(path, ignore_errors=True)
+    os.close(lock_fd)
+
+
+def _lock_owner(dir_: str) -> int:
+    """Take the directory's owner lock, held for the device's life (and by forked children): the
+    sweep's liveness test. Locked before it is named `owner`, so no sweep sees it unlocked."""
+    tmp = os.path.join(dir_, "owner.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(tmp, os.path.join(dir_, "owner"))
+    return fd
+
+
+def _owner_gone(path: str, pid: int) -> bool:
+    """Whether a device directory's owner is gone: its lock is free. Not by its pid: a live
+    owner in another pid namespace sharing /dev/shm looks dead, and a dead one's pid is reused.
+    A directory not locked yet (being made) is judged by its pid."""
+    try:
+        fd = os.open(os.path.join(path, "owner"), os.O_RDONLY)
+    except FileNotFoundError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # alive, someone else's
+        return False
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _sweep(base: str) -> None:
@@ -531,12 +626,9 @@ def _sweep(base: str) -> None:
         parts = name.split("-")
         if len(parts) < 3 or parts[0] != "rdmalog" or not parts[1].isdigit():
             continue
-        try:
-            os.kill(int(parts[1]), 0)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-        except PermissionError:
-            pass  # alive, someone else's
+        path = os.path.join(base, name)
+        if _owner_gone(path, int(parts[1])):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 class ShmDevice:
@@ -549,10 +641,11 @@ class ShmDevice:
         _sweep(base)
         self.dir = tempfile.mkdtemp(prefix=f"rdmalog-{os.getpid()}-", dir=base)
         # also at exit; only by this process, not by a forked child exiting
-        self._finalizer = weakref.finalize(self, _remove_dir, self.dir, os.getpid())
+        self._finalizer = weakref.finalize(
+            self, _remove_dir, self.dir, os.getpid(), _lock_owner(self.dir)
+        )
         self.slot_size = SLOT_HDR + -(-max_send // 8) * 8  # slots stay 8-byte aligned
-        with open(os.path.join(self.dir, "mrtable"), "wb") as f:
-            f.truncate(MR_ENTRIES * MR_ENTRY)
+        _make_file(os.path.join(self.dir, "mrtable"), MR_ENTRIES * MR_ENTRY)
         self._tmap, self._table = _map_file(
             os.path.join(self.dir, "mrtable"), 0, MR_ENTRIES * MR_ENTRY, True
         )
@@ -606,8 +699,7 @@ class ShmDevice:
 
     def alloc_mr(self, length: int, access: Access) -> ShmMR:
         path = os.path.join(self.dir, f"mr-{next(_ids)}")
-        with open(path, "wb") as f:
-            f.truncate(max(length, 1))
+        _make_file(path, max(length, 1))
         m, view = _map_file(path, 0, max(length, 1), True)
         return self._register(view[:length], access, path, 0, owned=(m, path))
 
@@ -630,9 +722,13 @@ class ShmDevice:
         except OSError as e:
             sock.close()
             raise TransportError(f"cannot connect to {address}: {e}") from e
-        qp = ShmQP(self, sock, send_cq, recv_cq or send_cq, {})
-        send_setup(sock, qp.hello())
-        qp._attach(recv_setup(sock, SETUP_LIMIT))
+        qp = ShmQP(self, sock, send_cq, recv_cq or send_cq)
+        try:
+            send_setup(sock, qp.hello())
+            qp._attach(recv_setup(sock, SETUP_LIMIT))
+        except BaseException:
+            qp.close()
+            raise
         return qp
 
     def close(self) -> None:

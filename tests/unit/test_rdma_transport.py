@@ -505,3 +505,229 @@ def test_waits_work_on_descriptors_above_1023():
         a.close()
         b.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_shm_ring_slot_claimed_by_a_dead_producer_is_skipped():
+    """A producer killed (SIGKILL) between claiming a ring slot and publishing it left the slot
+    unpublished forever: the ring's owner waited on it, never saw any later completion, and the
+    ring filled up under every other peer (their pushes failed RNR_RETRY_EXC_ERR). The claim is
+    made by hand here, through the ring header's reserve word, as the dead process left it."""
+    from rdmalog.rdma._atomic64 import fetch_add
+
+    p = Pair("shm")
+    try:
+        fetch_add(p.scq.ring.buf, 0, 1)  # a slot claimed, never published
+        for i in range(3):
+            p.sqp.post_recv(i, p.region, 0, 0)
+        p.local.buf[:4] = b"data"
+        p.cqp.post_write(9, p.local, 0, 4, p.rr.addr, p.rr.rkey, imm=42)
+        assert p.one(p.ccq).status == Status.SUCCESS
+        got = p.scq.wait(4.0)
+        assert [(w.wr_id, w.imm_data) for w in got] == [(0, 42)]
+        # the ring keeps working past the skipped slot, across wrap-around
+        for n in range(2 * p.scq.ring.nslots):
+            p.sqp.post_recv(100 + n, p.region, 0, 0)
+            p.cqp.post_write(10, p.local, 0, 4, p.rr.addr, p.rr.rkey, imm=n, signaled=False)
+            assert [w.imm_data for w in p.scq.wait(5.0)] == [n]
+    finally:
+        p.close()
+
+
+def test_shm_peer_unmaps_regions_revoked_since(tmp_path):
+    """A peer kept its mapping of every region it had touched until it used that rkey again: a
+    consumer that moved on from a segment whose grant the broker revoked kept the segment file
+    mapped for the connection's lifetime, so the disk space of files retention deleted stayed
+    held (and mappings grew by one per segment). Mapping the next region drops revoked ones."""
+    import mmap
+
+    p = Pair("shm")
+    try:
+        paths = [str(tmp_path / f"seg-{i}") for i in range(2)]
+        maps, mrs = [], []
+        for path in paths:
+            with open(path, "wb") as f:
+                f.truncate(4096)
+            with open(path, "r+b") as f:
+                maps.append(mmap.mmap(f.fileno(), 4096))
+            mrs.append(p.srv.reg_mr(maps[-1], Access.REMOTE_READ, path=path))
+        rr = mrs[0].remote()
+        assert p.cqp.read_now(p.local, 0, 8, rr.addr, rr.rkey) == Status.SUCCESS
+        mrs[0].deregister()
+        mrs[0].buf.release()
+        maps[0].close()
+        os.unlink(paths[0])  # retention deletes the segment
+        rr = mrs[1].remote()
+        assert p.cqp.read_now(p.local, 0, 8, rr.addr, rr.rkey) == Status.SUCCESS
+        with open("/proc/self/maps") as f:
+            assert paths[0] not in f.read()
+        mrs[1].deregister()
+        mrs[1].buf.release()
+        maps[1].close()
+    finally:
+        p.close()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "{}",
+        "null",  # "{}" and null were taken for "no peer yet": a QP without a ring to push to
+        "[1]",
+        '{"dir": "/nonexistent", "qp": 1}',
+        '{"dir": "%(dir)s", "qp": 1, "ring": "%(ring)s", "nslots": 0, "slot": 512, "bell": ""}',
+        '{"dir": "%(dir)s", "qp": 1, "ring": "%(ring)s", "nslots": 4, "slot": 32, "bell": ""}',
+        '{"dir": "%(dir)s", "qp": 1, "ring": "%(ring)s", "nslots": 1e18, "slot": 512, "bell": ""}',
+    ],
+)
+def test_shm_bad_setup_line_closes_the_connection(line):
+    """A setup line that is JSON but not a peer's hello (missing keys, paths that do not map, a
+    ring no push fits) left a half-made queue pair registered in the device with the connection
+    open, or one whose pushes raise in the broker's loop: each bad request leaked a descriptor,
+    and the requester waited for an answer that never came."""
+    import socket
+
+    dev = open_device("shm")
+    lst = dev.listen()
+    cq = dev.create_cq()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(lst.address)
+        s.sendall((line % {"dir": dev.dir, "ring": cq.ring.path}).encode() + b"\n")
+        with pytest.raises(TransportError):
+            lst.accept(cq, timeout=2)
+        s.settimeout(2)
+        assert s.recv(1) == b""  # closed: the requester is not left waiting
+        assert dev._qps == {}
+    finally:
+        s.close()
+        lst.close()
+        dev.close()
+
+
+def test_shm_sweep_judges_owners_by_their_lock_not_their_pid(tmp_path):
+    """The /dev/shm sweep took a directory's pid for its owner's: a live device whose pid this
+    process cannot see (another pid namespace sharing /dev/shm, as containers talking over shm
+    must) had its directory removed under it, while a dead one's whose pid was reused by an
+    unrelated process was never removed. The owner's lock on its directory decides now."""
+    import fcntl
+    import subprocess
+
+    from rdmalog.rdma.shm import ShmDevice
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process here has (until reused)
+    elsewhere = tmp_path / f"rdmalog-{gone.pid}-live"  # owner alive, pid not visible here
+    elsewhere.mkdir()
+    held = os.open(elsewhere / "owner", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    reused = tmp_path / f"rdmalog-{os.getpid()}-dead"  # owner dead, its pid now someone else's
+    reused.mkdir()
+    (reused / "owner").touch()
+    dead = tmp_path / f"rdmalog-{gone.pid}-dead"  # from before owner locks: the pid decides
+    dead.mkdir()
+    try:
+        dev = ShmDevice(root=str(tmp_path))
+        assert elsewhere.exists()
+        assert not reused.exists()
+        assert not dead.exists()
+        other = ShmDevice(root=str(tmp_path))  # a live device of this process is not swept
+        assert os.path.isdir(dev.dir)
+        other.close()
+        dev.close()
+    finally:
+        os.close(held)
+
+
+def test_shm_peer_does_not_map_a_region_reregistered_while_it_looked(tmp_path):
+    """A peer checked a region's rkey word, then read the entry's path and length: a region
+    deregistered in between, its table entry handed to the next region (free entries are reused
+    last-in first-out), made the peer map the new region's file under the old rkey and complete
+    an access with a revoked key as a success, on another region's bytes. The interleaving is
+    forced with a profile hook at the entry read."""
+    import mmap
+    import struct as struct_mod
+    import sys
+
+    p = Pair("shm")
+    bufs, mrs = [], []
+
+    def region(name: bytes) -> None:
+        path = str(tmp_path / name.decode())
+        with open(path, "wb") as f:
+            f.write(name * (4096 // len(name)))
+        with open(path, "r+b") as f:
+            bufs.append(mmap.mmap(f.fileno(), 4096))
+        mrs.append(p.srv.reg_mr(bufs[-1], Access.REMOTE_READ, path=path))
+
+    def swap(frame, event, arg) -> None:  # the owner revokes A and registers B meanwhile
+        if event == "c_call" and arg is struct_mod.unpack_from and len(mrs) == 1:
+            sys.setprofile(None)
+            mrs[0].deregister()
+            region(b"B")
+
+    try:
+        region(b"A")
+        rr = mrs[0].remote()
+        sys.setprofile(swap)
+        try:
+            st = p.cqp.read_now(p.local, 0, 4, rr.addr, rr.rkey)
+        finally:
+            sys.setprofile(None)
+        assert len(mrs) == 2 and mrs[1].index == mrs[0].index  # the entry was reused
+        assert (st, bytes(p.local.buf[:4])) == (Status.REM_ACCESS_ERR, bytes(4))
+    finally:
+        p.close()
+
+
+_FULL_SHM_CHILD = """
+import sys
+from rdmalog.rdma.shm import ShmDevice
+from rdmalog.rdma.transport import Access, TransportError
+from tests.unit.test_rdma_transport import Pair
+p = Pair("shm")
+try:
+    cli = ShmDevice(root=sys.argv[1])  # on the small /dev/shm
+    cq = cli.create_cq(4096)  # 2 MiB of ring on a 1 MiB tmpfs
+except TransportError as e:
+    print("refused:", e)
+    sys.exit(0)
+lst = p.srv.listen()
+import threading
+got = {}
+t = threading.Thread(target=lambda: got.setdefault("qp", lst.accept(p.scq, timeout=5)))
+t.start()
+qp = cli.connect(lst.address, cq)
+t.join(5)
+for i in range(4096):  # the broker's SENDs land in the client's ring pages
+    got["qp"].post_send(i, p.region, 0, 8, signaled=False)
+print("no fault")
+"""
+
+
+def test_shm_files_on_a_full_dev_shm_are_refused_not_faulted(tmp_path):
+    """Files in /dev/shm were made sparse (truncate): on a full tmpfs (Docker's default
+    /dev/shm is 64 MiB) creating a CQ succeeded, and the first push into a ring page tmpfs
+    could not back killed the pusher with SIGBUS - the broker, when a client's ring filled
+    the mount. Files are allocated when made now: a full mount is refused there."""
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mnt = tmp_path / "shm"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)]).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        r = subprocess.run(
+            [sys.executable, "-c", _FULL_SHM_CHILD, str(mnt)],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": root},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (r.returncode, r.stdout.split(":")[0]) == (0, "refused"), r
+    finally:
+        subprocess.run(["umount", str(mnt)])
