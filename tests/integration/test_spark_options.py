@@ -164,16 +164,11 @@ def test_min_partitions_leaves_small_ranges_out_of_the_split() -> None:
     assert [r for r in split if r.partition != 0] == [OffsetRange("t", p, 0, 1) for p in (1, 2, 3)]
 
 
-def test_initial_offset_is_resolved_once(bootstrap: str) -> None:
-    """Spark asks initialOffset() twice for a new query; `latest` must not move in between, or the
-    query fails with "offset went back" under traffic (spark-sql-kafka keeps its first answer too)."""
+def _topic_and_producer(bootstrap: str, topic: str):
+    """Create a one-partition topic; returns produce(n), which writes n records and flushes."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from rdmalog.spark import RdmalogDataSource
-    from rdmalog.spark.schema import kafka_schema
-
-    topic = "initial-offset-once"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
     producer = Producer({"bootstrap.servers": bootstrap})
@@ -183,6 +178,17 @@ def test_initial_offset_is_resolved_once(bootstrap: str) -> None:
             producer.produce(topic, b"%d" % i)
         assert producer.flush(15) == 0
 
+    return produce
+
+
+def test_initial_offset_is_resolved_once(bootstrap: str) -> None:
+    """Spark asks initialOffset() twice for a new query; `latest` must not move in between, or the
+    query fails with "offset went back" under traffic (spark-sql-kafka keeps its first answer too)."""
+    from rdmalog.spark import RdmalogDataSource
+    from rdmalog.spark.schema import kafka_schema
+
+    topic = "initial-offset-once"
+    produce = _topic_and_producer(bootstrap, topic)
     produce(3)
     source = RdmalogDataSource({"subscribe": topic, "rdmalog.bootstrap": bootstrap})
     reader = source.streamReader(kafka_schema(False))
@@ -226,23 +232,13 @@ def test_available_now_target_before_initial_offset(bootstrap: str) -> None:
     """Spark calls prepareForTriggerAvailableNow() when it builds the plan, before it asks a new
     query's initialOffset(). Records produced in between put `latest` (the default start) past the
     target; that is nothing to read, not offsets going back (which failed the query)."""
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from rdmalog.spark import RdmalogDataSource
     from rdmalog.spark.schema import kafka_schema
 
     topic = "available-now-target-first"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
-    producer = Producer({"bootstrap.servers": bootstrap})
-
-    def produce(n: int) -> None:
-        for i in range(n):
-            producer.produce(topic, b"%d" % i)
-        assert producer.flush(15) == 0
-
+    produce = _topic_and_producer(bootstrap, topic)
     produce(3)
     source = RdmalogDataSource({"subscribe": topic, "rdmalog.bootstrap": bootstrap})
     reader = source.streamReader(kafka_schema(False))
