@@ -289,10 +289,8 @@ class RdmaService:
                     log.info("rdma: queue pair %s closed during setup: %s", qp.qp_num, exc)
                 else:
                     log.exception("rdma: queue pair setup failed")
-                with self.lock:
-                    self.qps.pop(qp.qp_num, None)
-                if cqp is not None:
-                    cqp.close()
+                if cqp is not None:  # listed in self.qps, and its region registered
+                    self._drop_qp(cqp)
                 else:
                     qp.close()
 
@@ -333,6 +331,7 @@ class RdmaService:
                 log.exception("rdma acknowledgements, timeout check or commit fold failed")
 
     def _drop_qp(self, cqp: _ClientQP) -> None:
+        """Forget a client queue pair (if still the service's) and close it."""
         with self.lock:
             if self.qps.get(cqp.qp.qp_num) is cqp:
                 del self.qps[cqp.qp.qp_num]
@@ -930,13 +929,11 @@ class RdmaService:
         self._release_session(s)
         with self.lock:
             cqp = s.state.get("qp")
-            if cqp is not None:
-                self.qps.pop(cqp.qp.qp_num, None)
             for token, sess in list(self._tokens.items()):
                 if sess is s:
                     del self._tokens[token]
         if cqp is not None:
-            cqp.close()
+            self._drop_qp(cqp)
 
     # -- introspection (tests, bench) ----------------------------------------------------------------
     def stats(self) -> dict:
