@@ -6,14 +6,14 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "rdmalog.rdma._atomic64",
-            ["rdmalog/rdma/_atomic64.c"],
+            "rdmalog.rdma.transport._atomic64",
+            ["rdmalog/rdma/transport/_atomic64.c"],
             extra_compile_args=["-O2"],
             optional=False,
         ),
-        Extension(  # optional: rdmalog/rdma/consumer.py falls back to Python without it
-            "rdmalog.rdma._batch",
-            ["rdmalog/rdma/_batch.c"],
+        Extension(  # optional: rdmalog/rdma/client/consumer.py falls back to Python without it
+            "rdmalog.rdma.client._batch",
+            ["rdmalog/rdma/client/_batch.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -64,7 +64,7 @@ from pathlib import Path
 
 from brokers import free_port, port_open
 
-from rdmalog.records import build_batch
+from rdmalog.store.records import build_batch
 
 REC = b"x" * 100  # produce latency record
 REC_1K = b"c" * 1024  # consume latency record
@@ -129,7 +129,7 @@ class Broker:
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.control = f"127.0.0.1:{self.control_port}"
         script = Path(sys.executable).parent / "rdmalog"
-        cmd = [str(script)] if script.exists() else [sys.executable, "-m", "rdmalog"]
+        cmd = [str(script)] if script.exists() else [sys.executable, "-m", "gateway"]
         cmd += ["serve", "--listen", self.bootstrap, "--data-dir", data_dir]
         cmd += ["--override", f"rdma.transport={transport}"]
         cmd += ["--override", f"rdma.control.port={self.control_port}"]
@@ -194,7 +194,7 @@ def bench_file_writes(data_root: str | None, size: int = 64 << 20) -> None:
     work: the copy plus the first-write fault that makes each clean page dirty)."""
     import mmap
 
-    from rdmalog.rdma.prefault import MADV_POPULATE_READ, _madvise, address_of
+    from rdmalog.rdma.broker.prefault import MADV_POPULATE_READ, _madvise, address_of
 
     chunk = os.urandom(64 << 10)
     with tempfile.TemporaryDirectory(prefix="rdmalog-bench-", dir=data_root) as d:

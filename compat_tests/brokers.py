@@ -43,7 +43,7 @@ def serve_command() -> list[str]:
     found = shutil.which("rdmalog")
     if found:
         return [found, "serve"]
-    return [sys.executable, "-m", "rdmalog", "serve"]
+    return [sys.executable, "-m", "gateway", "serve"]
 
 
 class ExternalBroker:

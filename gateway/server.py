@@ -473,7 +473,7 @@ def _listen_address(config: BrokerConfig, listen: tuple[str, int] | None) -> tup
 
 def open_store(config: BrokerConfig):
     """Open the rdmalog store of this broker (recovers every log)."""
-    from rdmalog.store import Store
+    from rdmalog.store.log_manager import Store
 
     store = Store(Path(config.log_dirs[0]), config)
     store.open()
@@ -486,7 +486,7 @@ def start_rdma(store, config: BrokerConfig, groups: GroupService | None = None):
     transport = config.get("rdma.transport")
     if transport == "none":
         return None
-    from rdmalog.rdma.service import RdmaService
+    from rdmalog.rdma.broker.service import RdmaService
 
     service = RdmaService(
         store,

@@ -126,7 +126,7 @@ class NativeSender:
         if not control:
             raise NativeUnavailable("no RDMA control address (the broker runs no RDMA service)")
         try:
-            from rdmalog.rdma.producer import Producer
+            from rdmalog.rdma.client.producer import Producer
         except ImportError as exc:
             raise NativeUnavailable(f"rdmalog.rdma.Producer is not importable: {exc}") from exc
         self.p = Producer(control, transport=transport, timeout=30.0)

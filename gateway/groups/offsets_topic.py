@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from gateway.groups.schema import OFFSETS_TOPIC, partition_for
-from rdmalog.records import Record, build_batch, decode_records, iter_batches
+from rdmalog.store.records import Record, build_batch, decode_records, iter_batches
 
 log = logging.getLogger(__name__)
 

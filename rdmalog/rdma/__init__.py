@@ -10,19 +10,19 @@ __all__ = ["BrokerDisconnected", "ClientClosedError", "Consumer", "Producer", "o
 
 def __getattr__(name: str):
     if name == "Producer":
-        from rdmalog.rdma.producer import Producer
+        from rdmalog.rdma.client.producer import Producer
 
         return Producer
     if name == "Consumer":
-        from rdmalog.rdma.consumer import Consumer
+        from rdmalog.rdma.client.consumer import Consumer
 
         return Consumer
     if name in ("BrokerDisconnected", "ClientClosedError"):
-        from rdmalog.rdma import client
+        from rdmalog.rdma.client import endpoint as client
 
         return getattr(client, name)
     if name == "open_device":
-        from rdmalog.rdma.transport import open_device
+        from rdmalog.rdma.transport.interface import open_device
 
         return open_device
     raise AttributeError(name)

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rdmalog.errors import KafkaError
-from rdmalog.rdma.transport import wait_readable
+from rdmalog.rdma.transport.interface import wait_readable
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import struct
 
-from rdmalog.rdma.transport import MAX_SEND_BYTES
+from rdmalog.rdma.transport.interface import MAX_SEND_BYTES
 
 ORDER_SHIFT = 48
 POSITION_MASK = (1 << ORDER_SHIFT) - 1

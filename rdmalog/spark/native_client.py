@@ -29,8 +29,8 @@ NativeOffsets = KafkaOffsets  # the driver's lookups go through the Kafka protoc
 def available() -> bool:
     """True when rdmalog.rdma provides the native Consumer and Producer."""
     try:
-        from rdmalog.rdma.consumer import Consumer  # noqa: F401
-        from rdmalog.rdma.producer import Producer  # noqa: F401
+        from rdmalog.rdma.client.consumer import Consumer  # noqa: F401
+        from rdmalog.rdma.client.producer import Producer  # noqa: F401
     except ImportError:
         return False
     return True
@@ -54,8 +54,8 @@ _POOL_MAX = 8
 
 def _take(conn: ConnectionOptions, tp: TopicPartition, start: int):
     """A consumer of `tp` positioned at `start`: the pooled one when there is one, else new."""
-    from rdmalog.rdma.client import BrokerDisconnected
-    from rdmalog.rdma.consumer import Consumer
+    from rdmalog.rdma.client.consumer import Consumer
+    from rdmalog.rdma.client.endpoint import BrokerDisconnected
 
     key = (conn.transport, _control(conn), tp)
     consumer = _POOL.pop(key, None)
@@ -107,8 +107,8 @@ def read_range(
     Records of the range that are gone (deleted by retention or DeleteRecords, before the read or
     while it runs, or with their topic) are data loss: an error with `fail_on_data_loss`, else a
     warning and, as spark-sql-kafka's executors do, the read goes on from the log start."""
-    from rdmalog.rdma.client import BrokerDisconnected
-    from rdmalog.rdma.consumer import EARLIEST
+    from rdmalog.rdma.client.consumer import EARLIEST
+    from rdmalog.rdma.client.endpoint import BrokerDisconnected
     from rdmalog.rdma.control import ControlError
 
     if start >= end:
@@ -177,7 +177,7 @@ class NativeSink:
     """Shared-mode native producer (several tasks may write one partition at once)."""
 
     def __init__(self, conn: ConnectionOptions) -> None:
-        from rdmalog.rdma.producer import Producer
+        from rdmalog.rdma.client.producer import Producer
 
         self._producer = Producer(
             _control(conn), transport=conn.transport, mode="shared", timeout=CLIENT_TIMEOUT_S
@@ -195,7 +195,7 @@ class NativeSink:
         headers: list[tuple[str, bytes | None]] | None,
     ) -> None:
         """Buffer one record; full chunks go out as one native batch."""
-        from rdmalog.records import Record
+        from rdmalog.store.records import Record
 
         # no partition column: Kafka's default partitioner, as the Kafka transport's writes
         part = self._producer.partition_for(topic, key) if partition is None else partition

@@ -38,7 +38,7 @@ from rawkafka import RawClient, list_offset, produce  # noqa: E402
 
 from compat_tests.brokers import BrokerProcess  # noqa: E402
 from compat_tests.common import TIMEOUT_S, Deadline  # noqa: E402
-from rdmalog.records import Record, build_batch  # noqa: E402
+from rdmalog.store.records import Record, build_batch  # noqa: E402
 
 # a broker key set on the command line: topics without an override inherit it (STATIC_BROKER_CONFIG)
 OVERRIDES = {"log.retention.hours": "100", "num.partitions": "2"}

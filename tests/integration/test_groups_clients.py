@@ -401,7 +401,7 @@ def test_group_resumes_from_commits_across_broker_restarts(group_broker):
     from kafka import KafkaConsumer
 
     from gateway.groups.schema import OFFSETS_TOPIC, OffsetKey, decode_key, partition_for
-    from rdmalog.records import decode_all
+    from rdmalog.store.records import decode_all
 
     bootstrap = group_broker.bootstrap
     topic = create_topic(bootstrap)

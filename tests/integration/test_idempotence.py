@@ -25,7 +25,7 @@ from rawkafka import RawClient, list_offset, produce  # noqa: E402
 
 from compat_tests.brokers import BrokerProcess  # noqa: E402
 from compat_tests.common import TIMEOUT_S, Deadline, create_topic  # noqa: E402
-from rdmalog.records import Record, build_batch  # noqa: E402
+from rdmalog.store.records import Record, build_batch  # noqa: E402
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47

@@ -21,13 +21,14 @@ import pytest
 
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import CorruptRecordError, KafkaError, PolicyViolationError
-from rdmalog.rdma import Consumer, Producer, tcp
-from rdmalog.rdma._atomic64 import fetch_add
-from rdmalog.rdma.client import Endpoint
+from rdmalog.rdma import Consumer, Producer
+from rdmalog.rdma.broker.service import RdmaService
+from rdmalog.rdma.client.endpoint import Endpoint
+from rdmalog.rdma.client.producer import ACK_BUF, ProduceError, RegisteredSlice
 from rdmalog.rdma.control import ControlError
-from rdmalog.rdma.producer import ACK_BUF, ProduceError, RegisteredSlice
-from rdmalog.rdma.service import RdmaService
-from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status
+from rdmalog.rdma.transport import tcp
+from rdmalog.rdma.transport._atomic64 import fetch_add
+from rdmalog.rdma.transport.interface import Access, Opcode, RemoteRegion, Status
 from rdmalog.rdma.wire import (
     ACK,
     AckStatus,
@@ -35,8 +36,8 @@ from rdmalog.rdma.wire import (
     reservation_add,
     word_decode,
 )
-from rdmalog.records import build_batch, decode_all
-from rdmalog.store import Store
+from rdmalog.store.log_manager import Store
+from rdmalog.store.records import build_batch, decode_all
 from tests.unit.conftest import crash
 
 KINDS = ["shm", "tcp"]
@@ -624,7 +625,7 @@ def test_a_batch_that_cannot_be_decoded_comes_after_the_records_before_it(
     are returned, again on every poll, the position at it, until a seek past it. The decoder's
     error used to escape poll(), taking with it the records decoded before it (the position
     already past them), and later polls returned nothing, silently."""
-    from rdmalog.rdma import consumer as consumer_module
+    from rdmalog.rdma.client import consumer as consumer_module
 
     if decoder == "python":
         monkeypatch.setattr(consumer_module, "_c_decode_plain", None)
@@ -654,7 +655,7 @@ def test_poll_returns_at_most_max_records_and_keeps_the_rest(broker, codec):
     decoded - and the rest in order on later polls, the position always the next offset it
     returns (what commit() commits); a batch larger than k is returned across polls.
     poll_batches(max_batches=k) likewise. Compressed batches take the Python decoder."""
-    from rdmalog.compression import Codec
+    from rdmalog.store.compression import Codec
 
     st, svc = broker
     st.create_topic("mx", 1)
@@ -1279,7 +1280,7 @@ def test_idempotent_producer_stamps_every_batch_with_its_id_and_sequences(broker
     """idempotent=True: the broker hands out a producer id; every batch - built by send(), given
     as bytes (two batches in one write) or built in registered memory - carries it and its
     partition's next sequence numbers, as a Kafka idempotent producer's batches do."""
-    from rdmalog.records import validate_batches
+    from rdmalog.store.records import validate_batches
 
     st, svc = broker
     st.create_topic("ip", 2)
@@ -1428,7 +1429,7 @@ def test_a_hostile_tcp_peer_does_not_stop_the_engine(broker, hostile, caplog):
 
     st, svc = broker
     st.create_topic("hostile", 1)
-    caplog.set_level(logging.INFO, "rdmalog.rdma.tcp")
+    caplog.set_level(logging.INFO, "rdmalog.rdma.transport.tcp")
     sock = _raw_tcp_peer(svc)
     pack = tcp.FRAME.pack
     if hostile == "status":
@@ -1488,7 +1489,7 @@ def test_a_tcp_peer_that_does_not_read_its_answers_holds_up_only_itself(broker):
 
 def test_consumer_without_the_c_decoder_reads_the_same(broker, kind, monkeypatch):
     """Where the C helper is not built, the consumer decodes with the store's own decoder."""
-    from rdmalog.rdma import consumer as consumer_module
+    from rdmalog.rdma.client import consumer as consumer_module
 
     st, svc = broker
     st.create_topic("no-c", 1, {})
@@ -1513,7 +1514,7 @@ def resident_fraction(path: Path, length: int | None = None) -> float:
     import ctypes
     import mmap
 
-    from rdmalog.rdma.prefault import address_of
+    from rdmalog.rdma.broker.prefault import address_of
 
     libc = ctypes.CDLL(None, use_errno=True)
     size = os.path.getsize(path)
@@ -1533,7 +1534,7 @@ def test_preallocated_head_is_resident_when_granted(broker):
     as registering it with an RNIC pins it: the first megabytes before the grant is answered, the
     rest in the background, so the datapath never allocates a page and no producer waits for a
     whole file. Without it the head stays sparse and only a lead ahead of the writes is populated."""
-    from rdmalog.rdma.prefault import MADV_POPULATE_READ, MADV_POPULATE_WRITE
+    from rdmalog.rdma.broker.prefault import MADV_POPULATE_READ, MADV_POPULATE_WRITE
 
     st, svc = broker
     seg_bytes = 32 << 20

@@ -256,7 +256,7 @@ def test_commit_async_callbacks_report_the_coordinators_answer(broker_factory, t
     committed (commits superseded before the fold are answered with the one that carried them),
     the Kafka error when it was refused: a group with an active Kafka member refuses these simple
     commits (UNKNOWN_MEMBER_ID), which would otherwise be lost without the consumer knowing."""
-    from rdmalog.rdma.offsets import OffsetCommitError
+    from rdmalog.rdma.client.offsets import OffsetCommitError
 
     topic = group = f"cb-{transport}"
     broker, control = _start_with_records(broker_factory, transport, topic, b"c", 10)
@@ -394,7 +394,7 @@ def test_close_after_the_broker_died_fails_waiting_commits_at_once(broker_factor
     """A broker killed before it folded a commit: close() fails the commit's callback at once,
     since no fold will answer it. On shm the dead broker's result words still read (a mapping),
     so close() waited its whole timeout for an answer that could not come."""
-    from rdmalog.rdma.offsets import OffsetCommitError
+    from rdmalog.rdma.client.offsets import OffsetCommitError
 
     topic = group = f"died-{transport}"
     broker, control = _start_with_records(broker_factory, transport, topic, b"d", 5)

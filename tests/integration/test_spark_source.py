@@ -464,7 +464,7 @@ class InProcessBroker:
 
         from gateway import server
         from rdmalog.config import BrokerConfig
-        from rdmalog.rdma.service import RdmaService
+        from rdmalog.rdma.broker.service import RdmaService
 
         self._server = server
         config = BrokerConfig.from_sources(
@@ -502,7 +502,7 @@ class InProcessBroker:
 
 @pytest.fixture(scope="module")
 def native_broker(tmp_path_factory) -> Iterator[InProcessBroker]:
-    pytest.importorskip("rdmalog.rdma.service")
+    pytest.importorskip("rdmalog.rdma.broker.service")
     broker = InProcessBroker(tmp_path_factory.mktemp("native-broker"))
     yield broker
     broker.close()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rdmalog.config import BrokerConfig, TopicConfig
-from rdmalog.log import PartitionLog
-from rdmalog.records import Record, build_batch
+from rdmalog.store.log import PartitionLog
+from rdmalog.store.records import Record, build_batch
 
 T0 = 1_700_000_000_000  # a fixed "now" in ms
 

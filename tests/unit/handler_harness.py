@@ -19,7 +19,7 @@ from gateway.protocol import (
     parse_request_header,
 )
 from rdmalog.config import BrokerConfig
-from rdmalog.store import Store
+from rdmalog.store.log_manager import Store
 
 REGISTRY = load_all()
 

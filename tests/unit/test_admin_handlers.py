@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmalog.records import Record, build_batch
+from rdmalog.store.records import Record, build_batch
 from tests.unit.handler_harness import REGISTRY, HandlerHarness, versions
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8

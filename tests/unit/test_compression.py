@@ -12,8 +12,8 @@ import snappy
 import zstandard
 from kafka import codec as kp
 
-from rdmalog.compression import XERIAL_HEADER, Codec, codec_of, compress, decompress
 from rdmalog.errors import CorruptRecordError, UnsupportedCompressionTypeError
+from rdmalog.store.compression import XERIAL_HEADER, Codec, codec_of, compress, decompress
 
 DATA = b"".join(b"record %d with some repetitive payload " % i for i in range(5000)) + os.urandom(
     3000

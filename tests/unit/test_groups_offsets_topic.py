@@ -18,8 +18,8 @@ from gateway.groups.schema import (
     partition_for,
 )
 from rdmalog.config import BrokerConfig
-from rdmalog.records import build_batch, decode_records, iter_batches
-from rdmalog.store import Store
+from rdmalog.store.log_manager import Store
+from rdmalog.store.records import build_batch, decode_records, iter_batches
 
 
 def open_store(path: Path) -> Store:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmalog.index import IndexCorruptError, OffsetIndex, TimeIndex
+from rdmalog.store.index import IndexCorruptError, OffsetIndex, TimeIndex
 
 
 def test_offset_index_layout_and_lookup(tmp_path: Path) -> None:

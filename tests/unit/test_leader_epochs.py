@@ -1,8 +1,8 @@
-"""Leader epoch cache lookups and its Kafka checkpoint file (rdmalog.leader_epochs)."""
+"""Leader epoch cache lookups and its Kafka checkpoint file (rdmalog.store.leader_epochs)."""
 
 from __future__ import annotations
 
-from rdmalog.leader_epochs import LeaderEpochCache
+from rdmalog.store.leader_epochs import LeaderEpochCache
 
 
 def test_end_offset_for_follows_kafka_rules() -> None:

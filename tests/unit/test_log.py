@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from rdmalog.compression import Codec
 from rdmalog.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
@@ -21,8 +20,9 @@ from rdmalog.errors import (
     OutOfOrderSequenceError,
     RecordListTooLargeError,
 )
-from rdmalog.log import PartitionLog
-from rdmalog.records import (
+from rdmalog.store.compression import Codec
+from rdmalog.store.log import PartitionLog
+from rdmalog.store.records import (
     LOG_APPEND_TIME,
     Record,
     RecordBatch,

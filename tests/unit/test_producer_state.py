@@ -1,12 +1,12 @@
-"""Idempotent-producer sequence rules (rdmalog.producer_state), as Kafka applies them per partition."""
+"""Idempotent-producer sequence rules (rdmalog.store.producer_state), as Kafka applies them per partition."""
 
 from __future__ import annotations
 
 import pytest
 
 from rdmalog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from rdmalog.log import PartitionLog
-from rdmalog.producer_state import ProducerStateTable
+from rdmalog.store.log import PartitionLog
+from rdmalog.store.producer_state import ProducerStateTable
 from tests.unit.conftest import T0, batch, broker_config, topic_config
 
 

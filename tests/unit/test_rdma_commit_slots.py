@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rdmalog.rdma.commit_slots import (
+from rdmalog.rdma.broker.commit_slots import (
     COUNT_MASK,
     MAX_OFFSET,
     WORD_MASK,

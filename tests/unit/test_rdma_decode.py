@@ -7,9 +7,9 @@ import gc
 
 import pytest
 
-from rdmalog.rdma import consumer
-from rdmalog.rdma.consumer import ConsumerRecord
-from rdmalog.records import (
+from rdmalog.rdma.client import consumer
+from rdmalog.rdma.client.consumer import ConsumerRecord
+from rdmalog.store.records import (
     HEADER,
     LOG_APPEND_TIME,
     TIMESTAMP_TYPE_BIT,
@@ -20,7 +20,7 @@ from rdmalog.records import (
 )
 
 c_decode = consumer._c_decode_plain
-needs_c = pytest.mark.skipif(c_decode is None, reason="rdmalog.rdma._batch is not built")
+needs_c = pytest.mark.skipif(c_decode is None, reason="rdmalog.rdma.client._batch is not built")
 
 RECORDS = [
     Record(b"k0", b"v0", [], 1_000),

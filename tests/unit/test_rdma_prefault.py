@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rdmalog.rdma.prefault import Prefaulter
+from rdmalog.rdma.broker.prefault import Prefaulter
 
 SIZE = 8 << 20
 
@@ -67,7 +67,7 @@ def test_an_unmapped_file_is_dropped_quietly(tmp_path):
 def _resident_pages(m: mmap.mmap, start: int, end: int) -> int:
     import ctypes
 
-    from rdmalog.rdma.prefault import address_of
+    from rdmalog.rdma.broker.prefault import address_of
 
     vec = (ctypes.c_ubyte * ((end - start) // mmap.PAGESIZE))()
     libc = ctypes.CDLL(None, use_errno=True)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rdmalog.rdma.transport import (
+from rdmalog.rdma.transport.interface import (
     MAX_SEND_BYTES,
     Access,
     Opcode,
@@ -18,7 +18,7 @@ from rdmalog.rdma.transport import (
     TransportError,
     open_device,
 )
-from rdmalog.rdma.verbs import unavailable_reason
+from rdmalog.rdma.transport.verbs import unavailable_reason
 
 ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
 KINDS = ["shm", "tcp"]
@@ -115,7 +115,7 @@ def test_tcp_arrivals_without_a_receive_are_bounded(monkeypatch):
     """A peer that keeps writing with immediates into a queue pair whose owner posts no receives
     made it hold every arrival; past RNR_BACKLOG the write fails for its sender, as an RNIC's
     does once its RNR retries run out, and what was kept still completes in order."""
-    from rdmalog.rdma import tcp
+    from rdmalog.rdma.transport import tcp
 
     monkeypatch.setattr(tcp, "RNR_BACKLOG", 3)
     p = Pair("tcp")
@@ -411,8 +411,8 @@ def test_accept_times_out_and_close_returns(kind):
 def test_service_stop_returns_with_no_clients(kind, tmp_path):
     """RdmaService.stop() joins its accept loop: every listener's accept honours its timeout."""
     from rdmalog.config import BrokerConfig
-    from rdmalog.rdma.service import RdmaService
-    from rdmalog.store import Store
+    from rdmalog.rdma.broker.service import RdmaService
+    from rdmalog.store.log_manager import Store
 
     _device_or_skip(kind).close()
     st = Store(tmp_path, BrokerConfig.from_sources(None, {"log.dirs": str(tmp_path)}))
@@ -430,7 +430,7 @@ def test_service_stop_returns_with_no_clients(kind, tmp_path):
 
 
 def _push_many(path: str, nslots: int, slot: int, who: int, n: int) -> None:
-    from rdmalog.rdma.shm import KIND_WRITE_IMM, _Ring
+    from rdmalog.rdma.transport.shm import KIND_WRITE_IMM, _Ring
 
     ring = _Ring(path, nslots, slot, create=False)
     for i in range(n):
@@ -443,7 +443,7 @@ def test_shm_ring_many_producers_full_and_doorbell(tmp_path):
     producer's in its order; a full ring refuses a push instead of overwriting; the push that
     finds the owner asleep says to ring its doorbell; a SEND payload round-trips and one larger
     than a slot is refused."""
-    from rdmalog.rdma.shm import KIND_SEND, KIND_WRITE_IMM, _Ring
+    from rdmalog.rdma.transport.shm import KIND_SEND, KIND_WRITE_IMM, _Ring
 
     path = str(tmp_path / "ring")
     ring = _Ring(path, 8, 64, create=True)
@@ -488,7 +488,7 @@ def test_waits_work_on_descriptors_above_1023():
     import resource
     import socket
 
-    from rdmalog.rdma.transport import wait_readable
+    from rdmalog.rdma.transport.interface import wait_readable
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard <= 1500:
@@ -512,7 +512,7 @@ def test_shm_ring_slot_claimed_by_a_dead_producer_is_skipped():
     unpublished forever: the ring's owner waited on it, never saw any later completion, and the
     ring filled up under every other peer (their pushes failed RNR_RETRY_EXC_ERR). The claim is
     made by hand here, through the ring header's reserve word, as the dead process left it."""
-    from rdmalog.rdma._atomic64 import fetch_add
+    from rdmalog.rdma.transport._atomic64 import fetch_add
 
     p = Pair("shm")
     try:
@@ -612,7 +612,7 @@ def test_shm_sweep_judges_owners_by_their_lock_not_their_pid(tmp_path):
     import fcntl
     import subprocess
 
-    from rdmalog.rdma.shm import ShmDevice
+    from rdmalog.rdma.transport.shm import ShmDevice
 
     gone = subprocess.Popen(["true"])
     gone.wait()  # a pid no process here has (until reused)
@@ -681,8 +681,8 @@ def test_shm_peer_does_not_map_a_region_reregistered_while_it_looked(tmp_path):
 
 _FULL_SHM_CHILD = """
 import sys
-from rdmalog.rdma.shm import ShmDevice
-from rdmalog.rdma.transport import Access, TransportError
+from rdmalog.rdma.transport.shm import ShmDevice
+from rdmalog.rdma.transport.interface import Access, TransportError
 from tests.unit.test_rdma_transport import Pair
 p = Pair("shm")
 try:

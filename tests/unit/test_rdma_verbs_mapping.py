@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from rdmalog.rdma.transport import Access, Opcode, Status, TransportError
-from rdmalog.rdma.verbs import (
+from rdmalog.rdma.transport.interface import Access, Opcode, Status, TransportError
+from rdmalog.rdma.transport.verbs import (
     ACCESS_ON_DEMAND,
     MAX_SEND_BYTES,
     SIGNAL_EVERY,
@@ -76,7 +76,7 @@ def test_unknown_device_statuses_do_not_crash_the_poller():
 
 @pytest.fixture(scope="module")
 def pyverbs_enums():
-    from rdmalog.rdma.verbs import _import_pyverbs
+    from rdmalog.rdma.transport.verbs import _import_pyverbs
 
     try:
         _import_pyverbs()

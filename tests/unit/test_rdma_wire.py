@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mmap
 
-from rdmalog.rdma._atomic64 import compare_swap, copy, fetch_add, load, store
+from rdmalog.rdma.transport._atomic64 import compare_swap, copy, fetch_add, load, store
 from rdmalog.rdma.wire import (
     ACK,
     ACK_SIZE,

@@ -9,14 +9,14 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBuil
 from kafka.record.default_records import DefaultRecordBatch as KpBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder as KpBuilder
 
-from rdmalog.compression import Codec
 from rdmalog.errors import (
     CorruptRecordError,
     InvalidRecordError,
     MessageTooLargeError,
     UnsupportedCompressionTypeError,
 )
-from rdmalog.records import (
+from rdmalog.store.compression import Codec
+from rdmalog.store.records import (
     ATTRIBUTES,
     BATCH_OVERHEAD,
     CRC_POS,

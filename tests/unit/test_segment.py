@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rdmalog.records import decode_all, iter_batches, validate_batches
-from rdmalog.segment import FileSlice, LogSegment
+from rdmalog.store.records import decode_all, iter_batches, validate_batches
+from rdmalog.store.segment import FileSlice, LogSegment
 from tests.unit.conftest import T0, batch
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from rdmalog import checkpoints as ck
 from rdmalog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -21,8 +20,9 @@ from rdmalog.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
-from rdmalog.records import decode_all
-from rdmalog.store import METADATA_DIR, Store
+from rdmalog.store import checkpoints as ck
+from rdmalog.store.log_manager import METADATA_DIR, Store
+from rdmalog.store.records import decode_all
 from tests.unit.conftest import T0, Clock, batch, broker_config, crash
 
 
@@ -321,8 +321,8 @@ CHILD = r"""
 import sys
 from pathlib import Path
 from rdmalog.config import BrokerConfig
-from rdmalog.store import Store
-from rdmalog.records import Record, build_batch
+from rdmalog.store.log_manager import Store
+from rdmalog.store.records import Record, build_batch
 
 store = Store(Path(sys.argv[1]), BrokerConfig.from_sources(None, {"log.segment.bytes": "20000"}))
 store.open(start_maintenance=False)

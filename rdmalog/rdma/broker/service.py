@@ -27,11 +27,11 @@ import time
 from collections.abc import Callable
 
 from rdmalog.errors import KafkaError, PolicyViolationError, error_for_code
-from rdmalog.rdma._atomic64 import copy, fetch_add, load, store
-from rdmalog.rdma.commit_slots import CommitSink, CommitSlots
+from rdmalog.rdma.broker.commit_slots import CommitSink, CommitSlots
+from rdmalog.rdma.broker.prefault import Prefaulter
 from rdmalog.rdma.control import ControlError, ControlServer, Session, arg
-from rdmalog.rdma.prefault import Prefaulter
-from rdmalog.rdma.transport import Access, Opcode, Status, TransportError, open_device
+from rdmalog.rdma.transport._atomic64 import copy, fetch_add, load, store
+from rdmalog.rdma.transport.interface import Access, Opcode, Status, TransportError, open_device
 from rdmalog.rdma.wire import (
     ACK,
     ACK_SIZE,
@@ -636,7 +636,7 @@ class RdmaService:
             raise PolicyViolationError("RDMA ordering did not complete")
         status, base, last, append_time = result[0]
         if status == _ACK_OK:
-            from rdmalog.log import AppendResult
+            from rdmalog.store.log import AppendResult
 
             return AppendResult(base, last, append_time, ps.log.log_start_offset, False)
         if status in (AckStatus.FULL, AckStatus.REVOKED, AckStatus.ABORTED):

@@ -24,13 +24,13 @@ from typing import NamedTuple
 
 import crc32c as _crc32c
 
-from rdmalog.compression import Codec, compress, decompress
 from rdmalog.errors import (
     CorruptRecordError,
     InvalidRecordError,
     MessageTooLargeError,
     UnsupportedCompressionTypeError,
 )
+from rdmalog.store.compression import Codec, compress, decompress
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = HEADER.size  # 61

@@ -27,8 +27,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from rdmalog.rdma._atomic64 import compare_swap, fetch_add
-from rdmalog.rdma.transport import (
+from rdmalog.rdma.transport._atomic64 import compare_swap, fetch_add
+from rdmalog.rdma.transport.interface import (
     MAX_SEND_BYTES,
     Access,
     Opcode,

@@ -27,7 +27,7 @@ import threading
 import time
 from collections import deque
 
-from rdmalog.rdma.transport import (
+from rdmalog.rdma.transport.interface import (
     MAX_SEND_BYTES,
     Access,
     Opcode,

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rdmalog import checkpoints as ck
 from rdmalog.config import BrokerConfig, TopicConfig
 from rdmalog.errors import (
     InvalidPartitionsError,
@@ -45,9 +44,10 @@ from rdmalog.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
-from rdmalog.log import PartitionLog, parse_partition_dir, wall_clock_ms
-from rdmalog.producer_ids import FILE_NAME as PRODUCER_ID_FILE
-from rdmalog.producer_ids import ProducerIdAllocator
+from rdmalog.store import checkpoints as ck
+from rdmalog.store.log import PartitionLog, parse_partition_dir, wall_clock_ms
+from rdmalog.store.producer_ids import FILE_NAME as PRODUCER_ID_FILE
+from rdmalog.store.producer_ids import ProducerIdAllocator
 
 log = logging.getLogger(__name__)
 

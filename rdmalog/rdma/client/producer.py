@@ -23,16 +23,15 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from rdmalog.compression import Codec
 from rdmalog.errors import (
     CorruptRecordError,
     KafkaError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from rdmalog.rdma.client import BrokerDisconnected, ClientClosedError, Endpoint
+from rdmalog.rdma.client.endpoint import BrokerDisconnected, ClientClosedError, Endpoint
 from rdmalog.rdma.control import ControlError
-from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
+from rdmalog.rdma.transport.interface import Access, Opcode, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import (
     ACK,
     ACK_SIZE,
@@ -42,7 +41,8 @@ from rdmalog.rdma.wire import (
     reservation_add,
     word_decode,
 )
-from rdmalog.records import BATCH_OVERHEAD, Record, build_batch, read_header, stamp_producer
+from rdmalog.store.compression import Codec
+from rdmalog.store.records import BATCH_OVERHEAD, Record, build_batch, read_header, stamp_producer
 
 # Enum members read on hot paths, as module constants: attribute access on an Enum class
 # costs ~10x a global lookup on Python 3.11.

@@ -33,7 +33,7 @@ import time
 import weakref
 from collections import deque
 
-from rdmalog.rdma._atomic64 import (
+from rdmalog.rdma.transport._atomic64 import (
     compare_swap,
     copy,
     fetch_add,
@@ -43,7 +43,7 @@ from rdmalog.rdma._atomic64 import (
     store,
     wait_change,
 )
-from rdmalog.rdma.transport import (
+from rdmalog.rdma.transport.interface import (
     MAX_SEND_BYTES,
     Access,
     Opcode,

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdmalog.errors import KafkaStorageError
-from rdmalog.index import IndexCorruptError, OffsetIndex, TimeIndex
-from rdmalog.records import (
+from rdmalog.store.index import IndexCorruptError, OffsetIndex, TimeIndex
+from rdmalog.store.records import (
     BATCH_OVERHEAD,
     HEADER,
     LOG_APPEND_TIME,

@@ -19,20 +19,20 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from rdmalog.errors import CorruptRecordError, KafkaError
-from rdmalog.rdma import commit_slots
-from rdmalog.rdma.client import Endpoint
-from rdmalog.rdma.commit_slots import (
+from rdmalog.rdma.broker import commit_slots
+from rdmalog.rdma.broker.commit_slots import (
     MAX_OFFSET,
     SLOT_BYTES,
     PendingCommits,
     add_for,
     next_word,
 )
+from rdmalog.rdma.client.endpoint import Endpoint
+from rdmalog.rdma.client.offsets import OffsetCommitError
 from rdmalog.rdma.control import ControlError
-from rdmalog.rdma.offsets import OffsetCommitError
-from rdmalog.rdma.transport import Access, Opcode, RemoteRegion, Status, TransportError
+from rdmalog.rdma.transport.interface import Access, Opcode, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import LRB_MASK, SLOT_MUTABLE, SLOT_SIZE, SLOT_VALID
-from rdmalog.records import (
+from rdmalog.store.records import (
     BATCH_OVERHEAD,
     CODEC_MASK,
     CONTROL_BIT,
@@ -49,7 +49,7 @@ from rdmalog.records import (
 _SUCCESS = Status.SUCCESS
 
 try:  # the C decoder of uncompressed batches (setup.py builds it; optional)
-    from rdmalog.rdma._batch import decode_plain as _c_decode_plain
+    from rdmalog.rdma.client._batch import decode_plain as _c_decode_plain
 except ImportError:  # pragma: no cover - a source tree without the extension built
     _c_decode_plain = None
 
@@ -168,7 +168,7 @@ class Consumer(Endpoint):
         self.group_id = group_id
         self.offsets = None
         if group_id is not None:
-            from rdmalog.rdma.offsets import GroupOffsets
+            from rdmalog.rdma.client.offsets import GroupOffsets
 
             try:
                 self.offsets = GroupOffsets(bootstrap, group_id, timeout)

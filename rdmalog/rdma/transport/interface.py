@@ -286,15 +286,15 @@ def accept_setup(
 def open_device(kind: str, **kwargs) -> Device:
     """Create the transport endpoint named `kind`: "shm", "tcp" or "verbs"."""
     if kind == "shm":
-        from rdmalog.rdma.shm import ShmDevice
+        from rdmalog.rdma.transport.shm import ShmDevice
 
         return ShmDevice(**kwargs)
     if kind == "tcp":
-        from rdmalog.rdma.tcp import TcpDevice
+        from rdmalog.rdma.transport.tcp import TcpDevice
 
         return TcpDevice(**kwargs)
     if kind == "verbs":
-        from rdmalog.rdma.verbs import VerbsDevice
+        from rdmalog.rdma.transport.verbs import VerbsDevice
 
         return VerbsDevice(**kwargs)
     raise ValueError(f"unknown transport {kind!r}")

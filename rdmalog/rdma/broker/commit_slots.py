@@ -26,8 +26,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from rdmalog.rdma._atomic64 import load, store
-from rdmalog.rdma.transport import Access
+from rdmalog.rdma.transport._atomic64 import load, store
+from rdmalog.rdma.transport.interface import Access
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import struct
 import time
 
 from rdmalog.rdma.control import ControlClient, ControlError
-from rdmalog.rdma.transport import Access, Status, TransportError, open_device
+from rdmalog.rdma.transport.interface import Access, Status, TransportError, open_device
 
 
 class BrokerDisconnected(TransportError):

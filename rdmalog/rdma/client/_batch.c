@@ -4,7 +4,7 @@
  *              topic, partition, record_type, out, limit) appends record_type(topic, partition,
  *              offset, timestamp, key, value, headers, timestamp_type) to the list `out` for every
  *              record whose offset is >= min_offset, at most `limit` of them (a poll's max_records).  `record_type` is a tuple subclass with exactly eight fields (the
- *              consumer's NamedTuple); rdmalog/rdma/consumer.py holds the same logic in Python.
+ *              consumer's NamedTuple); rdmalog/rdma/client/consumer.py holds the same logic in Python.
  * headers is a tuple of (str, bytes | None) pairs.  Records hold only strings, numbers, bytes and such
  * tuples, so they are kept off the cyclic garbage collector's lists: a poll of thousands of records
  * otherwise triggers collections that traverse every one of them (40% of decoding time measured).

@@ -45,11 +45,11 @@ from rdmalog.errors import (
     OutOfOrderSequenceError,
     RecordListTooLargeError,
 )
-from rdmalog.index import IndexCorruptError
-from rdmalog.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
-from rdmalog.leader_epochs import LeaderEpochCache
-from rdmalog.producer_state import ProducerStateTable
-from rdmalog.records import (
+from rdmalog.store.index import IndexCorruptError
+from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
+from rdmalog.store.leader_epochs import LeaderEpochCache
+from rdmalog.store.producer_state import ProducerStateTable
+from rdmalog.store.records import (
     CONTROL_BIT,
     LOG_APPEND_TIME,
     BatchInfo,
@@ -59,7 +59,7 @@ from rdmalog.records import (
     set_log_append_time,
     validate_batches,
 )
-from rdmalog.segment import FileSlice, LogSegment, log_file_name
+from rdmalog.store.segment import FileSlice, LogSegment, log_file_name
 
 log = logging.getLogger(__name__)
 
