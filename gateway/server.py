@@ -22,7 +22,7 @@ import struct
 import types
 from pathlib import Path
 
-from gateway.broker import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION, Broker, RequestContext
+from gateway.broker import Broker, RequestContext
 from gateway.groups.service import GroupService
 from gateway.handlers.registry import REGISTRY, ApiEntry, load_all
 from gateway.protocol import (
@@ -35,7 +35,7 @@ from gateway.protocol import (
 )
 from gateway.protocol.schema import entity_spec, message_class
 from rdmalog.config import BrokerConfig
-from rdmalog.errors import KafkaError
+from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION, KafkaError
 
 log = logging.getLogger("gateway.server")
 

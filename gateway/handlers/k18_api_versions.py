@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
-from gateway.broker import INVALID_REQUEST, RequestContext
+from gateway.broker import RequestContext
 from gateway.handlers.registry import api
+from rdmalog.errors import INVALID_REQUEST
 
 # Kafka's rule for client software name and version (KIP-511).
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
