@@ -24,7 +24,7 @@ from pathlib import Path
 
 from gateway.broker import Broker, RequestContext
 from gateway.groups.service import GroupService
-from gateway.handlers.registry import REGISTRY, ApiEntry, load_all
+from gateway.handlers.registry import REGISTRY, ApiEntry, load_all, supported_apis
 from gateway.protocol import (
     DecodeError,
     RequestHeader,
@@ -402,14 +402,6 @@ def _continue(coro, pending):
 
 async def _resume(coro, pending) -> None:
     await _continue(coro, pending)
-
-
-def supported_apis() -> list[dict]:
-    """ApiVersions entries for every registered API."""
-    return [
-        {"api_key": e.api_key, "min_version": e.min_version, "max_version": e.max_version}
-        for e in sorted(REGISTRY.values(), key=lambda e: e.api_key)
-    ]
 
 
 def _error_body(api_key: int, version: int, code: int) -> dict | None:
