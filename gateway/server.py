@@ -1,8 +1,7 @@
-"""asyncio TCP server speaking the Kafka protocol: framing with size limits, ordered responses, sendfile.
+"""asyncio TCP server speaking the Kafka protocol: connections, ordered responses, sendfile.
 
-Frames are received with `recv_into` (asyncio.BufferedProtocol): small frames land in a staging
-buffer and are copied out once; a frame that is still arriving gets its own buffer and the rest of
-it is received straight into that buffer. Requests of one connection are handled one at a time in
+Frames are received with `recv_into` (asyncio.BufferedProtocol) into the buffers of a sans-io
+`FrameReader` (gateway/protocol/framing.py), which also enforces `socket.request.max.bytes`. Requests of one connection are handled one at a time in
 order (as Kafka mutes a channel) while reading continues, so pipelined requests queue up (bounded).
 Fetch responses send the header from memory and record bytes from the segment file with
 `os.sendfile`, falling back to `loop.sendfile` (which waits for the socket) and, on event loops
@@ -16,14 +15,10 @@ import collections
 import contextlib
 import logging
 import os
-import signal
 import socket
-import struct
 import types
-from pathlib import Path
 
 from gateway.broker import Broker, RequestContext
-from gateway.groups.service import GroupService
 from gateway.handlers.registry import REGISTRY, ApiEntry, load_all, supported_apis
 from gateway.protocol import (
     DecodeError,
@@ -33,14 +28,12 @@ from gateway.protocol import (
     has_schema,
     parse_request_header,
 )
+from gateway.protocol.framing import FrameReader
 from gateway.protocol.schema import entity_spec, message_class
-from rdmalog.config import BrokerConfig
-from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION, KafkaError
+from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION
 
 log = logging.getLogger("gateway.server")
 
-_SIZE = struct.Struct(">i")
-_STAGE_BYTES = 256 * 1024
 _MAX_QUEUED_FRAMES = 256  # pause reading a connection beyond this many pending requests
 _MAX_QUEUED_BYTES = 128 * 1024 * 1024
 _COPY_CHUNK = 1024 * 1024
@@ -79,17 +72,11 @@ class Connection(asyncio.BufferedProtocol):
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.broker = gateway.broker
-        self.max_frame = gateway.max_request_bytes
         self.transport: asyncio.Transport | None = None
         self.peer: str = "?"
         self._fd = -1
         self._sock = None
-        self._stage = bytearray(_STAGE_BYTES)
-        self._stage_mv = memoryview(self._stage)
-        self._stage_end = 0
-        self._frame: bytearray | None = None  # a frame being received directly
-        self._frame_mv: memoryview | None = None
-        self._frame_got = 0
+        self._frames = FrameReader(gateway.max_request_bytes)
         self._queue: collections.deque[bytearray] = collections.deque()
         self._queued_bytes = 0
         self._worker: asyncio.Task | None = None
@@ -134,47 +121,20 @@ class Connection(asyncio.BufferedProtocol):
         return False  # close once pending responses are written
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame_mv is not None:
-            return self._frame_mv[self._frame_got :]
-        return self._stage_mv[self._stage_end :]
+        return self._frames.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._frame is not None:
-            self._frame_got += nbytes
-            if self._frame_got == len(self._frame):
-                frame = self._frame
-                self._frame = self._frame_mv = None
-                self._push(frame)
-            return
-        self._stage_end += nbytes
-        stage, end, pos = self._stage, self._stage_end, 0
-        while end - pos >= 4:
-            size = _SIZE.unpack_from(stage, pos)[0]
-            if size <= 0 or size > self.max_frame:
-                log.warning(
-                    "closing %s: request frame of %d bytes (socket.request.max.bytes=%d)",
-                    self.peer,
-                    size,
-                    self.max_frame,
-                )
-                self.abort()
-                return
-            start = pos + 4
-            avail = end - start
-            if avail >= size:
-                self._push(stage[start : start + size])
-                pos = start + size
-                continue
-            # The rest of this frame is received straight into its own buffer.
-            frame = bytearray(size)
-            frame[:avail] = self._stage_mv[start:end]
-            self._frame, self._frame_mv, self._frame_got = frame, memoryview(frame), avail
-            self._stage_end = 0
-            return
-        rest = end - pos
-        if rest and pos:
-            stage[:rest] = stage[pos:end]
-        self._stage_end = rest
+        frames = self._frames
+        for frame in frames.received(nbytes):
+            self._push(frame)
+        if frames.refused is not None:
+            log.warning(
+                "closing %s: request frame of %d bytes (socket.request.max.bytes=%d)",
+                self.peer,
+                frames.refused,
+                frames.max_frame,
+            )
+            self.abort()
 
     # --- request queue -------------------------------------------------------------------------
 
@@ -454,122 +414,3 @@ class Gateway:
         if self.server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 1.0)
-
-
-def _listen_address(config: BrokerConfig, listen: tuple[str, int] | None) -> tuple[str, int]:
-    if listen is not None:
-        return listen
-    first = config.listeners[0] if config.listeners else None
-    return (first.host, first.port) if first else ("0.0.0.0", 9092)
-
-
-def open_store(config: BrokerConfig):
-    """Open the rdmalog store of this broker (recovers every log)."""
-    from rdmalog.store.log_manager import Store
-
-    store = Store(Path(config.log_dirs[0]), config)
-    store.open()
-    return store
-
-
-def start_rdma(store, config: BrokerConfig, groups: GroupService | None = None):
-    """Start KafkaDirect's datapaths for native clients when `rdma.transport` names one; offsets
-    native consumers commit through commit slots go to `groups`' coordinator."""
-    transport = config.get("rdma.transport")
-    if transport == "none":
-        return None
-    from rdmalog.rdma.broker.service import RdmaService
-
-    service = RdmaService(
-        store,
-        transport,
-        config.get("rdma.host"),
-        config.get("rdma.control.port"),
-        order_timeout=config.get("rdma.order.timeout.ms") / 1000,
-        commit_sink=None if groups is None else _commit_sink(groups),
-        commit_interval=config.get("rdma.commit.interval.ms") / 1000,
-        slots_per_consumer=config.get("rdma.consumer.slots"),
-    ).start()
-    log.info("RDMA datapaths on %s, control requests at %s", transport, service.control_address)
-    return service
-
-
-def _commit_sink(groups: GroupService):
-    """Hand RDMA commit-slot offsets to the coordinator on its event loop, as simple commits
-    (generation -1, no member), the kind a Kafka consumer with manual assignment makes."""
-    from gateway.groups.model import CommitEntry
-
-    def commit(group: str, entries: list[CommitEntry], done) -> None:
-        errors = groups.coordinator.commit_offsets(group, -1, "", entries)
-        refused = {tp: e for tp, e in errors.items() if e}
-        if refused:
-            log.warning("RDMA commits of group %s refused (Kafka error codes): %s", group, refused)
-        done(errors)  # the consumer reads the answer from its slots' result words
-
-    def sink(group: str, offsets: dict[tuple[str, int], int], done) -> None:
-        entries = [CommitEntry(t, p, o) for (t, p), o in offsets.items()]
-        groups.loop.call_soon_threadsafe(commit, group, entries, done)
-
-    return sink
-
-
-async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
-    """Open the store and start a gateway on `listen` (or the first listener); return it running."""
-    store = open_store(config)
-    gateway = Gateway(Broker(config, store))
-    try:
-        # groups are loaded from __consumer_offsets before the first client can ask for them
-        gateway.broker.groups = GroupService(store, config, asyncio.get_running_loop()).start()
-        gateway.broker.rdma = start_rdma(store, config, gateway.broker.groups)
-        host, port = _listen_address(config, listen)
-        await gateway.start(host, port)
-    except BaseException:
-        await gateway.stop()
-        store.close()
-        raise
-    return gateway
-
-
-async def shutdown(gateway: Gateway) -> None:
-    """Stop a gateway started by `start` and flush/close its store."""
-    await gateway.stop()
-    if gateway.broker.rdma is not None:
-        gateway.broker.rdma.stop()  # hands the last RDMA commits to the coordinator ...
-        await asyncio.sleep(0)  # ... which writes them here, before the store closes
-    if gateway.broker.groups is not None:
-        gateway.broker.groups.stop()
-    await asyncio.get_running_loop().run_in_executor(None, gateway.broker.store.close)
-    log.info("store flushed and closed")
-
-
-async def serve(config: BrokerConfig, listen: tuple[str, int] | None = None) -> None:
-    """Run a broker until cancelled; on cancellation finish in-flight requests, flush, close."""
-    gateway = await start(config, listen)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await shutdown(gateway)
-
-
-def run(config: BrokerConfig, listen: tuple[str, int] | None = None) -> None:
-    """Blocking entry point of `rdmalog serve`: serve until SIGTERM/SIGINT, then close cleanly."""
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, _stop, task, sig)
-        await serve(config, listen)
-
-    try:
-        asyncio.run(main())
-    except asyncio.CancelledError:
-        pass
-    except (OSError, KafkaError) as exc:  # cannot listen, or the store refuses its directory
-        log.error("broker failed to start: %s", exc)
-        raise SystemExit(1) from None
-
-
-def _stop(task: asyncio.Task, sig: signal.Signals) -> None:
-    log.info("received %s, shutting down", signal.Signals(sig).name)
-    task.cancel()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway import handlers, server
+from gateway import app, handlers
 from gateway.handlers.registry import HANDLERS, load_all, supported_apis
 from rdmalog.config import BrokerConfig
 
@@ -37,7 +37,7 @@ def test_a_handler_that_fails_to_import_stops_start_up(broken_handler, tmp_path)
         None, {"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0"}
     )
     with pytest.raises(ImportError, match="a missing dependency"):
-        asyncio.run(server.start(config, ("127.0.0.1", 0)))
+        asyncio.run(app.start(config, ("127.0.0.1", 0)))
 
 
 def test_a_listed_module_must_register_its_key(tmp_path, monkeypatch):
