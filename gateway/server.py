@@ -1,8 +1,13 @@
 """asyncio TCP server speaking the Kafka protocol: connections, ordered responses, sendfile.
 
-Frames are received with `recv_into` (asyncio.BufferedProtocol) into the buffers of a sans-io
-`FrameReader` (gateway/protocol/framing.py), which also enforces `socket.request.max.bytes`. Requests of one connection are handled one at a time in
-order (as Kafka mutes a channel) while reading continues, so pipelined requests queue up (bounded).
+Connections are accepted within their limits by `gateway/acceptor.py`. Frames are received with
+`recv_into` (asyncio.BufferedProtocol) into the buffers of a sans-io `FrameReader`
+(gateway/protocol/framing.py: a staging buffer shared by all connections, frame buffers grown as
+bytes arrive, `socket.request.max.bytes` and `queued.max.request.bytes`). A periodic sweep closes
+idle connections (`connections.max.idle.ms`) and frames that stall (`request.receive.timeout.ms`).
+Lines about a client's bad input are rate-limited per client address. Requests of one connection
+are handled one at a time in order (as Kafka mutes a channel) while reading continues, so
+pipelined requests queue up (bounded).
 Fetch responses send the header from memory and record bytes from the segment file with
 `os.sendfile`, falling back to `loop.sendfile` (which waits for the socket) and, on event loops
 without it, to a bounded copy.
@@ -13,13 +18,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import os
 import socket
+import time
 import types
 
+from gateway.acceptor import Acceptor, ConnectionLimits, listening_sockets
 from gateway.broker import Broker, RequestContext
 from gateway.handlers.registry import REGISTRY, ApiEntry, load_all, supported_apis
+from gateway.log_limit import RateLimitedLog
 from gateway.protocol import (
     DecodeError,
     RequestHeader,
@@ -28,7 +37,7 @@ from gateway.protocol import (
     has_schema,
     parse_request_header,
 )
-from gateway.protocol.framing import FrameReader
+from gateway.protocol.framing import FrameBudget, FrameReader, Stage
 from gateway.protocol.schema import entity_spec, message_class
 from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION
 
@@ -37,6 +46,10 @@ log = logging.getLogger("gateway.server")
 _MAX_QUEUED_FRAMES = 256  # pause reading a connection beyond this many pending requests
 _MAX_QUEUED_BYTES = 128 * 1024 * 1024
 _COPY_CHUNK = 1024 * 1024
+# How often idle connections and stalled frames are looked for: a quarter of the shorter timeout,
+# within these bounds.
+_SWEEP_MIN_S = 0.05
+_SWEEP_MAX_S = 1.0
 _CORK_MAX = 64 * 1024
 API_VERSIONS = 18
 CORK_FILE_RESPONSES = True  # TCP_CORK around header + sendfile pieces of a response
@@ -69,22 +82,32 @@ def _slice_fd(sl) -> int:
 class Connection(asyncio.BufferedProtocol):
     """One client connection: frame reader, ordered request worker, response writer."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, address: str) -> None:
         self.gateway = gateway
         self.broker = gateway.broker
         self.transport: asyncio.Transport | None = None
-        self.peer: str = "?"
+        self.address = address  # the client's IP address (what limits and log lines are keyed by)
+        self.peer: str = address
         self._fd = -1
         self._sock = None
-        self._frames = FrameReader(gateway.max_request_bytes)
+        self._frames = FrameReader(
+            gateway.max_request_bytes, gateway.stage, gateway.budget, self._sync_reading
+        )
         self._queue: collections.deque[bytearray] = collections.deque()
         self._queued_bytes = 0
-        self._worker: asyncio.Task | None = None
+        self._worker: asyncio.Task | object | None = None
+        self._queue_full = False  # pipelined requests beyond the queue's bounds
         self._read_paused = False
         self._write_paused = False
         self._drained: asyncio.Future | None = None
+        self.active_at = time.monotonic()  # last bytes in or response out (idle timeout)
+        self.frame_since: float | None = None  # when the frame now arriving began (its deadline)
         self.closed = False
         self.state: dict = {}  # per-connection state for handlers (SASL, sessions, ...)
+
+    def _log(self, level: int, msg: str, *args: object, exc_info: bool = False) -> None:
+        """A line about this client, rate-limited per address (a flood must not fill the disk)."""
+        self.gateway.peer_log.log(self.address, level, msg, *args, exc_info=exc_info)
 
     # --- asyncio callbacks ---------------------------------------------------------------------
 
@@ -102,7 +125,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.gateway.connections.discard(self)
+        self._frames.close()
+        self.gateway.forget(self)
         self._queue.clear()
         if isinstance(self._worker, asyncio.Task) and not self._worker.done():
             self._worker.cancel()
@@ -124,17 +148,36 @@ class Connection(asyncio.BufferedProtocol):
         return self._frames.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        frames = self._frames
-        for frame in frames.received(nbytes):
+        reader = self._frames
+        frames = reader.received(nbytes)
+        self.active_at = now = time.monotonic()
+        if frames or not reader.partial:
+            self.frame_since = now if reader.partial else None
+        elif self.frame_since is None:
+            self.frame_since = now
+        for frame in frames:
             self._push(frame)
-        if frames.refused is not None:
-            log.warning(
+        if reader.refused is not None:
+            self._log(
+                logging.WARNING,
                 "closing %s: request frame of %d bytes (socket.request.max.bytes=%d)",
                 self.peer,
-                frames.refused,
-                frames.max_frame,
+                reader.refused,
+                reader.max_frame,
             )
             self.abort()
+        elif reader.waiting:
+            self._sync_reading()  # paused until queued.max.request.bytes has room for it
+
+    def _sync_reading(self) -> None:
+        """Pause reading while the request queue is full or a frame waits for memory."""
+        pause = self._queue_full or self._frames.waiting
+        if pause != self._read_paused and self.transport is not None:
+            self._read_paused = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
 
     # --- request queue -------------------------------------------------------------------------
 
@@ -143,11 +186,11 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._queue.append(frame)
         self._queued_bytes += len(frame)
-        if not self._read_paused and (
+        if not self._queue_full and (
             len(self._queue) >= _MAX_QUEUED_FRAMES or self._queued_bytes >= _MAX_QUEUED_BYTES
         ):
-            self._read_paused = True
-            self.transport.pause_reading()
+            self._queue_full = True
+            self._sync_reading()
         if self._worker is not None:
             return
         entry = (
@@ -171,9 +214,9 @@ class Connection(asyncio.BufferedProtocol):
             while self._queue and not self.closed:
                 frame = self._queue.popleft()
                 self._queued_bytes -= len(frame)
-                if self._read_paused and len(self._queue) < _MAX_QUEUED_FRAMES // 2:
-                    self._read_paused = False
-                    self.transport.resume_reading()
+                if self._queue_full and len(self._queue) < _MAX_QUEUED_FRAMES // 2:
+                    self._queue_full = False
+                    self._sync_reading()
                 await self._handle(frame)
                 if self._write_paused and not self.closed:
                     self._drained = asyncio.get_running_loop().create_future()
@@ -181,10 +224,38 @@ class Connection(asyncio.BufferedProtocol):
         except asyncio.CancelledError:
             pass
         except Exception:
-            log.exception("closing %s: internal error", self.peer)
+            self._log(logging.ERROR, "closing %s: internal error", self.peer, exc_info=True)
             self.abort()
         finally:
             self._worker = None
+            self.active_at = time.monotonic()
+
+    def expire(self, now: float, idle_s: float, frame_s: float) -> None:
+        """Close the connection when the frame arriving missed its deadline (`frame_s`), or when it
+        has been idle (no bytes in, no request in progress) for `idle_s`; negative: never."""
+        since = self.frame_since
+        if since is not None and 0 <= frame_s < now - since:
+            self._log(
+                logging.WARNING,
+                "closing %s: a request frame is still incomplete after %.0f ms "
+                "(request.receive.timeout.ms=%d)",
+                self.peer,
+                (now - since) * 1000,
+                frame_s * 1000,
+            )
+            self.abort()
+        elif (
+            0 <= idle_s < now - self.active_at
+            and since is None
+            and self._worker is None
+            and not self._queue
+        ):
+            log.debug(
+                "closing %s: idle for over %d ms (connections.max.idle.ms)",
+                self.peer,
+                idle_s * 1000,
+            )
+            self.abort()
 
     @property
     def busy(self) -> bool:
@@ -205,7 +276,7 @@ class Connection(asyncio.BufferedProtocol):
         try:
             hdr = parse_request_header(mv)
         except DecodeError as exc:
-            log.warning("closing %s: malformed request header: %s", self.peer, exc)
+            self._log(logging.WARNING, "closing %s: malformed request header: %s", self.peer, exc)
             self.abort()
             return
         entry = REGISTRY.get(hdr.api_key)
@@ -215,7 +286,8 @@ class Connection(asyncio.BufferedProtocol):
         try:
             body = decode_request(hdr, mv)
         except DecodeError as exc:
-            log.warning(
+            self._log(
+                logging.WARNING,
                 "closing %s: cannot decode %s v%d request: %s",
                 self.peer,
                 entry.name.rsplit(".", 1)[-1],
@@ -230,7 +302,14 @@ class Connection(asyncio.BufferedProtocol):
         try:
             response = await entry.handler(ctx, body)
         except Exception:
-            log.exception("%s v%d from %s failed", entry.name, hdr.api_version, self.peer)
+            self._log(
+                logging.ERROR,
+                "%s v%d from %s failed",
+                entry.name,
+                hdr.api_version,
+                self.peer,
+                exc_info=True,
+            )
             response = _error_body(hdr.api_key, hdr.api_version, UNKNOWN_SERVER_ERROR)
             if response is None:
                 self.abort()
@@ -243,7 +322,12 @@ class Connection(asyncio.BufferedProtocol):
     async def _unsupported(self, hdr: RequestHeader, entry: ApiEntry | None) -> None:
         if hdr.api_key == API_VERSIONS:
             # Kafka answers an ApiVersions it cannot parse with v0 + UNSUPPORTED_VERSION + ranges.
-            log.info("%s: ApiVersions v%d unsupported, answering v0", self.peer, hdr.api_version)
+            self._log(
+                logging.INFO,
+                "%s: ApiVersions v%d unsupported, answering v0",
+                self.peer,
+                hdr.api_version,
+            )
             body = {"error_code": UNSUPPORTED_VERSION, "api_keys": supported_apis()}
             buf, _ = encode_response(API_VERSIONS, 0, hdr.correlation_id, body)
             await self.send(buf, [])
@@ -253,11 +337,23 @@ class Connection(asyncio.BufferedProtocol):
         if entry is not None and has_schema(hdr.api_key, hdr.api_version):
             body = _error_body(hdr.api_key, hdr.api_version, UNSUPPORTED_VERSION)
         if body is None:
-            log.warning("closing %s: %s %d v%d", self.peer, what, hdr.api_key, hdr.api_version)
+            self._log(
+                logging.WARNING,
+                "closing %s: %s %d v%d",
+                self.peer,
+                what,
+                hdr.api_key,
+                hdr.api_version,
+            )
             self.abort()
             return
-        log.info(
-            "%s: %s %d v%d -> UNSUPPORTED_VERSION", self.peer, what, hdr.api_key, hdr.api_version
+        self._log(
+            logging.INFO,
+            "%s: %s %d v%d -> UNSUPPORTED_VERSION",
+            self.peer,
+            what,
+            hdr.api_key,
+            hdr.api_version,
         )
         buf, _ = encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, body)
         await self.send(buf, [])
@@ -294,7 +390,7 @@ class Connection(asyncio.BufferedProtocol):
             if pos < len(buf):
                 t.write(mv[pos:])
         except OSError as exc:
-            log.info("closing %s: %s", self.peer, exc)
+            self._log(logging.INFO, "closing %s: %s", self.peer, exc)
             self.abort()
         finally:
             if cork and not self.closed:
@@ -376,34 +472,78 @@ def _error_body(api_key: int, version: int, code: int) -> dict | None:
 
 
 class Gateway:
-    """A running gateway: the listening server, its connections and the broker state."""
+    """A running gateway: the listening sockets, its connections within their limits, the shared
+    receive buffers, and the broker state."""
 
     def __init__(self, broker: Broker) -> None:
+        config = broker.config
         self.broker = broker
-        self.max_request_bytes: int = broker.config.get("socket.request.max.bytes")
+        self.max_request_bytes: int = config.get("socket.request.max.bytes")
         self.connections: set[Connection] = set()
-        self.server: asyncio.base_events.Server | None = None
+        self.stage = Stage()
+        self.budget = FrameBudget(config.get("queued.max.request.bytes"))
+        self.limits = ConnectionLimits(
+            config.get("max.connections"), config.get("max.connections.per.ip")
+        )
+        self.idle_s: float = config.get("connections.max.idle.ms") / 1000
+        self.frame_s: float = config.get("request.receive.timeout.ms") / 1000
+        self.peer_log = RateLimitedLog(log)
+        self.acceptor: Acceptor | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
         self.address: tuple[str, int] = ("", 0)
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on host:port (port 0 picks a free one); return the bound address."""
         loop = asyncio.get_running_loop()
         load_all()
-        self.server = await loop.create_server(
-            lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024
-        )
-        sockname = self.server.sockets[0].getsockname()
+        socks = await listening_sockets(host or None, port, backlog=1024)
+        self.acceptor = Acceptor(socks, self.limits, self._connect, self.peer_log)
+        self.acceptor.start()
+        sockname = socks[0].getsockname()
         self.address = (sockname[0], sockname[1])
         self.broker.bind(loop, (host or sockname[0], sockname[1]))
+        self._sweep()
         log.info(
             "listening on %s:%d (node %d)", self.address[0], self.address[1], self.broker.node_id
         )
         return self.address
 
+    def _connect(self, sock: socket.socket, address: str) -> None:
+        """Serve an accepted socket (counted in `limits` until its connection is forgotten)."""
+        loop = asyncio.get_running_loop()
+        conn = Connection(self, address)
+        task = loop.create_task(loop.connect_accepted_socket(lambda: conn, sock))
+        task.add_done_callback(functools.partial(self._connected, conn, sock))
+
+    def _connected(self, conn: Connection, sock: socket.socket, task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is not None:
+            if conn.transport is None:  # never made: no connection_lost will release it
+                sock.close()
+                self.acceptor.release(conn.address)
+
+    def forget(self, conn: Connection) -> None:
+        """A connection closed: it no longer counts against the limits."""
+        if conn in self.connections:
+            self.connections.discard(conn)
+            if self.acceptor is not None:
+                self.acceptor.release(conn.address)
+
+    def _sweep(self) -> None:
+        """Close idle connections and frames past their deadline; again in a while."""
+        now = time.monotonic()
+        for conn in list(self.connections):
+            conn.expire(now, self.idle_s, self.frame_s)
+        timeouts = [t for t in (self.idle_s, self.frame_s) if t >= 0]
+        if timeouts:
+            interval = min(_SWEEP_MAX_S, max(_SWEEP_MIN_S, min(timeouts) / 4))
+            self._sweeper = asyncio.get_running_loop().call_later(interval, self._sweep)
+
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, let in-flight requests finish (long polls return early), close."""
-        if self.server is not None:
-            self.server.close()
+        if self.acceptor is not None:
+            self.acceptor.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         self.broker.wake_all()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
@@ -411,6 +551,6 @@ class Gateway:
             await asyncio.sleep(0.01)
         for conn in list(self.connections):
             conn.abort()
-        if self.server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.server.wait_closed(), 1.0)
+        deadline = loop.time() + 1.0
+        while self.connections and loop.time() < deadline:
+            await asyncio.sleep(0.01)
