@@ -232,7 +232,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def expire(self, now: float, idle_s: float, frame_s: float) -> None:
         """Close the connection when the frame arriving missed its deadline (`frame_s`), or when it
-        has been idle (no bytes in, no request in progress) for `idle_s`; negative: never."""
+        has been idle (no bytes in, no request in progress or queued) for `idle_s`, a frame half
+        received or not, as Kafka counts idleness; negative: never."""
         since = self.frame_since
         if since is not None and 0 <= frame_s < now - since:
             self._log(
@@ -246,9 +247,9 @@ class Connection(asyncio.BufferedProtocol):
             self.abort()
         elif (
             0 <= idle_s < now - self.active_at
-            and since is None
             and self._worker is None
             and not self._queue
+            and not self._frames.waiting  # not read because of us, not idle
         ):
             log.debug(
                 "closing %s: idle for over %d ms (connections.max.idle.ms)",
