@@ -18,7 +18,7 @@ from rdmalog.rdma.wire import (
 from rdmalog.store.log_manager import Store
 from rdmalog.store.records import build_batch
 from tests.integration.native.helpers import consume, store_records
-from tests.unit.conftest import crash
+from tests.unit.store.helpers import crash
 
 
 def test_check_crcs_stops_at_a_corrupt_batch_until_the_application_seeks_past(broker):

@@ -23,7 +23,7 @@ from rdmalog.errors import (
 from rdmalog.store import checkpoints as ck
 from rdmalog.store.log_manager import METADATA_DIR, Store
 from rdmalog.store.records import decode_all
-from tests.unit.conftest import T0, Clock, batch, broker_config, crash
+from tests.unit.store.helpers import T0, Clock, batch, broker_config, crash
 
 
 def open_store(d: Path, clock=None, **overrides: object) -> Store:

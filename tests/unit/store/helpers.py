@@ -1,11 +1,9 @@
-"""Helpers for the store's unit tests: configs, logs on tmp dirs, a settable clock, crash simulation."""
+"""Helpers for the store's tests: configs, logs on tmp dirs, batches, a settable clock, crashes."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import pytest
 
 from rdmalog.config import BrokerConfig, TopicConfig
 from rdmalog.store.log import PartitionLog
@@ -26,11 +24,6 @@ class Clock:
     def advance(self, ms: int) -> int:
         self.now += ms
         return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 def broker_config(**overrides: object) -> BrokerConfig:

@@ -30,7 +30,7 @@ from rdmalog.store.records import (
     decode_all,
     iter_batches,
 )
-from tests.unit.conftest import T0, Clock, batch, crash, open_log, topic_config
+from tests.unit.store.helpers import T0, Clock, batch, crash, open_log, topic_config
 
 
 def offsets(plog, start: int = 0, max_bytes: int = 1 << 30) -> list[int]:
