@@ -633,38 +633,6 @@ def test_leader_epochs(tmp_path: Path) -> None:
     plog.close()
 
 
-def test_file_slice_goes_through_sock_sendfile_after_deletion(tmp_path: Path) -> None:
-    import asyncio
-    import socket
-
-    plog = open_log(tmp_path / "t-0", segment_bytes=1000)
-    for _ in range(12):
-        plog.append(batch(2, size=100))
-    s = plog.read(0, 1 << 20)
-    expected = s.read()
-    plog.delete_records(plog.high_watermark)
-    assert not (tmp_path / "t-0" / "00000000000000000000.log").exists()
-
-    async def send() -> bytes:
-        a, b = socket.socketpair()
-        a.setblocking(False)
-        b.setblocking(False)
-        loop = asyncio.get_running_loop()
-        try:
-            sent = await loop.sock_sendfile(a, s.file, s.position, s.length)
-            assert sent == s.length
-            got = b""
-            while len(got) < s.length:
-                got += await loop.sock_recv(b, 65536)
-            return got
-        finally:
-            a.close()
-            b.close()
-
-    assert asyncio.run(send()) == expected
-    plog.close()
-
-
 def test_random_crashes_and_corruption_keep_the_log_consistent(tmp_path: Path) -> None:
     """Seeded rounds of appends, flushes, crashes and damaged bytes: after every reopen the log is a
     contiguous run of valid batches that keeps everything flushed before an undamaged crash."""
