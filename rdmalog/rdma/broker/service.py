@@ -31,7 +31,8 @@ from rdmalog.rdma.broker.commit_slots import CommitSink, CommitSlots
 from rdmalog.rdma.broker.prefault import Prefaulter
 from rdmalog.rdma.control import ControlError, ControlServer, Session, arg
 from rdmalog.rdma.transport._atomic64 import copy, fetch_add, load, store
-from rdmalog.rdma.transport.interface import Access, Opcode, Status, TransportError, open_device
+from rdmalog.rdma.transport.devices import open_device
+from rdmalog.rdma.transport.interface import Access, Opcode, Status, TransportError
 from rdmalog.rdma.wire import (
     ACK,
     ACK_SIZE,
