@@ -1,7 +1,7 @@
-"""What the data source needs of a client, whichever `rdmalog.transport` picks: driver-side offset
-lookups, executor-side records and writes. `transport.py` picks the implementation (`kafka_client.py`
-or `native_client.py`); these types live apart from it so that what the clients import (`offsets.py`
-needs `Offsets`) never leads back to the dispatch.
+"""What the data source needs of a client, whichever `rdmalog.transport` picks: driver-side
+offset lookups, executor-side records and writes. `transport.py` picks the implementation
+(`kafka_client.py` or `native_client.py`); these types live apart from it so that what the
+clients import (`offsets.py` needs `Offsets`) never leads back to the dispatch.
 """
 
 from __future__ import annotations
