@@ -117,13 +117,7 @@ class InPlaceAccess:
         """Validate the bytes written at [position, end) of `head` as a produce request's batches;
         raises HeadMovedError (see the class) or the Kafka error of invalid bytes."""
         with self.lock:
-            seg = self._head_at(head, position)
-            if seg.mmap is None or not position <= end <= seg.capacity:
-                raise InvalidRecordError("written region is outside the active segment")
-            with memoryview(seg.mmap)[position:end] as mv:
-                infos = validate_batches(mv, self.config.max_message_bytes)
-            self._check_timestamps(infos)
-            return infos
+            return self._validate(self._head_at(head, position), position, end)
 
     def commit_written(
         self,
@@ -150,7 +144,7 @@ class InPlaceAccess:
                     f"the log ends at {self.log_end_offset}"
                 )
             if infos is None:
-                infos = self.validate_written(head, position, end)
+                infos = self._validate(seg, position, end)
             with memoryview(seg.mmap)[position:end] as mv:
                 return self._append(mv, infos, leader_epoch, in_place=True)
 
@@ -160,6 +154,14 @@ class InPlaceAccess:
         if seg is not head or seg.size != position:
             raise HeadMovedError(f"{self.name}: the head moved past the written bytes")
         return seg
+
+    def _validate(self, seg: LogSegment, position: int, end: int) -> list[BatchInfo]:
+        if seg.mmap is None or not position <= end <= seg.capacity:
+            raise InvalidRecordError("written region is outside the active segment")
+        with memoryview(seg.mmap)[position:end] as mv:
+            infos = validate_batches(mv, self.config.max_message_bytes)
+        self._check_timestamps(infos)
+        return infos
 
     def roll_head(self, head: SegmentFile) -> None:
         """Roll when `head` is still the head and holds data (its writer found it full)."""
