@@ -156,6 +156,7 @@ class InPlaceAccess:
         return seg
 
     def _validate(self, seg: LogSegment, position: int, end: int) -> list[BatchInfo]:
+        """The batches at [position, end) of seg's mapping, checked as `append` checks them."""
         if seg.mmap is None or not position <= end <= seg.capacity:
             raise InvalidRecordError("written region is outside the active segment")
         with memoryview(seg.mmap)[position:end] as mv:
