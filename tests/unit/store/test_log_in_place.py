@@ -10,7 +10,7 @@ import pytest
 from rdmalog.errors import CorruptRecordError, OffsetOutOfRangeError
 from rdmalog.store.in_place import EARLIEST, LATEST, HeadMovedError
 from rdmalog.store.records import decode_all
-from tests.unit.conftest import batch, open_log
+from tests.unit.store.helpers import batch, open_log
 
 
 def write(mapping, position: int, data: bytes) -> int:
