@@ -1,5 +1,5 @@
-"""Builds the C extensions (64-bit atomics on shared mappings; the native consumer's batch decoder);
-pyproject.toml holds the rest."""
+"""Builds the C extensions (64-bit atomics on shared mappings; the store's record-level batch checks;
+the native consumer's batch decoder); pyproject.toml holds the rest."""
 
 from setuptools import Extension, setup
 
@@ -8,6 +8,12 @@ setup(
         Extension(
             "rdmalog.rdma.transport._atomic64",
             ["rdmalog/rdma/transport/_atomic64.c"],
+            extra_compile_args=["-O2"],
+            optional=False,
+        ),
+        Extension(
+            "rdmalog.store._records",
+            ["rdmalog/store/_records.c"],
             extra_compile_args=["-O2"],
             optional=False,
         ),

@@ -88,7 +88,7 @@ class HeadMovedError(Exception):
 class InPlaceAccess:
     """Mixin of PartitionLog: in-place access to its files (see the module docstring)."""
 
-    # What it uses of PartitionLog (and its methods roll, _append, _check_timestamps)
+    # What it uses of PartitionLog (and its methods roll, _append, record_rules)
     lock: threading.RLock
     segments: list[LogSegment]
     config: TopicConfig
@@ -160,9 +160,7 @@ class InPlaceAccess:
         if seg.mmap is None or not position <= end <= seg.capacity:
             raise InvalidRecordError("written region is outside the active segment")
         with memoryview(seg.mmap)[position:end] as mv:
-            infos = validate_batches(mv, self.config.max_message_bytes)
-        self._check_timestamps(infos)
-        return infos
+            return validate_batches(mv, self.config.max_message_bytes, rules=self.record_rules())
 
     def roll_head(self, head: SegmentFile) -> None:
         """Roll when `head` is still the head and holds data (its writer found it full)."""

@@ -35,9 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from rdmalog.config import LONG_MAX, TopicConfig
+from rdmalog.config import TopicConfig
 from rdmalog.errors import (
-    InvalidTimestampError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
@@ -52,8 +51,10 @@ from rdmalog.store.records import (
     CONTROL_BIT,
     LOG_APPEND_TIME,
     BatchInfo,
+    RecordRules,
     decode_records,
     set_base_offset,
+    set_create_time,
     set_leader_epoch,
     set_log_append_time,
     validate_batches,
@@ -313,33 +314,29 @@ class PartitionLog(InPlaceAccess):
         if mv.readonly:
             mv = memoryview(bytearray(mv))  # patching needs a writable buffer
         cfg = self.config
-        infos = validate_batches(mv, cfg.max_message_bytes, allow_control=allow_control)
+        infos = validate_batches(
+            mv, cfg.max_message_bytes, allow_control=allow_control, rules=self.record_rules()
+        )
         if len(mv) > cfg.segment_bytes:
             raise RecordListTooLargeError(
                 f"{len(mv)} bytes of batches exceed segment.bytes={cfg.segment_bytes}"
             )
-        self._check_timestamps(infos)
         return self._append(mv, infos, leader_epoch, in_place=False)
 
-    def _check_timestamps(self, infos: list[BatchInfo]) -> None:
-        """`message.timestamp.before/after.max.ms` (and the older difference.max.ms) for CreateTime
-        topics, checked on each batch's max timestamp (a header field: no record decoding)."""
+    def record_rules(self) -> RecordRules:
+        """What a client's records are checked against now: the topic's timestamp bounds
+        (`message.timestamp.before/after.max.ms`, capped by the older `difference.max.ms`), its
+        timestamp type, and whether it is compacted (keys required)."""
         cfg = self.config
-        if cfg.log_append_time:
-            return
         diff = cfg.get("message.timestamp.difference.max.ms")
-        before = min(cfg.get("message.timestamp.before.max.ms"), diff)
-        after = min(cfg.get("message.timestamp.after.max.ms"), diff)
-        if before == after == LONG_MAX:
-            return
-        now = self.clock()
-        for info in infos:
-            ts = info.max_timestamp
-            if ts >= 0 and (now - ts > before or ts - now > after):
-                raise InvalidTimestampError(
-                    f"timestamp {ts} of a batch is out of range (now {now}, before.max.ms {before}, "
-                    f"after.max.ms {after})"
-                )
+        return RecordRules(
+            self.clock(),
+            min(cfg.get("message.timestamp.before.max.ms"), diff),
+            min(cfg.get("message.timestamp.after.max.ms"), diff),
+            cfg.log_append_time,
+            "compact" in cfg.cleanup_policy,
+            self.name,
+        )
 
     def _append(
         self, mv: memoryview, infos: list[BatchInfo], leader_epoch: int | None, in_place: bool
@@ -372,6 +369,8 @@ class PartitionLog(InPlaceAccess):
                 if log_append:
                     set_log_append_time(mv, pos, info.size, now)
                     max_ts = now
+                elif info.stale_max_timestamp:
+                    set_create_time(mv, pos, info.size, max_ts)
                 last = nxt + info.last_offset_delta
                 batches.append((pos, info.size, last, max_ts))
                 nxt = last + 1

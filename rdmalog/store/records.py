@@ -10,8 +10,14 @@ Batch layout (big-endian), CRC-32C covering `attributes` to the end of the batch
 
 attributes: bits 0-2 codec, bit 3 timestamp type (1 = LogAppendTime), bit 4 transactional, bit 5 control,
 bit 6 delete horizon. baseOffset and partitionLeaderEpoch sit before the CRC'd range, so the broker
-patches them without touching the CRC. The append path does per-batch work only (one header unpack
-and one CRC pass per batch); decoding records is for tests, offsets by time and native clients.
+patches them without touching the CRC.
+
+A client's batches are checked as Kafka's LogValidator checks them: per batch (one header unpack, one
+CRC pass) and, given `RecordRules`, per record in bulk by a C scanner (`_records.c`: offset deltas,
+record structure, timestamps against the topic's bounds, keys on compacted topics), compressed
+batches decompressed piece by piece and never re-encoded. The batch's maxTimestamp is the largest
+record timestamp: a header that says otherwise is rewritten (with its CRC) when the batch is appended,
+as Kafka does. Decoding records into objects is for tests, offsets by time and native clients.
 """
 
 from __future__ import annotations
@@ -27,10 +33,12 @@ import crc32c as _crc32c
 from rdmalog.errors import (
     CorruptRecordError,
     InvalidRecordError,
+    InvalidTimestampError,
     MessageTooLargeError,
     UnsupportedCompressionTypeError,
 )
-from rdmalog.store.compression import Codec, compress, decompress
+from rdmalog.store._records import CHECK_TIMESTAMPS, FIXED_TIMESTAMP, KEYS_REQUIRED, RecordScan
+from rdmalog.store.compression import Codec, compress, decompress, decompress_chunks
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = HEADER.size  # 61
@@ -76,6 +84,22 @@ class BatchInfo(NamedTuple):
     producer_id: int = -1
     producer_epoch: int = -1
     base_sequence: int = -1
+    stale_max_timestamp: bool = False  # the header's maxTimestamp (or type) is not its records'
+
+
+_LONG_MAX = 2**63 - 1
+MAX_RECORD_ERRORS = 1000  # record errors listed per batch (all are counted)
+
+
+class RecordRules(NamedTuple):
+    """What the records of a client's batches are checked against (Kafka's LogValidator)."""
+
+    now: int  # ms
+    before_max_ms: int  # message.timestamp.before.max.ms (CreateTime topics)
+    after_max_ms: int  # message.timestamp.after.max.ms
+    log_append_time: bool  # the topic stamps LogAppendTime
+    keys_required: bool  # a compacted topic: null keys are refused
+    partition: str = ""  # named in the error messages, as Kafka names it
 
 
 def validate_batches(
@@ -84,12 +108,15 @@ def validate_batches(
     *,
     from_client: bool = True,
     allow_control: bool = False,
+    rules: RecordRules | None = None,
 ) -> list[BatchInfo]:
     """Validate every batch in `buf` (length, magic, CRC, count, codec, flags); return their infos.
 
     `from_client` applies the produce rules (count == lastOffsetDelta + 1, no control batches unless
-    `allow_control`, which the broker's own transaction markers need); recovery and imports relax
-    them, as Kafka does for replicated or compacted batches.
+    `allow_control`, which the broker's own transaction markers need, a sequence with a producer
+    id); recovery and imports relax them, as Kafka does for replicated or compacted batches. With
+    `rules`, every record of a client's data batch is checked too (see `check_records`) and the
+    infos carry the batches' max timestamps computed from their records.
     """
     out: list[BatchInfo] = []
     end = len(buf)
@@ -119,14 +146,82 @@ def validate_batches(
             raise InvalidRecordError(
                 f"record batch at byte {pos}: {count} records but lastOffsetDelta {lod}"
             )
+        stale = False
         if from_client:
             if attrs & CONTROL_BIT and not allow_control:
                 raise InvalidRecordError("clients may not write control batches")
             if attrs & TRANSACTIONAL_BIT and pid < 0:
                 raise InvalidRecordError("transactional batch without a producer id")
-        out.append(BatchInfo(pos, size, lod, max_ts, count, attrs, pid, pepoch, seq))
+            if pid >= 0 and seq < 0 and not attrs & CONTROL_BIT:
+                raise InvalidRecordError(
+                    f"invalid sequence number {seq} in record batch with producerId {pid}"
+                )
+            if rules is not None and not attrs & CONTROL_BIT:
+                records_max = check_records(buf, pos, size, rules)
+                stale = records_max != max_ts or bool(attrs & TIMESTAMP_TYPE_BIT)
+                max_ts = records_max
+        out.append(BatchInfo(pos, size, lod, max_ts, count, attrs, pid, pepoch, seq, stale))
         pos += size
     return out
+
+
+def check_records(buf: memoryview, pos: int, size: int, rules: RecordRules) -> int:
+    """Kafka's record-level checks of the client batch at `pos` (its header already checked):
+    every record whole, offset deltas 0..count-1, no null key on a compacted topic, CreateTime
+    timestamps within the topic's bounds, no LogAppendTime set by the producer where Kafka refuses
+    it. Compressed records are decompressed piece by piece (never re-encoded). Returns the batch's
+    max timestamp from its records; raises InvalidRecordError or InvalidTimestampError, carrying
+    `record_errors`, as Kafka's LogValidator does."""
+    (_, _, _, _, _, attrs, _, base_ts, header_max, _, _, _, count) = HEADER.unpack_from(buf, pos)
+    stamped = bool(attrs & TIMESTAMP_TYPE_BIT)  # LogAppendTime: every record has maxTimestamp
+    flags = KEYS_REQUIRED if rules.keys_required else 0
+    if stamped:
+        flags |= FIXED_TIMESTAMP
+        base_ts = header_max
+    low = max(rules.now - rules.before_max_ms, -_LONG_MAX - 1)
+    high = min(rules.now + rules.after_max_ms, _LONG_MAX)
+    if not rules.log_append_time and (low > -_LONG_MAX - 1 or high < _LONG_MAX):
+        flags |= CHECK_TIMESTAMPS
+    scan = RecordScan(count, base_ts, low, high, flags, MAX_RECORD_ERRORS)
+    body = buf[pos + RECORDS : pos + size]
+    codec = attrs & CODEC_MASK
+    try:
+        if codec == Codec.NONE:
+            scan.feed(body)
+        else:
+            for piece in decompress_chunks(codec, body):
+                scan.feed(piece)
+        records_max, n_errors, found = scan.finish()
+    except ValueError as e:
+        raise InvalidRecordError(f"record batch at byte {pos}: {e}") from None
+    errors: list[tuple[int, str]] = []
+    timestamps = False
+    for index, kind, ts in found:
+        if kind == 1:
+            errors.append((index, f"Compacted topic cannot accept message without key in topic partition {rules.partition}."))  # fmt: skip
+        else:
+            timestamps = True
+            errors.append((index, f"Timestamp {ts} of message with offset {index} is out of range. The timestamp should be within [{low}, {high}]"))  # fmt: skip
+    if stamped and (rules.log_append_time or header_max == NO_TIMESTAMP) and not n_errors:
+        # Kafka refuses a producer's LogAppendTime unless a CreateTime topic can range-check it.
+        timestamps, n_errors = True, count
+        message = "Producer should not set timestamp type to LogAppendTime."
+        errors = [(i, message) for i in range(min(count, MAX_RECORD_ERRORS))]
+    if not n_errors:
+        return records_max
+    exc: InvalidRecordError | InvalidTimestampError
+    if timestamps:
+        exc = InvalidTimestampError(
+            "One or more records have been rejected due to invalid timestamp"
+        )
+    else:
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+        exc = InvalidRecordError(
+            f"One or more records have been rejected due to {n_errors} record errors in total, "
+            f"and only showing the first three errors at most: [{shown}]"
+        )
+    exc.record_errors = tuple(errors)
+    raise exc
 
 
 def batch_is_valid(buf: memoryview | bytes, pos: int, end: int) -> int:
@@ -158,6 +253,15 @@ def set_log_append_time(buf: memoryview | bytearray, pos: int, size: int, timest
     attrs = _H.unpack_from(buf, pos + ATTRIBUTES)[0]
     _H.pack_into(buf, pos + ATTRIBUTES, attrs | TIMESTAMP_TYPE_BIT)
     _Q.pack_into(buf, pos + MAX_TIMESTAMP, timestamp)
+    _set_crc(buf, pos, size)
+
+
+def set_create_time(buf: memoryview | bytearray, pos: int, size: int, max_timestamp: int) -> None:
+    """Make the batch a CreateTime batch whose maxTimestamp is `max_timestamp` (its records'), then
+    recompute the CRC: what Kafka's setMaxTimestamp does when the header says otherwise."""
+    attrs = _H.unpack_from(buf, pos + ATTRIBUTES)[0]
+    _H.pack_into(buf, pos + ATTRIBUTES, attrs & ~TIMESTAMP_TYPE_BIT)
+    _Q.pack_into(buf, pos + MAX_TIMESTAMP, max_timestamp)
     _set_crc(buf, pos, size)
 
 
