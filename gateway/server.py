@@ -35,10 +35,10 @@ from gateway.protocol import (
     decode_request,
     encode_response,
     has_schema,
+    message_spec,
     parse_request_header,
 )
 from gateway.protocol.framing import FrameBudget, FrameReader, Stage
-from gateway.protocol.schema import entity_spec, message_class
 from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION
 
 log = logging.getLogger("gateway.server")
@@ -464,7 +464,7 @@ async def _resume(coro, pending) -> None:
 def _error_body(api_key: int, version: int, code: int) -> dict | None:
     """A response carrying `code` in its top-level error_code, or None if it has none."""
     try:
-        spec = entity_spec(message_class(api_key, version, False))
+        spec = message_spec(api_key, version, False)
     except KeyError:
         return None
     if any(f.name == "error_code" and f.tag is None for f in spec.fields):

@@ -165,6 +165,11 @@ BROKER_DEFS = _defs(
     ("log.index.size.max.bytes", "int", 10485760, _at_least(4)),
     ("log.message.timestamp.type", "string", "CreateTime", _one_of(*TIMESTAMP_TYPES)),
     ("message.max.bytes", "int", 1048588, _at_least(0)),
+    ("log.message.timestamp.difference.max.ms", "long", LONG_MAX, _at_least(0)),
+    ("log.message.timestamp.before.max.ms", "long", LONG_MAX, _at_least(0)),
+    ("log.message.timestamp.after.max.ms", "long", LONG_MAX, _at_least(0)),
+    ("log.message.downconversion.enable", "boolean", True),
+    ("fetch.max.bytes", "int", 57671680, _at_least(1024)),
     ("socket.request.max.bytes", "int", 104857600, _at_least(1)),
     ("queued.max.request.bytes", "long", -1),
     ("max.connections", "int", INT_MAX, _at_least(0)),
@@ -206,7 +211,7 @@ IGNORED_BROKER_KEYS = frozenset(
     socket.send.buffer.bytes socket.receive.buffer.bytes queued.max.requests background.threads
     log.roll.jitter.ms log.roll.jitter.hours log.cleaner.enable log.cleaner.threads
     log.cleaner.dedupe.buffer.size log.cleaner.delete.retention.ms log.cleaner.min.cleanable.ratio
-    log.segment.delete.delay.ms log.message.format.version log.message.downconversion.enable
+    log.segment.delete.delay.ms log.message.format.version
     inter.broker.protocol.version inter.broker.listener.name listener.security.protocol.map
     security.inter.broker.protocol controller.listener.names controller.quorum.voters
     controller.quorum.bootstrap.servers process.roles metadata.log.dir auto.leader.rebalance.enable
@@ -216,9 +221,7 @@ IGNORED_BROKER_KEYS = frozenset(
     allow.everyone.if.no.acl.found sasl.enabled.mechanisms sasl.mechanism.inter.broker.protocol
     ssl.keystore.location ssl.keystore.password ssl.key.password ssl.truststore.location
     ssl.truststore.password ssl.client.auth transaction.state.log.segment.bytes
-    offsets.commit.timeout.ms offsets.load.buffer.size
-    message.timestamp.difference.max.ms log.message.timestamp.difference.max.ms
-    log.message.timestamp.before.max.ms log.message.timestamp.after.max.ms""".split()
+    offsets.commit.timeout.ms offsets.load.buffer.size message.timestamp.difference.max.ms""".split()
 )
 _IGNORED_PREFIXES = (
     "listener.name.",
@@ -503,11 +506,20 @@ _TOPIC_ROWS: list[tuple[tuple, str | None]] = [
     (("max.compaction.lag.ms", "long", LONG_MAX, _at_least(1)), None),
     (("segment.jitter.ms", "long", 0, _at_least(0)), None),
     (("unclean.leader.election.enable", "boolean", False), None),
-    (("message.downconversion.enable", "boolean", True), None),
+    (("message.downconversion.enable", "boolean", None), "log.message.downconversion.enable"),
     (("message.format.version", "string", "3.0-IV1"), None),
-    (("message.timestamp.difference.max.ms", "long", LONG_MAX, _at_least(0)), None),
-    (("message.timestamp.before.max.ms", "long", LONG_MAX, _at_least(0)), None),
-    (("message.timestamp.after.max.ms", "long", LONG_MAX, _at_least(0)), None),
+    (
+        ("message.timestamp.difference.max.ms", "long", None, _at_least(0)),
+        "log.message.timestamp.difference.max.ms",
+    ),
+    (
+        ("message.timestamp.before.max.ms", "long", None, _at_least(0)),
+        "log.message.timestamp.before.max.ms",
+    ),
+    (
+        ("message.timestamp.after.max.ms", "long", None, _at_least(0)),
+        "log.message.timestamp.after.max.ms",
+    ),
     (("leader.replication.throttled.replicas", "list", []), None),
     (("follower.replication.throttled.replicas", "list", []), None),
     (("local.retention.ms", "long", -2, _at_least(-2)), None),

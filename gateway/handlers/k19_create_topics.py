@@ -118,7 +118,7 @@ def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
     }
 
 
-@api(19, 2, 7, eager=True)
+@api(19, 0, 7, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Create every requested topic (or only validate); one result per topic."""
     topics = request["topics"]

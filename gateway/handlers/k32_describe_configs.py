@@ -64,7 +64,7 @@ def _entries(config: Any, keys: list[str] | None, synonyms: bool, read_only: boo
     return out
 
 
-@api(32, 1, 4)
+@api(32, 0, 4)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Describe each requested resource; unknown topics and other brokers get per-resource errors."""
     broker = ctx.broker

@@ -595,6 +595,31 @@ class PartitionLog(InPlaceAccess):
                     return TimestampOffset(best.max_timestamp, rec.offset)
             return TimestampOffset(best.max_timestamp, batch.last_offset)
 
+    def legacy_offsets_before(self, timestamp: int, max_num_offsets: int) -> list[int]:
+        """ListOffsets v0 (Kafka's legacyFetchOffsetsBefore): up to `max_num_offsets` segment start
+        offsets (and the log end, when the head holds data) of segments last modified at or before
+        `timestamp` (-1: from the newest, -2: from the oldest), newest first."""
+        with self.lock:
+            points = [
+                (
+                    max(seg.base_offset, self.log_start_offset),
+                    int(os.stat(seg.path).st_mtime * 1000),
+                )
+                for seg in self.segments
+            ]
+            if self.segments[-1].size > 0:
+                points.append((self.log_end_offset, self.clock()))
+        if timestamp == -1:
+            start = len(points) - 1
+        elif timestamp == -2:
+            start = 0
+        else:
+            start = len(points) - 1
+            while start >= 0 and points[start][1] > timestamp:
+                start -= 1
+        picked = [points[i][0] for i in range(start, start - min(max_num_offsets, start + 1), -1)]
+        return sorted(picked, reverse=True)
+
     # --- log start, retention, truncation -------------------------------------------------------------
 
     def delete_records(self, before_offset: int) -> int:
