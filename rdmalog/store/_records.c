@@ -142,8 +142,81 @@ static int skipped(RecordScan *s) {
     }
 }
 
+/* A varint read straight from memory (the fast path); NULL when malformed or past `end`. */
+static inline const unsigned char *fast_varint(const unsigned char *p, const unsigned char *end,
+                                               int max_shift, int64_t *out) {
+    if (p < end && *p < 0x80) { /* the common case: one byte */
+        unsigned char b = *p;
+        *out = (int64_t)(b >> 1) ^ -(int64_t)(b & 1);
+        return p + 1;
+    }
+    uint64_t r = 0;
+    for (int shift = 0; shift <= max_shift && p < end; shift += 7) {
+        unsigned char b = *p++;
+        r |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80) {
+            *out = (int64_t)(r >> 1) ^ -(int64_t)(r & 1);
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* Whole records that lie entirely in [*pp, end), parsed straight-line; stops (leaving *pp at the
+ * record's start) at the first record that does not, or that is malformed, for the state machine
+ * to take over (and name the error). */
+static int fast_records(RecordScan *s, const unsigned char **pp, const unsigned char *end) {
+    const unsigned char *p = *pp;
+    while (p < end && s->index < s->count) {
+        int64_t len, ts, off, klen, vlen, nh, n;
+        const unsigned char *q = fast_varint(p, end, 28, &len);
+        if (!q || (int32_t)len < 6 || (int32_t)len > end - q) break;
+        const unsigned char *stop = q + (int32_t)len;
+        q++; /* attributes */
+        if (!(q = fast_varint(q, stop, 63, &ts))) break;
+        if (!(q = fast_varint(q, stop, 28, &off)) || (int32_t)off != s->index) break;
+        if (!(q = fast_varint(q, stop, 28, &klen))) break;
+        klen = (int32_t)klen;
+        if (klen > stop - q) break;
+        if (klen > 0) q += klen;
+        if (!(q = fast_varint(q, stop, 28, &vlen))) break;
+        vlen = (int32_t)vlen;
+        if (vlen > stop - q) break;
+        if (vlen > 0) q += vlen;
+        if (!(q = fast_varint(q, stop, 28, &nh)) || (int32_t)nh < 0) break;
+        for (n = (int32_t)nh; n > 0 && q; n--) {
+            int64_t hk, hv;
+            if (!(q = fast_varint(q, stop, 28, &hk)) || (int32_t)hk < 0 || (int32_t)hk > stop - q) {
+                q = NULL;
+                break;
+            }
+            q += (int32_t)hk;
+            if (!(q = fast_varint(q, stop, 28, &hv))) break;
+            hv = (int32_t)hv;
+            if (hv > stop - q) {
+                q = NULL;
+                break;
+            }
+            if (hv > 0) q += hv;
+        }
+        if (q != stop) break;
+        s->ts = (s->flags & FIXED_TIMESTAMP) ? s->base_ts
+                                             : (int64_t)((uint64_t)s->base_ts + (uint64_t)ts);
+        s->key_null = (int32_t)klen < 0;
+        s->body_left = 0;
+        if (record_done(s) < 0) return -1;
+        p = stop;
+    }
+    *pp = p;
+    return 0;
+}
+
 static int scan(RecordScan *s, const unsigned char *p, const unsigned char *end) {
     while (p < end) {
+        if (s->state == S_LENGTH && s->vshift == 0) {
+            if (fast_records(s, &p, end) < 0) return -1;
+            if (p >= end) break;
+        }
         int st = s->state;
         if (st == S_KEY || st == S_VALUE || st == S_HEADER_KEY || st == S_HEADER_VALUE) {
             int64_t n = end - p;

@@ -111,7 +111,7 @@ def decompress_chunks(
     codec: int | Codec, data: bytes | memoryview, chunk: int = CHUNK
 ) -> Iterator[bytes]:
     """Decompress a batch's records section piece by piece: gzip, lz4 and zstd in pieces of at most
-    `chunk` bytes; snappy block by block (a snappy block decompresses to at most ~22x its size).
+    about `chunk` bytes; snappy block by block (a block decompresses to at most ~22x its size).
     Raises CorruptRecordError on malformed input."""
     codec = codec_of(codec)
     try:
@@ -134,18 +134,23 @@ def decompress_chunks(
 
 
 def _gunzip_chunks(data: bytes | memoryview, chunk: int) -> Iterator[bytes]:
-    rest = bytes(data)
-    while rest:
-        d = zlib.decompressobj(47)  # gzip or zlib header, auto-detected
-        pending = rest
-        while not d.eof:
-            piece = d.decompress(pending, chunk)
-            if piece:
-                yield piece
-            pending = d.unconsumed_tail
-            if not pending and not piece and not d.eof:
-                raise CorruptRecordError("truncated gzip stream")
-        rest = d.unused_data  # concatenated gzip members
+    # Fed input slices small enough that no slice can inflate past `chunk` (deflate expands at
+    # most ~1032x): zlib's max_length output limit costs 1.7x the time on Kafka batches.
+    mv = memoryview(data)
+    step = max(1, chunk // 1032)
+    d = zlib.decompressobj(47)  # gzip or zlib header, auto-detected
+    pos = 0
+    while pos < len(mv):
+        piece = d.decompress(mv[pos : pos + step])
+        pos += step
+        if piece:
+            yield piece
+        if d.eof and (d.unused_data or pos < len(mv)):  # concatenated gzip members
+            mv = memoryview(d.unused_data + bytes(mv[pos:]))
+            pos = 0
+            d = zlib.decompressobj(47)
+    if not d.eof:
+        raise CorruptRecordError("truncated gzip stream")
 
 
 def _unlz4_chunks(data: bytes | memoryview, chunk: int) -> Iterator[bytes]:
