@@ -161,6 +161,7 @@ class Consumer(Endpoint):
         # refused seek)
         self._deferred: Exception | None = None
         self.parts: dict[tuple[str, int], _Assignment] = {}
+        self._reading: list[_Assignment] | None = None  # assignments not paused (cached)
         # (callback, offsets, error) of answered commits not run yet: one that raised left them
         self._answered: deque[tuple] = deque()
         self._register()
@@ -184,12 +185,20 @@ class Consumer(Endpoint):
         self._results_mr = None  # tcp: where they are READ to
         self._results_look = 0.0
         self._pending = PendingCommits()
-        self._commits_waiting = self._pending.waiting  # tested on every poll: a list, not a call
+        self._commits_waiting = self._pending.waiting  # a list, not a call: see _attend
+        # Something a poll must do before reading, which the path where nothing went wrong never
+        # pays for: a broken session to raise, commit answers to look at or callbacks to run, an
+        # error found after the records a poll returned. Set where each of those arises.
+        self._due = True
         self.slots: RemoteRegion | None = None
         self._slot_mr = self.device.alloc_mr(MAX_SLOTS * SLOT_SIZE, Access.LOCAL_WRITE)
         self._slot_view = None  # shm: live view of our slot region
         self._slot_q = None
         self._active: list[_Assignment] | None = None  # assignments with a slot (cached)
+
+    def disconnected(self, why: str):
+        self._due = True  # every poll raises from now on (_attend)
+        return super().disconnected(why)
 
     def _reconnected(self) -> None:
         """Re-register and re-request every assignment from the next offset to deliver."""
@@ -208,6 +217,7 @@ class Consumer(Endpoint):
         None: the group's committed offset when there is one (and it is still in the log), else
         `auto_offset_reset`.
         """
+        self._reading = None
         for tp in list(self.parts):
             if tp not in partitions:
                 a = self.parts.pop(tp)
@@ -264,10 +274,12 @@ class Consumer(Endpoint):
         back-pressure): their positions, and what was already read, stay."""
         for a in self._assigned(partitions):
             a.paused = True
+        self._reading = None
 
     def resume(self, partitions: list[tuple[str, int]]) -> None:
         for a in self._assigned(partitions):
             a.paused = False
+        self._reading = None
 
     def paused(self) -> list[tuple[str, int]]:
         return [tp for tp, a in self.parts.items() if a.paused]
@@ -328,8 +340,10 @@ class Consumer(Endpoint):
             slot[2] = words[slot[3]] = word
         if callback is not None and words:
             self._pending.add(callback, dict(offsets), words)
+            self._due = True
         elif callback is not None:  # nothing to commit: answered by the next poll(), as Kafka's
             self._answered.append((callback, dict(offsets), None))
+            self._due = True
 
     def _commit_slot(self, topic: str, partition: int) -> list[int]:
         """[addr, rkey, word, index] of the partition's commit slot, asked for the first time."""
@@ -387,6 +401,7 @@ class Consumer(Endpoint):
     def _call_back(self, calls) -> None:
         """Run commit callbacks in order; one that raises leaves the rest for the next poll()."""
         self._answered.extend(calls)
+        self._due = True  # one that raises leaves the rest to the next poll (_attend)
         while self._answered:
             cb, offsets, error = self._answered.popleft()
             cb(offsets, error)
@@ -450,20 +465,18 @@ class Consumer(Endpoint):
         return self._poll(timeout, max_batches, True)
 
     def _poll(self, timeout: float, max_records: int, raw: bool) -> list:
-        if self.broken is not None:
-            raise self.disconnected(self.broken)
-        if self._commits_waiting or self._answered:
-            self._look_at_commits()
-        self._raise_deferred()  # found by the last poll, which returned the records before it
+        if self._due:
+            self._attend()
+        reading = self._reading
+        if reading is None:
+            reading = self._reading = [a for a in self.parts.values() if not a.paused]
         out: list[ConsumerRecord] = []
         deadline = None
         spins = 0
         nap = IDLE_NAP
         while True:
             refreshed = False
-            for a in self.parts.values():
-                if a.paused:
-                    continue
+            for a in reading:
                 try:
                     if not a.active:  # its last seek was refused: again (raises while it lasts)
                         self.seek(a.topic, a.partition, a.offset)
@@ -483,11 +496,13 @@ class Consumer(Endpoint):
                     # Other partitions' records are taken (their positions moved): they come
                     # now, the error with the next poll.
                     self._deferred = e
+                    self._due = True
                     return out
             if out:
                 self._idle = 0
                 return out
-            self._raise_deferred()
+            if self._due:  # e.g. a corrupt batch found with nothing before it to return
+                self._attend()
             self._idle += 1
             if self._idle >= IDLE_CHECK:  # quiet for a while: make sure the broker is still there
                 self._idle = 0
@@ -504,7 +519,15 @@ class Consumer(Endpoint):
                 if self._slot_q is None:  # each look is a READ someone serves (tcp: the
                     nap = min(2 * nap, IDLE_NAP_MAX)  # broker's engine): back off while idle
 
-    def _raise_deferred(self) -> None:
+    def _attend(self) -> None:
+        """What a poll does first once something is due: raise for a broken session, run the
+        callbacks of answered commits, raise the error found after the records the last poll
+        returned."""
+        if self.broken is not None:
+            raise self.disconnected(self.broken)
+        if self._commits_waiting or self._answered:
+            self._look_at_commits()  # a callback that raises leaves _due set
+        self._due = bool(self._commits_waiting or self._answered)
         if self._deferred is not None:
             e, self._deferred = self._deferred, None
             raise e
@@ -671,6 +694,7 @@ class Consumer(Endpoint):
             f"{a.topic}-{a.partition}: the record batch of offsets {first}-{last} {why}; "
             f"seek to {last + 1} to skip it"
         )
+        self._due = True
         a.more = True
 
     def _grow(self, a: _Assignment, need: int) -> None:
@@ -698,6 +722,7 @@ class Consumer(Endpoint):
         if self.offsets is not None:
             self.offsets.close()
         super().close()
+        self._due = True  # every poll raises ClientClosedError (_attend)
         if first is not None:
             raise first
 
