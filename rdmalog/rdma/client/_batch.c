@@ -1,14 +1,19 @@
-/* The native consumer's hot loop: the records of one uncompressed v2 record batch, decoded in C.
+/* The native consumer's hot loop in C: the whole uncompressed v2 record batches of a READ,
+ * decoded into records.
  *
- * decode_plain(buf, pos, size, base_offset, base_ts, max_ts, log_append, count, min_offset,
- *              topic, partition, record_type, out, limit) appends record_type(topic, partition,
+ * take(buf, pos, end, offset, room, topic, partition, record_type, out) walks the batches of
+ *              buf[pos:end] as the consumer's _take does and stops at the first one it does not
+ *              finish (see take()); decode_plain(buf, pos, size, base_offset, base_ts, max_ts,
+ *              log_append, count, min_offset, topic, partition, record_type, out, limit) decodes
+ *              one batch whose header the caller read. Both append record_type(topic, partition,
  *              offset, timestamp, key, value, headers, timestamp_type) to the list `out` for every
- *              record whose offset is >= min_offset, at most `limit` of them (a poll's max_records).  `record_type` is a tuple subclass with exactly eight fields (the
- *              consumer's NamedTuple); rdmalog/rdma/client/consumer.py holds the same logic in Python.
+ *              record whose offset is >= the minimum, at most the limit (a poll's max_records).
+ * `record_type` is a tuple subclass with exactly eight fields (the consumer's NamedTuple);
+ * rdmalog/rdma/client/consumer.py holds the same logic in Python.
  * headers is a tuple of (str, bytes | None) pairs.  Records hold only strings, numbers, bytes and such
  * tuples, so they are kept off the cyclic garbage collector's lists: a poll of thousands of records
  * otherwise triggers collections that traverse every one of them (40% of decoding time measured).
- * Malformed records raise ValueError; nothing is read outside [pos, pos + size).
+ * Malformed records raise ValueError; nothing is read outside the range given.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -98,34 +103,18 @@ static PyObject *new_record(PyTypeObject *tp) {
 #endif
 }
 
-static PyObject *decode_plain(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t pos, size;
-    long long base, base_ts, max_ts, min_offset;
-    int log_append, count;
-    Py_ssize_t limit;
-    PyObject *topic, *partition, *rtype, *out;
-    if (!PyArg_ParseTuple(args, "y*nnLLLpiLOOOO!n", &view, &pos, &size, &base, &base_ts, &max_ts,
-                          &log_append, &count, &min_offset, &topic, &partition, &rtype,
-                          &PyList_Type, &out, &limit))
-        return NULL;
-    PyTypeObject *tp = (PyTypeObject *)rtype;
-    if (!PyType_Check(rtype) || !PyType_IsSubtype(tp, &PyTuple_Type)) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
-        return NULL;
-    }
-    if (pos < 0 || size < BATCH_OVERHEAD || pos + size > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "batch outside the buffer");
-        return NULL;
-    }
-    const unsigned char *start = (const unsigned char *)view.buf;
-    cursor c = {start + pos + BATCH_OVERHEAD, start + pos + size};
+/* Append the records of one uncompressed batch's record section [c->p, c->end) to `out`: those
+ * with offsets >= min_offset, at most `limit`. Returns how many were appended, -1 with an
+ * exception set (records appended before the fault stay in `out`: the caller drops them). */
+static Py_ssize_t decode_records(cursor c, long long base, long long base_ts, long long max_ts,
+                                 int log_append, long count, long long min_offset,
+                                 Py_ssize_t limit, PyObject *topic, PyObject *partition,
+                                 PyTypeObject *tp, PyObject *out) {
+    Py_ssize_t appended = 0;
     int ok = 1;
     PyObject *last_ts = NULL; /* the previous record's timestamp object, reused while it repeats */
     long long last_ts_value = 0;
-    for (int i = 0; ok && i < count && limit > 0; i++) {
+    for (long i = 0; i < count && appended < limit; i++) {
         int64_t len, ts_delta, off_delta;
         if (varint(&c, &len) < 0) { ok = 0; break; }
         if (len < 1 || len > c.end - c.p) {
@@ -185,17 +174,171 @@ static PyObject *decode_plain(PyObject *self, PyObject *args) {
         PyTuple_SET_ITEM(rec, 5, value);
         PyTuple_SET_ITEM(rec, 6, hdrs);
         PyTuple_SET_ITEM(rec, 7, PyLong_FromLong(log_append ? 1 : 0)); /* small int: cached */
-        if (PyList_Append(out, rec) < 0) ok = 0;
+        int failed = PyList_Append(out, rec) < 0;
         Py_DECREF(rec);
-        limit--;
+        if (failed) { ok = 0; break; }
+        appended++;
     }
     Py_XDECREF(last_ts);
+    return ok ? appended : -1;
+}
+
+static int record_type_ok(PyObject *rtype) {
+    if (!PyType_Check(rtype) || !PyType_IsSubtype((PyTypeObject *)rtype, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *decode_plain(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, size;
+    long long base, base_ts, max_ts, min_offset;
+    int log_append, count;
+    Py_ssize_t limit;
+    PyObject *topic, *partition, *rtype, *out;
+    if (!PyArg_ParseTuple(args, "y*nnLLLpiLOOOO!n", &view, &pos, &size, &base, &base_ts, &max_ts,
+                          &log_append, &count, &min_offset, &topic, &partition, &rtype,
+                          &PyList_Type, &out, &limit))
+        return NULL;
+    if (!record_type_ok(rtype)) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (pos < 0 || size < BATCH_OVERHEAD || pos + size > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "batch outside the buffer");
+        return NULL;
+    }
+    const unsigned char *start = (const unsigned char *)view.buf;
+    cursor c = {start + pos + BATCH_OVERHEAD, start + pos + size};
+    Py_ssize_t n = decode_records(c, base, base_ts, max_ts, log_append, count, min_offset, limit,
+                                  topic, partition, (PyTypeObject *)rtype, out);
     PyBuffer_Release(&view);
-    if (!ok) return NULL;
+    if (n < 0) return NULL;
     Py_RETURN_NONE;
 }
 
+static inline uint32_t be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static inline uint64_t be64(const unsigned char *p) {
+    return (uint64_t)be32(p) << 32 | be32(p + 4);
+}
+
+/* The v2 batch header fields take reads (Kafka's RecordBatch layout). */
+#define LENGTH_AT 8
+#define ATTRIBUTES_AT 21
+#define LAST_DELTA_AT 23
+#define BASE_TS_AT 27
+#define MAX_TS_AT 35
+#define COUNT_AT 57
+#define CODEC_MASK 0x07
+#define TIMESTAMP_TYPE_BIT 0x08
+#define CONTROL_BIT 0x20
+
+/* take(buf, pos, end, offset, room, topic, partition, record_type, out) -> (pos, offset, room)
+ *
+ * The native consumer's _take for the common case, in one call: walks the whole batches of
+ * buf[pos:end], skips those below `offset`, decodes uncompressed data batches into `out` (records
+ * at offsets >= `offset`, at most `room`), and returns where it stopped, the next offset to
+ * return and the room left. It stops, leaving the rest to the caller's Python loop (which does
+ * the same and more), at the first batch it does not finish: a partial one, one past the room,
+ * an impossible length, a compressed or control batch, or records that do not decode (those of
+ * that batch are taken back out of `out`, and the caller's decode raises again). */
+static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "take(buf, pos, end, offset, room, topic, partition, record_type, out)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    long long offset = PyLong_AsLongLong(args[3]);
+    Py_ssize_t room = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *topic = args[5], *partition = args[6], *rtype = args[7], *out = args[8];
+    if (!record_type_ok(rtype)) return NULL;
+    if (!PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "out must be a list");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (pos < 0 || end < pos || end > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "range outside the buffer");
+        return NULL;
+    }
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    int failed = 0;
+    while (end - pos >= BATCH_OVERHEAD && room > 0) {
+        const unsigned char *h = buf + pos;
+        long long size = (long long)(int32_t)be32(h + LENGTH_AT) + 12;
+        if (size < BATCH_OVERHEAD || size > end - pos) break;
+        long long base = (long long)be64(h);
+        long long last = base + (int32_t)be32(h + LAST_DELTA_AT);
+        if (last >= offset) {
+            int attributes = (int)(int16_t)((uint16_t)h[ATTRIBUTES_AT] << 8 | h[ATTRIBUTES_AT + 1]);
+            if (attributes & (CODEC_MASK | CONTROL_BIT)) break;
+            Py_ssize_t before = PyList_GET_SIZE(out);
+            cursor c = {h + BATCH_OVERHEAD, h + size};
+            Py_ssize_t n = decode_records(
+                c, base, (long long)be64(h + BASE_TS_AT), (long long)be64(h + MAX_TS_AT),
+                (attributes & TIMESTAMP_TYPE_BIT) != 0, (long)(int32_t)be32(h + COUNT_AT), offset,
+                room, topic, partition, (PyTypeObject *)rtype, out);
+            if (n < 0) { /* this batch's records come out again; malformed ones are the
+                            caller's to report (its decode raises the same), others propagate */
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                int malformed = PyErr_GivenExceptionMatches(type, PyExc_ValueError);
+                if (PyList_SetSlice(out, before, PyList_GET_SIZE(out), NULL) < 0) {
+                    Py_XDECREF(type);
+                    Py_XDECREF(value);
+                    Py_XDECREF(tb);
+                    failed = 1;
+                } else if (malformed) {
+                    Py_XDECREF(type);
+                    Py_XDECREF(value);
+                    Py_XDECREF(tb);
+                } else {
+                    PyErr_Restore(type, value, tb);
+                    failed = 1;
+                }
+                break;
+            }
+            room -= n;
+            if (room <= 0 && n > 0) {
+                PyObject *lastrec = PyList_GET_ITEM(out, PyList_GET_SIZE(out) - 1);
+                long long got = PyLong_AsLongLong(PyTuple_GET_ITEM(lastrec, 2));
+                if (got < last) { /* the batch's other records: the next poll */
+                    offset = got + 1;
+                    break;
+                }
+            }
+            offset = last + 1;
+        }
+        pos += size;
+    }
+    PyBuffer_Release(&view);
+    if (failed) return NULL;
+    PyObject *r = PyTuple_New(3), *items[3] = {PyLong_FromSsize_t(pos),
+                                               PyLong_FromLongLong(offset),
+                                               PyLong_FromSsize_t(room)};
+    if (!r || !items[0] || !items[1] || !items[2]) {
+        Py_XDECREF(r);
+        for (int i = 0; i < 3; i++) Py_XDECREF(items[i]);
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++) PyTuple_SET_ITEM(r, i, items[i]);
+    return r;
+}
+
 static PyMethodDef methods[] = {
+    {"take", (PyCFunction)(void (*)(void))take, METH_FASTCALL,
+     "take(buf, pos, end, offset, room, topic, partition, record_type, out) -> (pos, offset, "
+     "room): decode the whole uncompressed batches of buf[pos:end] into out"},
     {"decode_plain", decode_plain, METH_VARARGS,
      "decode_plain(buf, pos, size, base_offset, base_ts, max_ts, log_append, count, min_offset, "
      "topic, partition, record_type, out, limit): append the batch's records (at most limit) to out"},

@@ -170,6 +170,97 @@ static PyObject *guarded_copy(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* Buffer arguments of the METH_FASTCALL functions below; released by release_all. */
+static int get_buffers(PyObject *const *objs, Py_buffer *views, const int *writable, int n) {
+    for (int i = 0; i < n; i++) {
+        if (PyObject_GetBuffer(objs[i], &views[i], writable[i] ? PyBUF_WRITABLE : PyBUF_SIMPLE) <
+            0) {
+            while (--i >= 0) PyBuffer_Release(&views[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void release_all(Py_buffer *views, int n) {
+    for (int i = 0; i < n; i++) PyBuffer_Release(&views[i]);
+}
+
+/* sync_words(src, dst, start, end) -> bool: copy the 64-bit words in bytes [start, end) of a
+ * shared mapping into dst at the same offsets, each an acquire load as the peer stores them;
+ * True when any of them differed from what dst held. The native consumer's look at its metadata
+ * slots: while it has read everything they showed, an empty poll is this one call. */
+static PyObject *sync_words(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "sync_words(src, dst, start, end)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[2]), end = PyLong_AsSsize_t(args[3]);
+    if ((start == -1 || end == -1) && PyErr_Occurred()) return NULL;
+    Py_buffer v[2];
+    static const int writable[2] = {0, 1};
+    if (get_buffers(args, v, writable, 2) < 0) return NULL;
+    const char *src = (const char *)v[0].buf;
+    char *dst = (char *)v[1].buf;
+    if (start < 0 || end < start || end > v[0].len || end > v[1].len || (start | end) & 7 ||
+        ((uintptr_t)src & 7) || ((uintptr_t)dst & 7)) {
+        release_all(v, 2);
+        PyErr_SetString(PyExc_IndexError, "sync_words: range outside the buffers or unaligned");
+        return NULL;
+    }
+    int changed = 0;
+    for (Py_ssize_t off = start; off < end; off += 8) {
+        uint64_t w = __atomic_load_n((const uint64_t *)(src + off), __ATOMIC_ACQUIRE);
+        uint64_t *d = (uint64_t *)(dst + off);
+        if (*d != w) {
+            *d = w;
+            changed = 1;
+        }
+    }
+    release_all(v, 2);
+    return PyBool_FromLong(changed);
+}
+
+/* read_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n) -> bool: a shm READ of a
+ * region already mapped, in one call: the peer's region table word at entry_off still holds
+ * rkey (acquire: a deregistered region fails as a revoked RNIC key does), both ranges lie in
+ * their buffers, and the copy did not fault. False for any of those; the caller's slow path
+ * tells them apart. */
+static PyObject *read_checked(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n)");
+        return NULL;
+    }
+    Py_ssize_t eoff = PyLong_AsSsize_t(args[1]), doff = PyLong_AsSsize_t(args[4]);
+    Py_ssize_t soff = PyLong_AsSsize_t(args[6]), n = PyLong_AsSsize_t(args[7]);
+    unsigned long long rkey = PyLong_AsUnsignedLongLong(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *objs[3] = {args[0], args[3], args[5]};
+    Py_buffer v[3];
+    static const int writable[3] = {0, 1, 0};
+    if (get_buffers(objs, v, writable, 3) < 0) return NULL;
+    int ok = 0;
+    uint64_t *w = eoff >= 0 && eoff + 8 <= v[0].len && !(((uintptr_t)v[0].buf + eoff) & 7)
+                      ? (uint64_t *)((char *)v[0].buf + eoff)
+                      : NULL;
+    if (w && rkey && __atomic_load_n(w, __ATOMIC_ACQUIRE) == rkey && n >= 0 && doff >= 0 &&
+        soff >= 0 && doff + n <= v[1].len && soff + n <= v[2].len) {
+        if (!bus_installed) install_bus();
+        char *d = (char *)v[1].buf + doff;
+        const char *s = (const char *)v[2].buf + soff;
+        if (n >= 65536) { /* as copy(): a large copy lets other threads run */
+            Py_BEGIN_ALLOW_THREADS
+            ok = do_copy(d, s, (size_t)n);
+            Py_END_ALLOW_THREADS
+        } else {
+            ok = do_copy(d, s, (size_t)n);
+        }
+    }
+    release_all(v, 3);
+    return PyBool_FromLong(ok);
+}
+
 /* The shm completion ring (shm.py's _Ring): a header of three words on separate cache lines
  * (reserve @0, head @64, waiting @128), then slots of `slot_size` bytes: seq u64, then kind,
  * qp_num, imm, byte_len (u32 each), then a SEND's payload. One call per push or pop instead of
@@ -283,6 +374,10 @@ static PyMethodDef methods[] = {
     {"ring_push", ring_push, METH_VARARGS,
      "ring_push(buf, nslots, slot_size, kind, qp_num, imm, byte_len, payload) -> -1 full, "
      "1 doorbell needed, 0 not"},
+    {"sync_words", (PyCFunction)(void (*)(void))sync_words, METH_FASTCALL,
+     "sync_words(src, dst, start, end) -> bool: copy words, True if any differed"},
+    {"read_checked", (PyCFunction)(void (*)(void))read_checked, METH_FASTCALL,
+     "read_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n) -> bool"},
     {"ring_pop", ring_pop, METH_VARARGS,
      "ring_pop(buf, nslots, slot_size, head) -> (kind, qp_num, imm, byte_len, payload) or None"},
     {NULL, NULL, 0, NULL},

@@ -38,6 +38,7 @@ from rdmalog.rdma.transport._atomic64 import (
     copy,
     fetch_add,
     load,
+    read_checked,
     ring_pop,
     ring_push,
     store,
@@ -449,7 +450,17 @@ class ShmQP:
         self._complete(wr_id, _SUCCESS, _READ, length, signaled)
 
     def read_now(self, mr, offset, length, remote_addr, rkey) -> Status:
-        """A READ whose completion is returned instead of queued (the consumer's fast path)."""
+        """A READ whose completion is returned instead of queued (the consumer's fast path): of
+        a region mapped before, one C call that re-checks its rkey word and copies; the first
+        READ of a region, and every failure, take the general path."""
+        peer = self._peer
+        if peer is not None and not self.closed and mr.rkey:
+            r = peer.regions.get(rkey)
+            if r is not None and r[1] & _RR:
+                eoff = (rkey & (MR_ENTRIES - 1)) * MR_ENTRY
+                roff = remote_addr - (rkey << ADDR_SHIFT)
+                if read_checked(peer.table, eoff, rkey, mr.buf, offset, r[0], roff, length):
+                    return _SUCCESS
         view, roff = self._remote(remote_addr, rkey, length, _RR)
         if view is None or not self._local(mr, offset, length):
             return _REM_ACCESS_ERR
