@@ -1,6 +1,7 @@
-"""The native consumer's poll path in C: `_batch.take` agrees with the consumer's Python batch loop
-(which handles what `take` leaves to it), and the shm helpers it reads with (`read_checked` behind
-`ShmQP.read_now`, `sync_words` for the metadata slots) fail as the general paths do."""
+"""The native clients' hot paths in C: `_batch.take` agrees with the consumer's Python batch loop
+(which handles what `take` leaves to it), `_batch.encode_plain` builds the bytes
+`records.build_batch` builds, and the shm helpers (`copy_checked` behind `ShmQP.read_now` and
+`post_write`, `sync_words` for the metadata slots) fail as the general paths do."""
 
 from __future__ import annotations
 
@@ -12,15 +13,17 @@ import pytest
 
 from rdmalog.errors import CorruptRecordError
 from rdmalog.rdma.client import consumer as consumer_module
+from rdmalog.rdma.client import producer as producer_module
 from rdmalog.rdma.client.consumer import Consumer, ConsumerRecord, _Assignment
 from rdmalog.rdma.transport._atomic64 import sync_words
 from rdmalog.rdma.transport.interface import Access, Status, open_device
 from rdmalog.store.compression import Codec
-from rdmalog.store.records import LOG_APPEND_TIME, Record, build_batch
+from rdmalog.store.records import LOG_APPEND_TIME, Record, build_batch, decode_all
 
 needs_c = pytest.mark.skipif(
     consumer_module._c_take is None, reason="rdmalog.rdma.client._batch is not built"
 )
+encode_plain = producer_module._c_encode
 
 
 def _batches(*parts: bytes | bytearray) -> bytearray:
@@ -182,3 +185,69 @@ def test_read_now_again_and_after_deregistration(pair):
     assert qp.read_now(local, 0, 8, a.addr, a.rkey) == Status.SUCCESS
     local.deregister()
     assert qp.read_now(local, 0, 8, a.addr, a.rkey) != Status.SUCCESS
+
+
+def test_write_again_and_after_deregistration(pair):
+    """The second WRITE of a region takes shm's one-call path; it fails as the first would once
+    the region is deregistered, out of its bounds, or from outside the local buffer."""
+    srv, cli, qp = pair
+    region = srv.alloc_mr(4096, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+    r = region.remote()
+    local = cli.alloc_mr(64, Access.LOCAL_WRITE)
+    ccq = qp.send_cq
+
+    def write(offset, length, addr, rkey=r.rkey):
+        qp.post_write(1, local, offset, length, addr, rkey)
+        wcs = ccq.wait(5.0)
+        assert len(wcs) == 1
+        return wcs[0].status
+
+    for i in range(3):
+        local.buf[:4] = b"w%03d" % i
+        assert write(0, 4, r.addr + 8 * i) == Status.SUCCESS
+        assert bytes(region.buf[8 * i : 8 * i + 4]) == b"w%03d" % i
+    assert write(0, 8, r.addr + 4092) == Status.REM_ACCESS_ERR
+    assert write(60, 8, r.addr) == Status.LOC_PROT_ERR
+    assert write(0, 0, r.addr) == Status.SUCCESS
+    read_only = srv.alloc_mr(64, Access.LOCAL_WRITE | Access.REMOTE_READ)
+    ro = read_only.remote()
+    assert write(0, 8, ro.addr, ro.rkey) == Status.REM_ACCESS_ERR
+    region.deregister()
+    assert write(0, 8, r.addr) == Status.REM_ACCESS_ERR
+
+
+RECORD_SETS = {
+    "one value": [Record(None, b"x" * 100)],
+    "pairs": [(b"k", b"v"), (None, None), [b"list", b"pair"]],
+    "headers and timestamps": [
+        Record(b"k", b"v" * 300, [("h", b"1"), ("none", None), ("\u00e9", b"")], 1_000),
+        Record("str key", "str value \u00e9", [(b"bytes key", "str value")], 990),
+        Record(None, b"", [], None),  # now_ms
+        Record(b"neg", b"ts", [], -5),
+    ],
+    "big and many": [Record(b"k%d" % i, bytes(range(256)) * i, [], 7 + i) for i in range(40)],
+    "buffers": [(bytearray(b"ba"), memoryview(b"mv"))],
+}
+
+
+@needs_c
+@pytest.mark.parametrize("name", list(RECORD_SETS))
+def test_encode_plain_builds_the_bytes_build_batch_builds(name):
+    records = RECORD_SETS[name]
+    got = encode_plain(records, 123_456)
+    assert type(got) is bytearray
+    assert got == build_batch(records, now_ms=123_456)
+    assert len(decode_all(got)) == len(records)
+    assert encode_plain(iter(records), 123_456) == got  # any iterable, as build_batch
+
+
+@needs_c
+def test_encode_plain_refuses_what_build_batch_refuses():
+    with pytest.raises(ValueError, match="at least one record"):
+        encode_plain([], 0)
+    with pytest.raises(TypeError):
+        encode_plain([(1, b"v")], 0)  # a key is bytes, str or None
+    with pytest.raises(TypeError):
+        encode_plain([Record(b"k", b"v", [("h",)])], 0)
+    with pytest.raises(AttributeError):
+        encode_plain([object()], 0)

@@ -221,15 +221,15 @@ static PyObject *sync_words(PyObject *self, PyObject *const *args, Py_ssize_t na
     return PyBool_FromLong(changed);
 }
 
-/* read_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n) -> bool: a shm READ of a
- * region already mapped, in one call: the peer's region table word at entry_off still holds
- * rkey (acquire: a deregistered region fails as a revoked RNIC key does), both ranges lie in
- * their buffers, and the copy did not fault. False for any of those; the caller's slow path
- * tells them apart. */
-static PyObject *read_checked(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* copy_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n) -> bool: a shm READ or
+ * WRITE of a peer region already mapped, in one call: the peer's region table word at entry_off
+ * still holds rkey (acquire: a deregistered region fails as a revoked RNIC key does), both
+ * ranges lie in their buffers, and the copy did not fault. False for any of those; the caller's
+ * general path tells them apart. */
+static PyObject *copy_checked(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError,
-                        "read_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n)");
+                        "copy_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n)");
         return NULL;
     }
     Py_ssize_t eoff = PyLong_AsSsize_t(args[1]), doff = PyLong_AsSsize_t(args[4]);
@@ -376,8 +376,8 @@ static PyMethodDef methods[] = {
      "1 doorbell needed, 0 not"},
     {"sync_words", (PyCFunction)(void (*)(void))sync_words, METH_FASTCALL,
      "sync_words(src, dst, start, end) -> bool: copy words, True if any differed"},
-    {"read_checked", (PyCFunction)(void (*)(void))read_checked, METH_FASTCALL,
-     "read_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n) -> bool"},
+    {"copy_checked", (PyCFunction)(void (*)(void))copy_checked, METH_FASTCALL,
+     "copy_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n) -> bool"},
     {"ring_pop", ring_pop, METH_VARARGS,
      "ring_pop(buf, nslots, slot_size, head) -> (kind, qp_num, imm, byte_len, payload) or None"},
     {NULL, NULL, 0, NULL},
