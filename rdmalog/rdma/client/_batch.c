@@ -438,6 +438,8 @@ static unsigned char *put_field(unsigned char *p, const field_t *f) {
     return p;
 }
 
+static PyObject *str_key, *str_value, *str_headers, *str_timestamp; /* a Record's fields */
+
 typedef struct {
     field_t key, value;
     Py_ssize_t first_header, nheaders, body;
@@ -478,10 +480,10 @@ static PyObject *encode_plain(PyObject *self, PyObject *const *args, Py_ssize_t 
             key = Py_NewRef(PySequence_Fast_ITEMS(item)[0]);
             value = Py_NewRef(PySequence_Fast_ITEMS(item)[1]);
         } else {
-            key = PyObject_GetAttrString(item, "key");
-            value = key ? PyObject_GetAttrString(item, "value") : NULL;
-            headers = value ? PyObject_GetAttrString(item, "headers") : NULL;
-            ts = headers ? PyObject_GetAttrString(item, "timestamp") : NULL;
+            key = PyObject_GetAttr(item, str_key);
+            value = key ? PyObject_GetAttr(item, str_value) : NULL;
+            headers = value ? PyObject_GetAttr(item, str_headers) : NULL;
+            ts = headers ? PyObject_GetAttr(item, str_timestamp) : NULL;
             if (!ts) {
                 Py_XDECREF(key);
                 Py_XDECREF(value);
@@ -618,5 +620,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_batch",
 
 PyMODINIT_FUNC PyInit__batch(void) {
     crc_init();
+    str_key = PyUnicode_InternFromString("key");
+    str_value = PyUnicode_InternFromString("value");
+    str_headers = PyUnicode_InternFromString("headers");
+    str_timestamp = PyUnicode_InternFromString("timestamp");
+    if (!str_key || !str_value || !str_headers || !str_timestamp) return NULL;
     return PyModule_Create(&module);
 }
