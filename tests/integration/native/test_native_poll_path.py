@@ -6,30 +6,11 @@ going away. On shm and tcp (tcp has no quiet state: every look is a READ), over 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
-from rdmalog.config import BrokerConfig
 from rdmalog.rdma import Consumer, Producer
-from rdmalog.rdma.broker.service import RdmaService
 from rdmalog.rdma.client.endpoint import BrokerDisconnected, ClientClosedError
-from rdmalog.store.log_manager import Store
-
-
-@pytest.fixture(params=["shm", "tcp"])
-def kind(request):
-    return request.param
-
-
-@pytest.fixture
-def broker(tmp_path, kind):
-    st = Store(Path(tmp_path), BrokerConfig.from_sources(None, {"log.dirs": str(tmp_path)}))
-    st.open(start_maintenance=False)
-    svc = RdmaService(st, kind, order_timeout=0.3).start()
-    yield st, svc
-    svc.stop()
-    st.close()
 
 
 def drain(c: Consumer, n: int, rounds: int = 400) -> list:
