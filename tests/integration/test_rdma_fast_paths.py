@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from rdmalog.rdma.transport.interface import Access, Status, open_device
+from rdmalog.rdma.transport.devices import open_device
+from rdmalog.rdma.transport.interface import Access, Status
 
 
 @pytest.fixture(params=["shm", "tcp"])
