@@ -120,7 +120,7 @@ def decompress_chunks(
         elif codec == Codec.GZIP:
             yield from _gunzip_chunks(data, chunk)
         elif codec == Codec.SNAPPY:
-            yield from _unsnappy_blocks(bytes(data))
+            yield from _unsnappy_blocks(memoryview(data))
         elif codec == Codec.LZ4:
             yield from _unlz4_chunks(data, chunk)
         else:
@@ -169,8 +169,8 @@ def _unlz4_chunks(data: bytes | memoryview, chunk: int) -> Iterator[bytes]:
         rest = d.unused_data
 
 
-def _unsnappy_blocks(data: bytes) -> Iterator[bytes]:
-    if not data.startswith(XERIAL_MAGIC):
+def _unsnappy_blocks(data: memoryview) -> Iterator[bytes]:
+    if data[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
         yield snappy.uncompress(data)
         return
     pos = len(XERIAL_HEADER)
