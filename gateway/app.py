@@ -1,10 +1,12 @@
-"""A running broker composed of its parts: the store, the group coordinator, the RDMA datapaths
-and the gateway's server, started and stopped in order (`start`/`shutdown`, `serve`, and `run`, the
-blocking entry point of `rdmalog serve`)."""
+"""A running broker composed of its parts: the listeners and their security, the store, the
+authorizer and the users' settings, the group coordinator, the RDMA datapaths and the gateway's
+server, started and stopped in order (`start`/`shutdown`, `serve`, and `run`, the blocking entry
+point of `rdmalog serve`)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 from pathlib import Path
@@ -14,16 +16,25 @@ from gateway.groups.service import GroupService
 from gateway.server import Gateway
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import KafkaError
+from rdmalog.security.acls import authorizer_from_config
+from rdmalog.security.entity_configs import EntityConfigs, ScramCredentials
+from rdmalog.security.listeners import ListenerSecurity, listener_specs, secure
 from rdmalog.store.interface import LogStore
 
 log = logging.getLogger("gateway.app")
 
 
-def _listen_address(config: BrokerConfig, listen: tuple[str, int] | None) -> tuple[str, int]:
+def secure_listeners(
+    config: BrokerConfig, listen: tuple[str, int] | None = None
+) -> list[ListenerSecurity]:
+    """Every listener with what it needs to serve its protocol (`listen` replaces the first one's
+    address); InvalidConfigError, naming the key, when one cannot be served as configured."""
+    specs = listener_specs(config)
+    if not specs:
+        specs = listener_specs(BrokerConfig.from_sources(None, {"listeners": "PLAINTEXT://:9092"}))
     if listen is not None:
-        return listen
-    first = config.listeners[0] if config.listeners else None
-    return (first.host, first.port) if first else ("0.0.0.0", 9092)
+        specs[0] = dataclasses.replace(specs[0], host=listen[0], port=listen[1])
+    return [secure(config, spec) for spec in specs]
 
 
 def open_store(config: BrokerConfig) -> LogStore:
@@ -79,15 +90,25 @@ def _commit_sink(groups: GroupService):
 
 
 async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
-    """Open the store and start a gateway on `listen` (or the first listener); return it running."""
+    """Open the store and start a gateway on its listeners (`listen` replaces the first one's
+    address); return it running. Security that cannot be served as configured stops start-up
+    before anything is opened."""
+    listeners = secure_listeners(config, listen)
     store = open_store(config)
-    gateway = Gateway(Broker(config, store))
+    try:
+        entity_configs = EntityConfigs.in_data_dir(config.log_dirs[0])
+        authorizer = authorizer_from_config(config, config.log_dirs[0])
+    except BaseException:
+        store.close()
+        raise
+    gateway = Gateway(Broker(config, store), ScramCredentials(entity_configs))
+    gateway.broker.authorizer = authorizer
+    gateway.broker.entity_configs = entity_configs
     try:
         # groups are loaded from __consumer_offsets before the first client can ask for them
         gateway.broker.groups = GroupService(store, config, asyncio.get_running_loop()).start()
         gateway.broker.rdma = start_rdma(store, config, gateway.broker.groups)
-        host, port = _listen_address(config, listen)
-        await gateway.start(host, port)
+        await gateway.start(listeners)
     except BaseException:
         await gateway.stop()
         store.close()

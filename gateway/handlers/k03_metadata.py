@@ -90,7 +90,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             topics.append(topic_entry(ctx, topic) if topic else _missing(ctx, name, allow_create))
     return {
         "throttle_time": 0,
-        "brokers": broker.brokers(),
+        "brokers": broker.brokers(ctx.listener),
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "topics": topics,

@@ -45,13 +45,14 @@ def _answer(ctx: RequestContext, key: str, key_type: int) -> dict:
             "host": "",
             "port": -1,
         }
+    host, port = broker.endpoint(ctx.listener)
     return {
         "key": key,
         "error_code": E.NONE,
         "error_message": None,
         "node_id": broker.node_id,
-        "host": broker.host,
-        "port": broker.port,
+        "host": host,
+        "port": port,
     }
 
 

@@ -8,6 +8,7 @@ from gateway.broker import RequestContext
 from gateway.handlers.registry import api
 from gateway.handlers.resources import (
     BROKER,
+    PASSWORD,
     TOPIC,
     broker_resource_error,
     config_type,
@@ -48,17 +49,19 @@ def _entries(config: Any, keys: list[str] | None, synonyms: bool, read_only: boo
     for row in config.describe():
         if wanted is not None and row.name not in wanted:
             continue
+        kind = config_type(config, row.name)
+        sensitive = kind == PASSWORD  # never shown, as Kafka hides passwords, keys and JAAS
         out.append(
             {
                 "name": row.name,
-                "value": row.value,
+                "value": None if sensitive else row.value,
                 "read_only": read_only,
                 "is_default": row.is_default,
                 "config_source": int(row.source),
-                "is_sensitive": False,
-                "config_type": config_type(config, row.name),
+                "is_sensitive": sensitive,
+                "config_type": kind,
                 "documentation": None,
-                "synonyms": _synonyms(config, row) if synonyms else [],
+                "synonyms": [] if sensitive or not synonyms else _synonyms(config, row),
             }
         )
     return out

@@ -30,7 +30,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                 "rack": b["rack"],
                 "is_fenced": False,
             }
-            for b in broker.brokers()
+            for b in broker.brokers(ctx.listener)
         ],
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }

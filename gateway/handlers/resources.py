@@ -25,6 +25,7 @@ _TYPES = {
     "list": 7,
     "password": 9,
 }
+PASSWORD = _TYPES["password"]
 
 
 def config_type(config: Any, name: str) -> int:
