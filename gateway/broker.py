@@ -25,6 +25,7 @@ from rdmalog.errors import (
     UNKNOWN_TOPIC_OR_PARTITION,
     KafkaError,
 )
+from rdmalog.security.acls import OPERATION_CODES, RESOURCE_OPERATIONS
 from rdmalog.security.authorizer import (
     ANONYMOUS,
     Authorizer,
@@ -107,6 +108,15 @@ class RequestContext:
         host = "" if self.connection is None else self.connection.address
         return authorizer.authorize(self.principal, host, operation, Resource(resource_type, name))
 
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """Kafka's authorized-operations bit field (1 << AclOperation code) of a resource: what the
+        sender may do on it (everything that applies, without an authorizer)."""
+        return sum(
+            1 << OPERATION_CODES[op]
+            for op in RESOURCE_OPERATIONS[resource_type]
+            if self.authorize(op, resource_type, name)
+        )
+
     def topic_check(self, operation: Operation) -> Callable[[str], bool] | None:
         """`name -> allowed` for `operation` on topics (None: everything is allowed)."""
         if self.broker.authorizer is None:
@@ -141,7 +151,7 @@ class RequestedPartitions:
     counted in `missing`). `topics` is the response's topic list.
     """
 
-    __slots__ = ("_broker", "_request", "_fields", "_allowed", "topics", "missing")
+    __slots__ = ("_broker", "_request", "_fields", "_allowed", "topics", "missing", "denied")
 
     def __init__(
         self,
@@ -155,7 +165,8 @@ class RequestedPartitions:
         self._fields = fields
         self._allowed = allowed
         self.topics: list[dict] = []
-        self.missing = 0
+        self.missing = 0  # partitions answered with an error here (not found, or denied)
+        self.denied = 0  # of them, those of topics the sender may not access
 
     def __iter__(self) -> Iterator[tuple[dict, Log, list[dict]]]:
         f = self._fields
@@ -171,6 +182,7 @@ class RequestedPartitions:
                 denied = name is not None and not allowed(name)
             for p in t[f.partitions]:
                 found = TOPIC_AUTHORIZATION_FAILED if denied else partition(key, p[f.index])
+                self.denied += denied
                 if isinstance(found, int):
                     self.missing += 1
                     answers.append({f.answer_index: p[f.index], "error_code": found, **f.missing})

@@ -12,6 +12,7 @@ from gateway.handlers.resources import (
     TOPIC,
     broker_resource_error,
     config_type,
+    resource_denied,
     unknown_resource,
 )
 from rdmalog.config import (
@@ -23,6 +24,7 @@ from rdmalog.config import (
     _to_str,
 )
 from rdmalog.errors import INVALID_REQUEST, error_code_of
+from rdmalog.security.authorizer import Operation
 
 
 def _synonyms(config: Any, row: ConfigEntry) -> list[dict]:
@@ -76,6 +78,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     for res in request["resources"]:
         rtype, name = res["resource_type"], res["resource_name"]
         keys = res.get("configuration_keys")
+        denied = resource_denied(ctx, res, Operation.DESCRIBE_CONFIGS)
+        if denied is not None:
+            results.append(denied)
+            continue
         result = {"resource_type": rtype, "resource_name": name, "error_code": 0, "configs": []}
         try:
             if rtype == TOPIC:

@@ -59,6 +59,20 @@ OPERATION_CODES = {
     Operation.ALTER_CONFIGS: 11,
     Operation.IDEMPOTENT_WRITE: 12,
 }
+# The operations that apply to each resource type (Kafka's authorized-operations answers)
+_O = Operation
+RESOURCE_OPERATIONS = {
+    ResourceType.TOPIC: (
+        _O.READ, _O.WRITE, _O.CREATE, _O.DELETE, _O.ALTER, _O.DESCRIBE, _O.DESCRIBE_CONFIGS,
+        _O.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (_O.READ, _O.DELETE, _O.DESCRIBE),
+    ResourceType.CLUSTER: (
+        _O.CREATE, _O.CLUSTER_ACTION, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS, _O.IDEMPOTENT_WRITE,
+        _O.ALTER, _O.DESCRIBE,
+    ),
+    ResourceType.TRANSACTIONAL_ID: (_O.WRITE, _O.DESCRIBE),
+}  # fmt: skip
 ANY, MATCH = 1, 2  # filter codes: any value / (patterns) what applies to a name
 DENY, ALLOW = 2, 3
 _BY_CODE = {
