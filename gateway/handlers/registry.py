@@ -56,6 +56,9 @@ HANDLERS: dict[int, str] = {
     21: "k21_delete_records",
     22: "k22_init_producer_id",
     23: "k23_offset_for_leader_epoch",
+    29: "k29_describe_acls",
+    30: "k30_create_acls",
+    31: "k31_delete_acls",
     32: "k32_describe_configs",
     33: "k33_alter_configs",
     35: "k35_describe_log_dirs",
@@ -64,6 +67,8 @@ HANDLERS: dict[int, str] = {
     42: "k42_delete_groups",
     44: "k44_incremental_alter_configs",
     47: "k47_offset_delete",
+    50: "k50_describe_user_scram_credentials",
+    51: "k51_alter_user_scram_credentials",
     60: "k60_describe_cluster",
 }
 
