@@ -599,7 +599,7 @@ class Gateway:
         if task.cancelled() or task.exception() is not None:
             if task.exception() is not None and conn.tls:
                 conn._log(
-                    logging.INFO, "TLS handshake with %s failed: %s", conn.address, task.exception()
+                    logging.INFO, "TLS handshake with %s failed: %r", conn.address, task.exception()
                 )
             if conn.transport is None:  # never made: no connection_lost will release it
                 sock.close()
