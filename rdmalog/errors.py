@@ -211,6 +211,22 @@ class InvalidRecordError(KafkaError):
     error_code = INVALID_RECORD
 
 
+class TopicAuthorizationFailedError(KafkaError):
+    error_code = TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailedError(KafkaError):
+    error_code = GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailedError(KafkaError):
+    error_code = CLUSTER_AUTHORIZATION_FAILED
+
+
+class SaslAuthenticationFailedError(KafkaError):
+    error_code = SASL_AUTHENTICATION_FAILED
+
+
 class UnknownTopicIdError(KafkaError):
     error_code = UNKNOWN_TOPIC_ID
     retriable = True
