@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gateway.broker import Broker, SharedAppends
 from gateway.groups.service import GroupService
+from gateway.quotas import QuotaManager
 from gateway.server import Gateway
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import KafkaError
@@ -104,6 +105,9 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
     gateway = Gateway(Broker(config, store), ScramCredentials(entity_configs))
     gateway.broker.authorizer = authorizer
     gateway.broker.entity_configs = entity_configs
+    gateway.quotas = QuotaManager(
+        entity_configs, config.get("quota.window.num"), config.get("quota.window.size.seconds")
+    )
     try:
         # groups are loaded from __consumer_offsets before the first client can ask for them
         gateway.broker.groups = GroupService(store, config, asyncio.get_running_loop()).start()

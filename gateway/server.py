@@ -44,6 +44,7 @@ from gateway.protocol import (
 )
 from gateway.protocol.framing import FrameBudget, FrameReader, Stage
 from gateway.protocol.schema import entity_spec, message_class
+from gateway.quotas import QuotaManager
 from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION
 from rdmalog.security.authorizer import Principal
 from rdmalog.security.listeners import ListenerSecurity
@@ -106,6 +107,8 @@ class Connection(asyncio.BufferedProtocol):
         self._worker: asyncio.Task | object | None = None
         self._queue_full = False  # pipelined requests beyond the queue's bounds
         self._read_paused = False
+        self._muted = False  # throttled by a quota: nothing is read until the delay is over
+        self._throttle_s = 0.0  # the delay the last response's quotas called for
         self._write_paused = False
         self._drained: asyncio.Future | None = None
         self.active_at = time.monotonic()  # last bytes in or response out (idle timeout)
@@ -202,7 +205,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _sync_reading(self) -> None:
         """Pause reading while the request queue is full or a frame waits for memory."""
-        pause = self._queue_full or self._frames.waiting
+        pause = self._queue_full or self._frames.waiting or self._muted
         if pause != self._read_paused and self.transport is not None:
             self._read_paused = pause
             if pause:
@@ -252,6 +255,8 @@ class Connection(asyncio.BufferedProtocol):
                 if self._write_paused and not self.closed:
                     self._drained = asyncio.get_running_loop().create_future()
                     await self._drained
+                if self._throttle_s > 0 and not self.closed:
+                    await self._mute()
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -260,6 +265,19 @@ class Connection(asyncio.BufferedProtocol):
         finally:
             self._worker = None
             self.active_at = time.monotonic()
+
+    async def _mute(self) -> None:
+        """Kafka's channel muting after a throttled response (KIP-219): read nothing more from the
+        client until its throttle time is over."""
+        delay, self._throttle_s = self._throttle_s, 0.0
+        self._muted = True
+        self._sync_reading()
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            self._muted = False
+            if not self.closed:
+                self._sync_reading()
 
     def expire(self, now: float, idle_s: float, frame_s: float) -> None:
         """Close the connection when the frame arriving missed its deadline (`frame_s`), or when it
@@ -346,6 +364,7 @@ class Connection(asyncio.BufferedProtocol):
         ctx = RequestContext(
             self.broker, hdr.api_key, hdr.api_version, hdr.correlation_id, hdr.client_id, self
         )
+        started = time.monotonic()
         try:
             response = await entry.handler(ctx, body)
         except Exception:
@@ -364,9 +383,28 @@ class Connection(asyncio.BufferedProtocol):
         if response is None or self.closed:
             return
         buf, parts = encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, response)
+        quotas = self.gateway.quotas
+        if quotas is not None and quotas.enabled:
+            buf, parts = self._throttle(hdr, len(frame), buf, parts, response, started)
         await self.send(buf, parts)
         if session.close_after_response:
             self.abort()
+
+    def _throttle(self, hdr: RequestHeader, request_bytes: int, buf, parts, response, started):
+        """Record the request against its quotas; when they call for a delay, the response carries
+        it (throttle_time_ms) and the connection is muted for it after sending."""
+        principal = self.session.principal
+        user = principal.name if principal.type == "User" else None
+        size = len(buf) + sum(sl.length for _, sl in parts)
+        elapsed = time.monotonic() - started
+        throttle_ms = self.gateway.quotas.record(
+            user, hdr.client_id, hdr.api_key, request_bytes, size, elapsed
+        )
+        if throttle_ms <= 0 or "throttle_time" not in _fields(hdr.api_key, hdr.api_version):
+            return buf, parts
+        self._throttle_s = throttle_ms / 1000
+        response["throttle_time"] = throttle_ms
+        return encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, response)
 
     async def _raw_token(self, frame: bytearray) -> None:
         """Kafka's legacy SASL flow (after SaslHandshake v0): a frame is a bare SASL token and the
@@ -524,6 +562,12 @@ async def _resume(coro, pending) -> None:
     await _continue(coro, pending)
 
 
+@functools.cache
+def _fields(api_key: int, version: int) -> frozenset[str]:
+    """The top-level field names of a response."""
+    return frozenset(f.name for f in entity_spec(message_class(api_key, version, False)).fields)
+
+
 def _error_body(api_key: int, version: int, code: int) -> dict | None:
     """A response carrying `code` in its top-level error_code, or None if it has none."""
     try:
@@ -553,6 +597,7 @@ class Gateway:
         self.frame_s: float = config.get("request.receive.timeout.ms") / 1000
         self.peer_log = RateLimitedLog(log)
         self.credentials = credentials  # SCRAM credentials (rdmalog/security/entity_configs.py)
+        self.quotas: QuotaManager | None = None  # client quotas (gateway/quotas.py)
         self.acceptors: list[Acceptor] = []
         self._sweeper: asyncio.TimerHandle | None = None
         self.address: tuple[str, int] = ("", 0)  # the first listener's bound address

@@ -67,6 +67,8 @@ HANDLERS: dict[int, str] = {
     42: "k42_delete_groups",
     44: "k44_incremental_alter_configs",
     47: "k47_offset_delete",
+    48: "k48_describe_client_quotas",
+    49: "k49_alter_client_quotas",
     50: "k50_describe_user_scram_credentials",
     51: "k51_alter_user_scram_credentials",
     60: "k60_describe_cluster",
