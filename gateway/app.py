@@ -19,6 +19,7 @@ from rdmalog.config import BrokerConfig
 from rdmalog.errors import KafkaError
 from rdmalog.security.acls import authorizer_from_config
 from rdmalog.security.entity_configs import EntityConfigs, ScramCredentials
+from rdmalog.security.inter_broker import client_security
 from rdmalog.security.listeners import ListenerSecurity, listener_specs, secure
 from rdmalog.store.interface import LogStore
 
@@ -35,6 +36,8 @@ def secure_listeners(
         specs = listener_specs(BrokerConfig.from_sources(None, {"listeners": "PLAINTEXT://:9092"}))
     if listen is not None:
         specs[0] = dataclasses.replace(specs[0], host=listen[0], port=listen[1])
+    if config.get("zookeeper.connect"):
+        client_security(config)  # brokers must be able to log in to each other
     return [secure(config, spec) for spec in specs]
 
 

@@ -300,3 +300,55 @@ def test_confluent_kafka_reauthenticates(secure_broker_factory):
         time.sleep(0.8)
     log = broker.process.stderr_tail(500)
     assert "SASL session expired" not in log
+
+
+def test_inter_broker_login(secure_broker):
+    """What a follower uses to reach a leader's inter-broker listener: TLS with the broker's trust
+    store and SCRAM with sasl.mechanism.inter.broker.protocol and its JAAS entry's credentials."""
+    import asyncio
+
+    from compat_tests.brokers import free_port
+    from rdmalog.config import BrokerConfig
+    from rdmalog.security.inter_broker import authenticate, client_security
+    from tests.integration.security.conftest import security_overrides
+
+    broker = secure_broker
+    config = BrokerConfig.from_sources(
+        None,
+        {
+            **security_overrides(broker.pki, {"SASL_SSL": free_port(), "INTERNAL": free_port()}),
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT",
+            "inter.broker.listener.name": "SASL_SSL",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="{ADMIN[0]}" password="{ADMIN[1]}";'
+            ),
+        },
+    )
+    security = client_security(config)
+    host, port = broker.listeners["SASL_SSL"].rsplit(":", 1)
+
+    async def login() -> dict:
+        reader, writer = await asyncio.open_connection(
+            host, int(port), ssl=security.ssl_context, server_hostname="localhost"
+        )
+        correlation = iter(range(1, 100))
+
+        async def request(api_key: int, version: int, body: dict) -> dict:
+            writer.write(
+                bytes(
+                    encode_request(api_key, version, next(correlation), body, client_id="broker-1")
+                )
+            )
+            size = struct.unpack(">i", await reader.readexactly(4))[0]
+            return decode_response(api_key, version, await reader.readexactly(size))[1]
+
+        try:
+            await authenticate(request, security)
+            return await request(3, 12, {"topics": None})
+        finally:
+            writer.close()
+
+    metadata = asyncio.run(asyncio.wait_for(login(), TIMEOUT))
+    assert metadata["brokers"][0]["port"] == int(port)

@@ -156,3 +156,32 @@ def test_scram_credential_in_kafkas_format():
     salted = hashlib.pbkdf2_hmac("sha256", b"pencil", salt, 4096)
     derived = ScramCredential.from_salted_password("SCRAM-SHA-256", salt, salted, 4096)
     assert base64.b64encode(derived.server_key) == b"wfPLwcE6nTWhTAmQ7tl2KeoiWGPlZqQxSrmfPwDl2dU="
+
+
+def test_inter_broker_login_fails_closed():
+    from rdmalog.security.inter_broker import client_security
+
+    base = {
+        "listeners": "INTERNAL://:9092",
+        "listener.security.protocol.map": "INTERNAL:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+    }
+    with pytest.raises(InvalidConfigError, match="sasl.mechanism.inter.broker.protocol=GSSAPI"):
+        client_security(BrokerConfig.from_sources(None, base))
+    scram = {**base, "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256"}
+    with pytest.raises(
+        InvalidConfigError, match="listener.name.internal.scram-sha-256.sasl.jaas.config"
+    ):
+        client_security(BrokerConfig.from_sources(None, scram))
+    jaas_line = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="b1" password="p";'
+    found = client_security(
+        BrokerConfig.from_sources(
+            None, {**scram, "listener.name.internal.scram-sha-256.sasl.jaas.config": jaas_line}
+        )
+    )
+    assert (found.protocol, found.mechanism, found.username, found.ssl_context) == (
+        "SASL_PLAINTEXT",
+        "SCRAM-SHA-256",
+        "b1",
+        None,
+    )
