@@ -253,3 +253,28 @@ def test_java_client_sasl_ssl_and_denied_codes(acl_broker):
         assert "TopicAuthorizationException" in str(info.value)
     finally:
         producer.close()
+
+
+def test_kafkajs_sasl_ssl_and_denied_codes(acl_broker):
+    """KafkaJS over SASL_SSL with SCRAM-SHA-256: alice writes and reads (group alice-kafkajs), and
+    gets TOPIC_AUTHORIZATION_FAILED for a topic she may not write."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    modules = repo / "compat_tests" / "js" / "node_modules"
+    if shutil.which("node") is None or not (modules / "kafkajs").is_dir():
+        pytest.skip("node or compat_tests/js/node_modules/kafkajs missing (scripts/setup.sh test)")
+    script = Path(__file__).with_name("kafkajs_security.js")
+    done = subprocess.run(
+        ["node", str(script), acl_broker.listeners["SASL_SSL"], str(acl_broker.pki.ca.pem),
+         "SCRAM-SHA-256", *ALICE, "orders-1", "payments"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "NODE_PATH": str(modules)},
+    )  # fmt: skip
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ok"], (result, done.stderr[-2000:])
+    assert result["consumed"] == "from-kafkajs"
+    assert result["denied"] == "TOPIC_AUTHORIZATION_FAILED"
