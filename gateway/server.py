@@ -116,6 +116,8 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = False
         self.state: dict = {}  # per-connection state for handlers (client software, ...)
         self.session = Session(listener, gateway.credentials)  # principal, SASL exchange
+        if not self.session.authenticated:  # Kafka bounds frames before authentication tighter
+            self._frames.max_frame = min(gateway.max_request_bytes, listener.max_receive)
         self.tls = listener.ssl_context is not None  # no sendfile or cork: bytes go through TLS
 
     def _log(self, level: int, msg: str, *args: object, exc_info: bool = False) -> None:
@@ -194,9 +196,12 @@ class Connection(asyncio.BufferedProtocol):
         if reader.refused is not None:
             self._log(
                 logging.WARNING,
-                "closing %s: request frame of %d bytes (socket.request.max.bytes=%d)",
+                "closing %s: request frame of %d bytes (%s=%d)",
                 self.peer,
                 reader.refused,
+                "socket.request.max.bytes"
+                if self.session.authenticated
+                else "sasl.server.max.receive.size, before authentication",
                 reader.max_frame,
             )
             self.abort()
@@ -252,6 +257,8 @@ class Connection(asyncio.BufferedProtocol):
                     self._queue_full = False
                     self._sync_reading()
                 await self._handle(frame)
+                if self.session.authenticated:
+                    self._frames.max_frame = self.gateway.max_request_bytes
                 if self._write_paused and not self.closed:
                     self._drained = asyncio.get_running_loop().create_future()
                     await self._drained

@@ -228,6 +228,9 @@ def test_requests_before_authentication_close_the_connection(secure_broker):
         frame = encode_request(3, 12, 2, {"topics": None}, client_id="raw")
         sock.sendall(bytes(frame))
         assert _closed(sock)
+    with _connect(address) as sock:  # frames are bounded by sasl.server.max.receive.size
+        sock.sendall(struct.pack(">i", 524288 + 1) + b"\0" * 1024)
+        assert _closed(sock)
     with _connect(address) as sock:
         answer = _request(sock, 17, 1, {"mechanism": "GSSAPI"})
         assert answer["error_code"] == 33  # UNSUPPORTED_SASL_MECHANISM
