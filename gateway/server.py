@@ -611,29 +611,49 @@ class Gateway:
         self.addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound address
 
     async def start(self, listeners: list[ListenerSecurity]) -> tuple[str, int]:
-        """Listen on every listener (port 0 picks a free one); return the first bound address."""
+        """Listen on every listener (port 0 picks a free one); return the first bound address.
+
+        The first listener is bound last, so once it accepts connections every listener does
+        (what a readiness probe of one port can rely on), and no connection is served before the
+        broker knows every listener's advertised endpoint."""
         loop = asyncio.get_running_loop()
         load_all()
+        bound: dict[str, list[socket.socket]] = {}
+        try:
+            for listener in reversed(listeners):
+                spec = listener.spec
+                bound[spec.name] = await listening_sockets(
+                    spec.host or None, spec.port, backlog=1024
+                )
+        except BaseException:
+            for socks in bound.values():
+                for sock in socks:
+                    sock.close()
+            raise
         advertised: dict[str, tuple[str, int]] = {}
         for listener in listeners:
             spec = listener.spec
-            socks = await listening_sockets(spec.host or None, spec.port, backlog=1024)
+            host, port = bound[spec.name][0].getsockname()[:2]
+            self.addresses[spec.name] = (host, port)
+            if (spec.host or host) in ("", "0.0.0.0", "::"):
+                shown = "127.0.0.1"
+            else:
+                shown = spec.host or host
+            advertised[spec.name] = (spec.advertised_host or shown, spec.advertised_port or port)
+        self.address = self.addresses[listeners[0].spec.name]
+        self.broker.bind(loop, advertised)
+        for listener in listeners:
+            spec = listener.spec
             acceptor = Acceptor(
-                socks, self.limits, functools.partial(self._connect, listener), self.peer_log
+                bound[spec.name],
+                self.limits,
+                functools.partial(self._connect, listener),
+                self.peer_log,
             )
             self.acceptors.append(acceptor)
             acceptor.start()
-            bound = socks[0].getsockname()
-            self.addresses[spec.name] = (bound[0], bound[1])
-            host = spec.host or bound[0]
-            if host in ("", "0.0.0.0", "::"):
-                host = "127.0.0.1"
-            advertised[spec.name] = (spec.advertised_host or host, spec.advertised_port or bound[1])
-            log.info(
-                "listening on %s:%d (listener %s, %s)", bound[0], bound[1], spec.name, spec.protocol
-            )
-        self.address = next(iter(self.addresses.values()))
-        self.broker.bind(loop, advertised)
+            host, port = self.addresses[spec.name]
+            log.info("listening on %s:%d (listener %s, %s)", host, port, spec.name, spec.protocol)
         self._sweep()
         log.info("serving as node %d", self.broker.node_id)
         return self.address
