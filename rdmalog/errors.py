@@ -138,6 +138,22 @@ class InvalidRecordError(KafkaError):
     error_code = 87
 
 
+class TopicAuthorizationFailedError(KafkaError):
+    error_code = 29
+
+
+class GroupAuthorizationFailedError(KafkaError):
+    error_code = 30
+
+
+class ClusterAuthorizationFailedError(KafkaError):
+    error_code = 31
+
+
+class SaslAuthenticationFailedError(KafkaError):
+    error_code = 58
+
+
 class UnknownTopicIdError(KafkaError):
     error_code = 100
     retriable = True
