@@ -32,6 +32,7 @@ class ClientQP:
     def __init__(self, device, qp, acks_due: set[ClientQP]):
         self.qp = qp
         self.session: int | None = None
+        self.owner: Session | None = None  # the control session it is bound to
         # One region: RECV_DEPTH 64-byte receive buffers, then the acknowledgements to send.
         self.mr = device.alloc_mr(ACKS_AT + ACKS_PER_SEND * ACK_SIZE, Access.LOCAL_WRITE)
         self._lock = threading.Lock()
@@ -147,7 +148,7 @@ class QueuePairs:
             if s is not None:
                 old = s.state.get("qp")
                 s.state["qp"] = cqp
-                cqp.session = s.id
+                cqp.session, cqp.owner = s.id, s
                 self._bound.notify_all()
         if old is not None and old is not cqp:
             self.drop(old)

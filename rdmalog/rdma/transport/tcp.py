@@ -421,6 +421,13 @@ class TcpQP:
                 return
             view = self._target(rkey, addr, length, Access.REMOTE_WRITE, "WRITE")
             if view is not None:  # zero-copy: the payload lands in the mapping
+                w = self.device._mrs.get(rkey)
+                if op == OP_WRITE_IMM and type(w) is TcpWindow:
+                    # Its bytes are handed over with the notification: no later WRITE of this
+                    # queue pair (frames are taken in order) can change them while the target
+                    # looks at them.
+                    end = addr - (rkey << ADDR_SHIFT) + length
+                    done = functools.partial(self._hand_over, w, end, done)
                 self._expect(view, functools.partial(done, Status.SUCCESS))
             else:  # refused: discard the payload, keep the stream in sync
                 self._discard(length, functools.partial(done, Status.REM_ACCESS_ERR))
@@ -448,6 +455,11 @@ class TcpQP:
             st = self._deliver(OP_WRITE_IMM, imm, length, None)
         self._send(op | RESP, st, 0, wr_id, 0, 0, 0, 0, 0)
         self._error_if_fatal()
+
+    @staticmethod
+    def _hand_over(w: TcpWindow, end: int, done: Callable[[Status], None], st: Status) -> None:
+        w.narrow(end)
+        done(st)
 
     def _error_if_fatal(self) -> None:
         """After answering a fatal access error: this queue pair goes to the error state (its
