@@ -139,7 +139,9 @@ class ReadFile:
     def window_for(self, session: int, qp):
         w = self.windows.get(session)
         if w is None:
-            w = self.windows[session] = qp.bind_window(self.mr, 0, self.mr.length, Access.REMOTE_READ)
+            w = self.windows[session] = qp.bind_window(
+                self.mr, 0, self.mr.length, Access.REMOTE_READ
+            )
         return w
 
     def drop_reader(self, session: int) -> None:

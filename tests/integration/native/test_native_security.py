@@ -28,7 +28,6 @@ from rdmalog.security.authorizer import Acl, AclAuthorizer, Operation, ResourceT
 from rdmalog.security.sasl import UserStore
 from rdmalog.store.log_manager import Store
 from rdmalog.store.records import build_batch, validate_batches
-
 from tests.integration.native.helpers import consume, store_records, wait_for
 
 ALICE = SaslCredentials("SCRAM-SHA-256", "alice", "alice-secret")
