@@ -16,7 +16,7 @@ from collections.abc import Callable
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport._atomic64 import store
 from rdmalog.rdma.transport.interface import Access
-from rdmalog.rdma.wire import SLOT_SIZE, slot_word
+from rdmalog.rdma.wire import SLOT_SIZE, slot_word, word_decode
 from rdmalog.store.in_place import SegmentFile
 
 # (order, status, base offset, last offset, next position[, log append time]): the time, -1
@@ -65,6 +65,10 @@ class ProduceFile:
             word = None
             if self.word_mr is not None:
                 word = qp.bind_window(self.word_mr, 0, 8, Access.REMOTE_ATOMIC)
+                if hasattr(word, "on_atomic"):  # tcp: the engine executes the holder's
+                    # FETCH_AND_ADDs, so it can admit its WRITEs to what they reserved only
+                    data.reservations = []
+                    word.on_atomic = functools.partial(_reserved, data)
             w = self.windows[session] = (data, word)
         return w
 
@@ -90,6 +94,11 @@ class ProduceFile:
         for mr in (self.mr, self.word_mr):
             if mr is not None and mr.rkey:
                 mr.deregister()
+
+
+def _reserved(data, old: int, new: int) -> None:
+    """A holder's FETCH_AND_ADD on the reservation word took [old position, new position)."""
+    data.reserve(word_decode(old)[1], word_decode(new)[1])
 
 
 class SlotRegion:

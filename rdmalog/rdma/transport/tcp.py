@@ -125,12 +125,42 @@ class TcpWindow:
         self.qp, self.mr, self.access, self.rkey = qp, mr, access, rkey
         self.buf, self.length = mr.buf, mr.length
         self.start, self.end = start, end
+        # What the engine can do beyond an RNIC, since it executes the peer's atomics itself:
+        # `on_atomic(old, new)` is called after each atomic through this window, and a window
+        # with `reservations` (a list) admits a WRITE only inside one of its (start, end)
+        # ranges, which the owner adds with `reserve` (e.g. from another window's on_atomic).
+        self.on_atomic: Callable[[int, int], None] | None = None
+        self.reservations: list[tuple[int, int]] | None = None
+        self._handed: list[tuple[int, int]] = []  # notified ranges above start: not writable
 
     def remote(self) -> RemoteRegion:
         return RemoteRegion(self.rkey << ADDR_SHIFT, self.rkey, self.length)
 
     def narrow(self, start: int) -> None:
         self.start = max(self.start, min(start, self.end))
+        for ranges in (self.reservations, self._handed):
+            if ranges:
+                ranges[:] = [r for r in ranges if r[1] > self.start]
+
+    def hand_over(self, start: int, end: int) -> None:
+        """A WRITE_WITH_IMM put [start, end) here: its bytes are the target's from now on (no
+        later WRITE of the queue pair may change them while the target validates them)."""
+        self._handed.append((start, end))
+
+    def reserve(self, start: int, end: int) -> None:
+        """Admit WRITEs to [start, end) (within the window) until the start moves past it."""
+        start, end = max(start, self.start), min(end, self.end)
+        if start < end and self.reservations is not None:
+            self.reservations.append((start, end))
+
+    def admits(self, off: int, length: int) -> bool:
+        if off < self.start or off + length > self.end or length < 0:
+            return False
+        end = off + length
+        if any(a < end and off < b for a, b in self._handed):
+            return False
+        res = self.reservations
+        return res is None or any(a <= off and end <= b for a, b in res)
 
     def invalidate(self) -> None:
         if self.rkey:
@@ -426,8 +456,8 @@ class TcpQP:
                     # Its bytes are handed over with the notification: no later WRITE of this
                     # queue pair (frames are taken in order) can change them while the target
                     # looks at them.
-                    end = addr - (rkey << ADDR_SHIFT) + length
-                    done = functools.partial(self._hand_over, w, end, done)
+                    off = addr - (rkey << ADDR_SHIFT)
+                    done = functools.partial(self._hand_over, w, off, off + length, done)
                 self._expect(view, functools.partial(done, Status.SUCCESS))
             else:  # refused: discard the payload, keep the stream in sync
                 self._discard(length, functools.partial(done, Status.REM_ACCESS_ERR))
@@ -457,8 +487,8 @@ class TcpQP:
         self._error_if_fatal()
 
     @staticmethod
-    def _hand_over(w: TcpWindow, end: int, done: Callable[[Status], None], st: Status) -> None:
-        w.narrow(end)
+    def _hand_over(w: TcpWindow, start: int, end: int, done: Callable, st: Status) -> None:
+        w.hand_over(start, end)
         done(st)
 
     def _error_if_fatal(self) -> None:
@@ -496,9 +526,10 @@ class TcpQP:
             if mr.qp is not self or (mr.access & need) != need:
                 self._fatal = f"{what} through a window bound to another queue pair or access"
                 return None
-            if off < mr.start or off + length > mr.end or length < 0:
+            if not mr.admits(off, length):
                 self._fatal = (
                     f"{what} of [{off}, {off + length}) outside its window [{mr.start}, {mr.end})"
+                    + ("" if mr.reservations is None else f" and reservations {mr.reservations}")
                 )
                 return None
         elif (mr.access & need) != need or off < 0 or off + length > mr.length:
@@ -514,10 +545,16 @@ class TcpQP:
             return Status.REM_INV_REQ_ERR, 0
         try:
             if op == OP_FAA:
-                return Status.SUCCESS, fetch_add(mr.buf, off, a)
-            return Status.SUCCESS, compare_swap(mr.buf, off, a, b)
+                old = fetch_add(mr.buf, off, a)
+                new = (old + a) & 0xFFFFFFFFFFFFFFFF
+            else:
+                old = compare_swap(mr.buf, off, a, b)
+                new = b if old == a else old
         except ValueError:  # the mapping itself is misaligned
             return Status.REM_INV_REQ_ERR, 0
+        if type(mr) is TcpWindow and mr.on_atomic is not None:
+            mr.on_atomic(old, new)
+        return Status.SUCCESS, old
 
     def _response(self, op: int, status: int, length: int, value: int) -> None:
         if not self._pending:

@@ -266,3 +266,86 @@ def test_word_moved_back_does_not_let_a_kafka_append_overwrite_committed_bytes(b
     svc.append("w", 0, build_batch([(None, b"from kafka")]))
     assert [r.value for r in store_records(st, "w")] == [b"committed", b"from kafka"]
     p.close()
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_kafka_consumers_read_what_an_attacker_failed_to_overwrite(broker_factory, transport):
+    """On a real `rdmalog serve`: a native producer's committed batch, a write over it through
+    its own window and a read with a guessed key (both refused, the session ended), then a Kafka
+    consumer checking CRCs reads every batch intact."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import TopicPartition
+
+    from compat_tests.brokers import free_port
+    from tests.integration.native.test_native_with_kafka_clients import _create_topic
+
+    control_port = free_port()
+    broker = broker_factory(
+        {"rdma.transport": transport, "rdma.control.port": str(control_port)}, local=True
+    )
+    _create_topic(broker.bootstrap, "attacked")
+    control = f"127.0.0.1:{control_port}"
+    p = Producer(control, transport, mode="shared")
+    p.produce("attacked", 0, b"first " * 20)
+    g = p.grants[("attacked", 0)]
+    p.stage.buf[:8] = b"\x00\xff" * 4
+    p.qp.post_write(1, p.stage, 0, 8, g.region.addr + 61, g.region.rkey)  # into its CRC'd bytes
+    assert _one(p.cq).status == Status.REM_ACCESS_ERR
+    assert _session_ended(p)
+    p.close()
+    mallory = Producer(control, transport)
+    mallory.qp.post_write(1, mallory.stage, 0, 8, g.region.addr + 61, secrets.randbits(32) | 1)
+    assert _one(mallory.cq).status == Status.REM_ACCESS_ERR
+    assert _session_ended(mallory)
+    mallory.close()
+    with Producer(control, transport) as q:
+        q.produce("attacked", 0, b"second")
+
+    kc = KafkaConsumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "check",
+            "enable.auto.commit": False,
+            "check.crcs": True,
+        }
+    )
+    kc.assign([TopicPartition("attacked", 0, 0)])
+    got, deadline = [], time.monotonic() + 30
+    while len(got) < 2 and time.monotonic() < deadline:
+        msg = kc.poll(0.5)
+        if msg is not None:
+            assert not msg.error(), msg.error()
+            got.append((msg.offset(), msg.value()))
+    kc.close()
+    assert got == [(0, b"first " * 20), (1, b"second")]
+
+
+def test_a_shared_writer_cannot_write_into_another_writers_reservation(broker, kind):
+    if kind == "shm":
+        pytest.skip(
+            "shm: the initiator executes the FETCH_AND_ADD itself, so the target never sees a "
+            "reservation; a shared writer's window there is [committed position, end of file)"
+        )
+    st, svc = broker
+    st.create_topic("w", 1)
+    a, b = (
+        Producer(svc.control_address, mode="shared"),
+        Producer(svc.control_address, mode="shared"),
+    )
+    a.produce("w", 0, b"a0")
+    b.produce("w", 0, b"b0")
+    ga, gb = a.grants[("w", 0)], b.grants[("w", 0)]
+    order, pos = a._reserve(ga, 64)  # a reserves and has not written yet
+    b.stage.buf[:8] = b"intruder"
+    b.qp.post_write(1, b.stage, 0, 8, gb.region.addr + pos, gb.region.rkey)
+    assert _one(b.cq).status == Status.REM_ACCESS_ERR
+    assert _session_ended(b)
+    # b's own reservation is its to write
+    with Producer(svc.control_address, mode="shared") as c:
+        gc = c._grant("w", 0)
+        order_c, pos_c = c._reserve(gc, 8)
+        c.stage.buf[:8] = b"12345678"
+        c.qp.post_write(1, c.stage, 0, 8, gc.region.addr + pos_c, gc.region.rkey)
+        assert _one(c.cq).status == Status.SUCCESS
+    a.close()
+    b.close()
