@@ -28,6 +28,9 @@ INVALID_GROUP_ID = 24
 UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+CLUSTER_AUTHORIZATION_FAILED = 31
 INVALID_TIMESTAMP = 32
 UNSUPPORTED_VERSION = 35
 TOPIC_ALREADY_EXISTS = 36
@@ -44,6 +47,7 @@ INVALID_TXN_STATE = 48
 INVALID_PRODUCER_ID_MAPPING = 49
 TRANSACTION_COORDINATOR_FENCED = 52
 KAFKA_STORAGE_ERROR = 56
+SASL_AUTHENTICATION_FAILED = 58
 UNKNOWN_PRODUCER_ID = 59
 NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
@@ -200,19 +204,19 @@ class InvalidRecordError(KafkaError):
 
 
 class TopicAuthorizationFailedError(KafkaError):
-    error_code = 29
+    error_code = TOPIC_AUTHORIZATION_FAILED
 
 
 class GroupAuthorizationFailedError(KafkaError):
-    error_code = 30
+    error_code = GROUP_AUTHORIZATION_FAILED
 
 
 class ClusterAuthorizationFailedError(KafkaError):
-    error_code = 31
+    error_code = CLUSTER_AUTHORIZATION_FAILED
 
 
 class SaslAuthenticationFailedError(KafkaError):
-    error_code = 58
+    error_code = SASL_AUTHENTICATION_FAILED
 
 
 class UnknownTopicIdError(KafkaError):
