@@ -264,18 +264,22 @@ class ControlClient:
 
     def authenticate(self, mechanism: str, user: str, password: str) -> None:
         """Run a SASL exchange (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) on this connection."""
-        from rdmalog.security.sasl import SaslClient
+        from rdmalog.security.sasl import AuthenticationError, SaslClient
 
-        client = SaslClient(mechanism, user, password)
-        out: bytes | None = client.first()
-        while out is not None:
-            try:
-                r = self.request("authenticate", mechanism=mechanism, data=b64encode(out).decode())
-            except ControlError as e:
-                raise e.kafka_error() or e from None
-            out = client.step(b64decode(r["data"]))
-            if r["done"] and out is not None:  # PLAIN: done with the first answer
-                out = None
+        try:
+            client = SaslClient(mechanism, user, password)
+            out: bytes | None = client.first()
+            while out is not None:
+                try:
+                    data = b64encode(out).decode()
+                    r = self.request("authenticate", mechanism=mechanism, data=data)
+                except ControlError as e:
+                    raise e.kafka_error() or e from None
+                out = client.step(b64decode(r["data"]))
+                if r["done"] and out is not None:  # PLAIN: done with the first answer
+                    out = None
+        except AuthenticationError as e:  # refused on our side (a mechanism, the server's proof)
+            raise SaslAuthenticationFailedError(str(e)) from None
         if not client.done:
             raise SaslAuthenticationFailedError("the service ended the exchange early")
 

@@ -16,7 +16,6 @@ from typing import Protocol
 
 import scramp
 
-from rdmalog.errors import SaslAuthenticationFailedError
 from rdmalog.security.authorizer import Principal
 
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -25,7 +24,7 @@ SCRAM_ITERATIONS = 4096  # Kafka's default (and minimum) for SCRAM credentials
 MAX_NAME = 256  # bytes of a user name or password a client may send
 
 
-class AuthenticationError(SaslAuthenticationFailedError):
+class AuthenticationError(Exception):
     """The client's credentials were refused (Kafka's SASL_AUTHENTICATION_FAILED)."""
 
 

@@ -120,7 +120,7 @@ class Grants:
         self.access.check_topic(s, topic, Operation.READ)
         self.store.partition(topic, partition)  # raises for an unknown topic or partition
         try:
-            return self.commit_slots.slot(s.id, group, topic, partition)
+            return self.commit_slots.slot(s.id, group, topic, partition, s.state["qp"].qp)
         except ValueError as e:
             raise ControlError("invalid_request", str(e)) from e
 
@@ -280,7 +280,7 @@ class Grants:
                 "lrb": lrb,
                 "mutable": bool(mutable),
                 "slot": slot,
-                "slots": region.mr.remote().to_dict() if region is not None else None,
+                "slots": region.window_for(s.state["qp"].qp) if region is not None else None,
             }
 
     def _release_read(self, s: Session, topic: str, partition: int, base: int) -> None:
@@ -314,7 +314,7 @@ class Grants:
                 self._release_read(s, topic, partition, base)
             region = s.state.pop("slots", None)
             if region is not None:
-                region.mr.deregister()
+                region.close()
 
     def _drop_holder(self, s: Session, fid: int) -> None:
         """s gives up produce file fid (service lock held): its windows go; the grant with the

@@ -108,6 +108,18 @@ class SlotRegion:
         self.mr = device.alloc_mr(nslots * SLOT_SIZE, Access.LOCAL_WRITE | Access.REMOTE_READ)
         self.free = list(range(nslots - 1, -1, -1))  # pop() gives the lowest: keep slots close
         self.retired: dict[tuple[str, int, int], int] = {}  # withdrawn file -> its slot
+        self._window = None
+
+    def window_for(self, qp) -> dict:
+        """What the session is told of its slots: a READ window bound to its queue pair."""
+        if self._window is None:
+            self._window = qp.bind_window(self.mr, 0, self.mr.length, Access.REMOTE_READ)
+        return self._window.remote().to_dict()
+
+    def close(self) -> None:
+        if self._window is not None:
+            self._window.invalidate()
+        self.mr.deregister()
 
     def take(self) -> int:
         if not self.free:

@@ -47,6 +47,7 @@ from collections import deque
 from rdmalog.rdma.transport._atomic64 import (
     compare_swap,
     copy,
+    copy_checked,
     fetch_add,
     load,
     ring_pop,
@@ -80,6 +81,7 @@ MR_ENTRY = 256
 E_START, E_END, E_QP, E_RETIRED = 224, 232, 240, 248
 MR_PATH_MAX = E_START - 40
 ADDR_SHIFT = 32  # region addresses are index << 32: the entry, offsets up to 4 GiB
+_OFF_MASK = (1 << ADDR_SHIFT) - 1
 
 RING_HDR = 256  # reserve @0, head @64, waiting @128: separate cache lines
 SLOT_HDR = 24  # seq u64, kind u32, qp_num u32, imm u32, byte_len u32
@@ -387,7 +389,8 @@ class _Peer:
         self._map, self.table = _map_file(
             os.path.join(dir_, "mrtable"), 0, MR_ENTRIES * MR_ENTRY, False
         )
-        # rkey -> (view of the file range, access, entry offset, window's queue pair or 0, mapping)
+        # rkey -> (view of the file range, access, entry offset, window's queue pair or 0,
+        # mapping, entry index)
         self.regions: dict[int, tuple[memoryview, int, int, int, object]] = {}
 
     def region(self, idx: int, rkey: int) -> tuple | int:
@@ -412,7 +415,7 @@ class _Peer:
                 m, view = _map_file(path.decode(), foff, length, write, clamp=True)
             except (OSError, ValueError):  # the file is gone (retention) or shorter than registered
                 return _REVOKED
-            r = self.regions[rkey] = (view, int(access), eoff, qp, m)
+            r = self.regions[rkey] = (view, int(access), eoff, qp, m, idx)
         return r
 
     def _prune(self) -> None:
@@ -495,7 +498,7 @@ class ShmQP:
             if r == _UNKNOWN:
                 self._to_error(f"{what} with rkey {rkey:#x}, which the peer never handed out")
             return None, 0
-        view, access, eoff, qp, _ = r
+        view, access, eoff, qp, _, _ = r
         if qp:  # a window: bound to one queue pair, and only [start, end) of it
             table = self._peer.table
             lo, hi = load(table, eoff + E_START), load(table, eoff + E_END)
@@ -529,18 +532,29 @@ class ShmQP:
         return r >= 0
 
     def post_write(self, wr_id, mr, offset, length, remote_addr, rkey, imm=None, signaled=True):
-        if not self._local(mr, offset, length):
-            return self._complete(wr_id, Status.LOC_PROT_ERR, _WRITE, 0, True)
-        if length == 0 and not self.closed and self._peer is not None:
-            view, roff = None, 0  # a zero-length WRITE touches no memory: no key check (IB spec)
-        else:
-            view, roff = self._remote(remote_addr, rkey, length, _RW, "WRITE")
-            if view is None:
-                return self._complete(wr_id, _REM_ACCESS_ERR, _WRITE, 0, True, roff >= 0)
-        if length and not copy(
-            view, roff, mr.buf, offset, length
-        ):  # the file shrank under us (SIGBUS)
-            return self._complete(wr_id, _REM_ACCESS_ERR, _WRITE, 0, True)
+        # A region written before: one C call (its rkey word and a window's bounds and queue
+        # pair checked, bounds, the copy); the first WRITE of a region, a zero-length one and
+        # every failure take the general path.
+        peer, done = self._peer, False
+        r = peer.regions.get(rkey) if peer is not None and length and mr.rkey else None
+        if r is not None and r[1] & _RW and not self.closed and remote_addr >> ADDR_SHIFT == r[5]:
+            roff = remote_addr & _OFF_MASK
+            done = copy_checked(
+                peer.table, r[2], rkey, r[0], roff, mr.buf, offset, length, self.qp_num, roff
+            )
+        if not done:
+            if not self._local(mr, offset, length):
+                return self._complete(wr_id, Status.LOC_PROT_ERR, _WRITE, 0, True)
+            if length == 0 and not self.closed and self._peer is not None:
+                view, roff = None, 0  # a zero-length WRITE touches no memory: no key check
+            else:
+                view, roff = self._remote(remote_addr, rkey, length, _RW, "WRITE")
+                if view is None:
+                    return self._complete(wr_id, _REM_ACCESS_ERR, _WRITE, 0, True, roff >= 0)
+            if length and not copy(
+                view, roff, mr.buf, offset, length
+            ):  # the file shrank under us (SIGBUS)
+                return self._complete(wr_id, _REM_ACCESS_ERR, _WRITE, 0, True)
         if imm is not None and (
             self.closed or not self._notify(KIND_WRITE_IMM, imm & 0xFFFFFFFF, length)
         ):
@@ -558,7 +572,19 @@ class ShmQP:
         self._complete(wr_id, _SUCCESS, _READ, length, signaled)
 
     def read_now(self, mr, offset, length, remote_addr, rkey) -> Status:
-        """A READ whose completion is returned instead of queued (the consumer's fast path)."""
+        """A READ whose completion is returned instead of queued (the consumer's fast path): of
+        a region mapped before, one C call that re-checks its rkey word (and a window's bounds
+        and queue pair) and copies; the first READ of a region, and every failure, take the
+        general path."""
+        peer = self._peer
+        if peer is not None and not self.closed and mr.rkey:
+            r = peer.regions.get(rkey)
+            if r is not None and r[1] & _RR and remote_addr >> ADDR_SHIFT == r[5]:
+                roff = remote_addr & _OFF_MASK
+                if copy_checked(
+                    peer.table, r[2], rkey, mr.buf, offset, r[0], roff, length, self.qp_num, roff
+                ):
+                    return _SUCCESS
         if not self._local(mr, offset, length):
             return Status.LOC_PROT_ERR
         view, roff = self._remote(remote_addr, rkey, length, _RR, "READ")
