@@ -46,6 +46,8 @@ class ClientQP:
         longer the service's), and so are acknowledgements still due to it (writes of a dead
         producer given up later): their buffer is gone."""
         with self._lock:  # after any send_acks under way, before any later one
+            if self.closed:  # closed by another thread (its session's end, its own error)
+                return
             self.closed = True
             self._outbox.clear()
         self.qp.close()
