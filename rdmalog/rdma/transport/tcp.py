@@ -68,6 +68,7 @@ SPIN_S = 100e-6
 # broker keeps in flight, it bounds what a peer flooding a queue pair can make its owner hold.
 RNR_BACKLOG = 4096
 _ids = itertools.count(1)
+_RW, _RR, _RA = int(Access.REMOTE_WRITE), int(Access.REMOTE_READ), int(Access.REMOTE_ATOMIC)
 _SYNC = object()  # marks a read_now request: its result is returned, not queued
 
 
@@ -107,6 +108,7 @@ class TcpMR:
         self.length = len(self.buf)
         self.addr = rkey << ADDR_SHIFT
         self.access = access
+        self.acc = int(access)  # what the engine tests: IntFlag arithmetic costs microseconds
         self._owner = owner
 
     def remote(self) -> RemoteRegion:
@@ -123,6 +125,7 @@ class TcpWindow:
 
     def __init__(self, qp: TcpQP, mr: TcpMR, start: int, end: int, access: Access, rkey: int):
         self.qp, self.mr, self.access, self.rkey = qp, mr, access, rkey
+        self.acc = int(access)
         self.buf, self.length = mr.buf, mr.length
         self.start, self.end = start, end
         # What the engine can do beyond an RNIC, since it executes the peer's atomics itself:
@@ -154,13 +157,19 @@ class TcpWindow:
             self.reservations.append((start, end))
 
     def admits(self, off: int, length: int) -> bool:
-        if off < self.start or off + length > self.end or length < 0:
-            return False
         end = off + length
-        if any(a < end and off < b for a, b in self._handed):
+        if off < self.start or end > self.end or length < 0:
             return False
+        for a, b in self._handed:  # (loops, not any(): this runs for every READ and WRITE)
+            if a < end and off < b:
+                return False
         res = self.reservations
-        return res is None or any(a <= off and end <= b for a, b in res)
+        if res is None:
+            return True
+        for a, b in res:
+            if a <= off and end <= b:
+                return True
+        return False
 
     def invalidate(self) -> None:
         if self.rkey:
@@ -449,7 +458,7 @@ class TcpQP:
             if length == 0:  # a zero-length WRITE touches no memory: no key check (IB spec)
                 done(Status.SUCCESS)
                 return
-            view = self._target(rkey, addr, length, Access.REMOTE_WRITE, "WRITE")
+            view = self._target(rkey, addr, length, _RW, "WRITE")
             if view is not None:  # zero-copy: the payload lands in the mapping
                 w = self.device._mrs.get(rkey)
                 if op == OP_WRITE_IMM and type(w) is TcpWindow:
@@ -462,7 +471,7 @@ class TcpQP:
             else:  # refused: discard the payload, keep the stream in sync
                 self._discard(length, functools.partial(done, Status.REM_ACCESS_ERR))
         elif op == OP_READ:
-            view = self._target(rkey, addr, length, Access.REMOTE_READ, "READ")
+            view = self._target(rkey, addr, length, _RR, "READ")
             st = Status.REM_ACCESS_ERR if view is None else Status.SUCCESS
             self._send(op | RESP, st, 0, wr_id, 0, 0 if view is None else length, 0, 0, 0, view)
             self._error_if_fatal()
@@ -507,9 +516,7 @@ class TcpQP:
         st = self._deliver(OP_SEND, 0, len(data), data)
         self._send(OP_SEND | RESP, st, 0, wr_id, 0, 0, 0, 0, 0)
 
-    def _target(
-        self, rkey: int, addr: int, length: int, need: Access, what: str
-    ) -> memoryview | None:
+    def _target(self, rkey: int, addr: int, length: int, need: int, what: str) -> memoryview | None:
         """The target bytes of a one-sided operation, or None: a remote access error. A key never
         handed out (a guess) and any access a window does not allow are fatal (`_fatal`); a key
         withdrawn since, or a plain region's bounds or access flags, are not."""
@@ -523,7 +530,7 @@ class TcpQP:
             if not mr.mr.rkey:  # its region was withdrawn: so is the window
                 mr.invalidate()
                 return None
-            if mr.qp is not self or (mr.access & need) != need:
+            if mr.qp is not self or (mr.acc & need) != need:
                 self._fatal = f"{what} through a window bound to another queue pair or access"
                 return None
             if not mr.admits(off, length):
@@ -532,14 +539,16 @@ class TcpQP:
                     + ("" if mr.reservations is None else f" and reservations {mr.reservations}")
                 )
                 return None
-        elif (mr.access & need) != need or off < 0 or off + length > mr.length:
+        elif (mr.acc & need) != need or off < 0 or off + length > mr.length:
             return None
         return mr.buf[off : off + length]
 
     def _exec_atomic(self, op: int, rkey: int, addr: int, a: int, b: int) -> tuple[Status, int]:
-        if self._target(rkey, addr, 8, Access.REMOTE_ATOMIC, "atomic") is None:
+        if self._target(rkey, addr, 8, _RA, "atomic") is None:
             return Status.REM_ACCESS_ERR, 0
-        mr = self.device._mrs[rkey]
+        mr = self.device._mrs.get(rkey)
+        if mr is None:  # withdrawn just now (another thread)
+            return Status.REM_ACCESS_ERR, 0
         off = addr - (rkey << ADDR_SHIFT)
         if addr % 8:
             return Status.REM_INV_REQ_ERR, 0
