@@ -434,9 +434,9 @@ def test_service_stop_returns_with_no_clients(kind, tmp_path):
 
 
 def _push_many(path: str, nslots: int, slot: int, who: int, n: int) -> None:
-    from rdmalog.rdma.transport.shm import KIND_WRITE_IMM, _Ring
+    from rdmalog.rdma.transport.shm_files import KIND_WRITE_IMM, Ring
 
-    ring = _Ring(path, nslots, slot, create=False)
+    ring = Ring(path, nslots, slot, create=False)
     for i in range(n):
         assert ring.push(KIND_WRITE_IMM, who, i, 100 + i, wait=30) >= 0
     ring.close()
@@ -447,10 +447,10 @@ def test_shm_ring_many_producers_full_and_doorbell(tmp_path):
     producer's in its order; a full ring refuses a push instead of overwriting; the push that
     finds the owner asleep says to ring its doorbell; a SEND payload round-trips and one larger
     than a slot is refused."""
-    from rdmalog.rdma.transport.shm import KIND_SEND, KIND_WRITE_IMM, _Ring
+    from rdmalog.rdma.transport.shm_files import KIND_SEND, KIND_WRITE_IMM, Ring
 
     path = str(tmp_path / "ring")
-    ring = _Ring(path, 8, 64, create=True)
+    ring = Ring(path, 8, 64, create=True)
     assert ring.push(KIND_SEND, 1, 0, 5, b"hello") == 0
     assert ring.pop() == (KIND_SEND, 1, 0, 5, b"hello")
     assert ring.pop() is None

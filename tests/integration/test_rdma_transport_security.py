@@ -145,15 +145,15 @@ def test_shm_refuses_a_device_directory_others_can_reach(tmp_path):
 
 
 def test_shm_refuses_ring_paths_outside_the_peers_directory(tmp_path):
-    from rdmalog.rdma.transport.shm import _inside
+    from rdmalog.rdma.transport.shm_files import inside
 
     with pytest.raises(TransportError):
-        _inside(str(tmp_path), "/etc/passwd")
+        inside(str(tmp_path), "/etc/passwd")
     with pytest.raises(TransportError):
-        _inside(str(tmp_path), str(tmp_path / "sub" / "cq-1"))
+        inside(str(tmp_path), str(tmp_path / "sub" / "cq-1"))
     os.symlink("/etc/hostname", tmp_path / "cq-1")
     with pytest.raises(TransportError):
-        _inside(str(tmp_path), str(tmp_path / "cq-1"))
+        inside(str(tmp_path), str(tmp_path / "cq-1"))
 
 
 def test_listening_beyond_loopback_warns_about_tls(caplog):
