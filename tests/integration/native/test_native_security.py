@@ -65,7 +65,7 @@ def _one(cq, timeout: float = 5.0):
 
 def _session_ended(client) -> bool:
     """The broker closed the client's control connection (it ended the session)."""
-    return wait_for(lambda: not client.ctl.alive(), 5.0)
+    return wait_for(lambda: not client.ctl.alive(), 15.0)
 
 
 # -- authentication and authorization ----------------------------------------------------------
