@@ -17,8 +17,9 @@ and rebuilt from batch headers after a crash. Leader epochs are kept in Kafka's 
 (rebuilt from the batches' partitionLeaderEpoch fields when missing); appends stamp `log.leader_epoch`.
 
 RDMA access: `log.active_segment` is the head LogSegment: `.mmap` (shared, writable mapping of the
-preallocated file, to register), `.base_offset`, `.size` (committed byte position: bytes below it are
-whole validated batches), `.capacity` (mapped length). A transport that wrote batches into the mapping
+file, made on first use after extending the file to `segment.bytes`; to register), `.base_offset`,
+`.size` (committed byte position: bytes below it are whole validated batches), `.capacity` (the
+file's, and so the mapping's, length). A transport that wrote batches into the mapping
 at `.size` commits them with `log.commit_written(length)`, which validates and patches them in place.
 `add_roll_listener(cb)` reports `cb(log, old_segment, new_segment)` when the head changes, before the
 old file is trimmed to its data (a trim waits while the old mapping is still exported).
@@ -42,12 +43,11 @@ from rdmalog.errors import (
     InvalidTimestampError,
     KafkaStorageError,
     OffsetOutOfRangeError,
-    OutOfOrderSequenceError,
     RecordListTooLargeError,
 )
-from rdmalog.store.index import IndexCorruptError
 from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
 from rdmalog.store.leader_epochs import LeaderEpochCache
+from rdmalog.store.log_loader import load_segments, segment_bases
 from rdmalog.store.producer_state import ProducerStateTable
 from rdmalog.store.records import (
     CONTROL_BIT,
@@ -64,7 +64,6 @@ from rdmalog.store.segment import FileSlice, LogSegment, log_file_name
 log = logging.getLogger(__name__)
 
 INT_MAX = 2**31 - 1
-_LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".tmp")
 STANDBY_FILE = "standby.log.tmp"  # the next head file, allocated ahead of the roll (`preallocate`)
 PRODUCER_STATE_FILE = "rdmalog-producer-state.json"
 
@@ -125,6 +124,7 @@ class PartitionLog:
         self.recovery_point = recovery_point
         self._clean_shutdown = clean_shutdown
         self._flush_target = 0  # the high watermark may not pass recovery_point below this
+        self._truncated = False  # a truncation not synced yet
         self.last_flush_ms = clock()
         self._producers_checked_ms = clock()  # last producer.id.expiration check
         self._listeners: list[Callable[[PartitionLog], None]] = []
@@ -155,7 +155,7 @@ class PartitionLog:
 
     # --- open and recovery ---------------------------------------------------------------------------
 
-    def _segment(self, base_offset: int) -> LogSegment:
+    def _segment(self, base_offset: int, new: bool = False) -> LogSegment:
         cfg = self.config
         seg = LogSegment(
             self.dir,
@@ -164,6 +164,7 @@ class PartitionLog:
             index_bytes=cfg.segment_index_bytes,
             index_interval=cfg.index_interval_bytes,
             allocate_storage=cfg.preallocate,
+            new=new,
         )
         seg.created_ms = self.clock()
         return seg
@@ -220,61 +221,34 @@ class PartitionLog:
         self._standby = None
         (self.dir / STANDBY_FILE).unlink(missing_ok=True)
 
+    def create(self) -> PartitionLog:
+        """Make a new, empty log: its directory (FileExistsError when it exists) and head segment.
+        On failure nothing is left behind."""
+        self.dir.mkdir()
+        try:
+            return self._start([self._segment(self.log_start_offset, new=True)], loaded=False)
+        except BaseException:
+            self.delete()
+            raise
+
     def open(self) -> PartitionLog:
-        """Load segments; after an unclean shutdown validate everything from the recovery point."""
+        """Load segments; after an unclean shutdown validate everything from the recovery point.
+        A missing directory is made (an empty log)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._clean_leftovers()
-        names = {p.name for p in self.dir.iterdir()}
-        bases = sorted(
-            int(n[:20]) for n in names if n.endswith(".log") and len(n) == 24 and n[:20].isdigit()
-        )
-        for n in names:  # indexes whose log is gone (Kafka deletes them too)
-            stem, dot, suffix = n.partition(".")
-            if suffix in ("index", "timeindex") and f"{stem}.log" not in names:
-                os.unlink(self.dir / n)
-        segs = [self._segment(b) for b in bases] or [self._segment(self.log_start_offset)]
-        first_unflushed = 0 if not self._clean_shutdown else len(segs)
-        if not self._clean_shutdown:
-            first_unflushed = max(
-                0, bisect.bisect_right([s.base_offset for s in segs], self.recovery_point) - 1
-            )
-        i = 0
-        recovered = []
-        while i < len(segs):
-            seg = segs[i]
-            need_recovery = i >= first_unflushed
-            if not need_recovery:
-                try:
-                    seg.load()
-                except IndexCorruptError as e:
-                    log.warning("%s: %s; rebuilding the segment's indexes", self.name, e)
-                    need_recovery = True
-            if need_recovery:
-                prev_end = segs[i - 1].next_offset if i else None
-                _, corrupt = seg.recover(prev_end)
-                recovered.append(seg)
-                nxt = segs[i + 1].base_offset if i + 1 < len(segs) else None
-                # Bytes cut past the last batch that still ends where the next file begins were
-                # never committed (an RDMA write refused or revoked by a roll, left while a
-                # registration kept the trim waiting): the later segments follow on, keep them.
-                if nxt is not None and (
-                    seg.next_offset > nxt or (corrupt and seg.next_offset != nxt)
-                ):
-                    log.warning(
-                        "%s: segment %d was truncated; deleting %d later segment(s)",
-                        self.name, seg.base_offset, len(segs) - i - 1,
-                    )  # fmt: skip
-                    for later in segs[i + 1 :]:
-                        later.delete()
-                    del segs[i + 1 :]
-            i += 1
-        for seg in segs[:-1]:
-            seg.seal()
+        bases = segment_bases(self.dir)
+        if not bases:
+            return self._start([self._segment(self.log_start_offset, new=True)], loaded=False)
+        first = 0 if not self._clean_shutdown else len(bases)
+        if not self._clean_shutdown:  # recover from the segment holding the recovery point on
+            first = max(0, bisect.bisect_right(bases, self.recovery_point) - 1)
+        segs = load_segments(self.name, [self._segment(b) for b in bases], first)
+        return self._start(segs, loaded=True)
+
+    def _start(self, segs: list[LogSegment], loaded: bool) -> PartitionLog:
+        """Take `segs` (the last one becomes the head) and the offsets they end at; a log that was
+        `loaded` also rebuilds its leader epochs and producer state."""
         head = segs[-1]
         head.preallocate()
-        for seg in recovered:  # recovered data becomes the new recovery point: make it durable
-            if seg.fd >= 0:
-                os.fsync(seg.fd)
         self.segments = segs
         self._bases = [s.base_offset for s in segs]
         self.log_end_offset = max(head.next_offset, head.base_offset)
@@ -285,8 +259,9 @@ class PartitionLog:
         self.high_watermark = self.log_end_offset
         self._flush_target = 0
         self.last_flush_ms = self.clock()
-        self._load_leader_epochs()
-        self._load_producer_state()
+        if loaded:
+            self._load_leader_epochs()
+            self._load_producer_state()
         self.closed = False
         return self
 
@@ -334,21 +309,6 @@ class PartitionLog:
             if not self.leader_epochs.entries and epoch == self.leader_epoch:
                 return epoch, self.log_end_offset
             return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
-
-    def _clean_leftovers(self) -> None:
-        for p in list(self.dir.iterdir()):
-            name = p.name
-            if name.endswith(_LEFTOVER_SUFFIXES):
-                p.unlink(missing_ok=True)
-            elif name.endswith(".swap"):
-                # A .log.swap is a finished replacement (Kafka renames it into place); indexes are rebuilt.
-                target = self.dir / name[: -len(".swap")]
-                if target.name.endswith(".log"):
-                    os.replace(p, target)
-                    for suffix in (".index", ".timeindex"):
-                        (self.dir / (target.name[:-4] + suffix)).unlink(missing_ok=True)
-                else:
-                    p.unlink(missing_ok=True)
 
     # --- append --------------------------------------------------------------------------------------
 
@@ -431,7 +391,7 @@ class PartitionLog:
                 raise KafkaStorageError(f"{self.name} is closed")
             if leader_epoch is None:
                 leader_epoch = self.leader_epoch
-            duplicate = self._check_producers(infos)
+            duplicate = self.producer_state.check_batches(infos)
             if duplicate is not None:
                 return AppendResult(
                     duplicate.first_offset,
@@ -487,39 +447,7 @@ class PartitionLog:
         """Whether these batches, about to be appended, include a retry of an idempotent producer's
         batch this log already holds (raises the Kafka error when they would be refused)."""
         with self.lock:
-            return self._check_producers(infos) is not None
-
-    def _check_producers(self, infos: list[BatchInfo]):
-        """Kafka's idempotence checks for the batches of one append (raises on a sequence or epoch
-        error); returns the earlier append's metadata when a batch is a retried duplicate."""
-        seen: dict[int, int] = {}  # producer id -> last sequence within this append
-        for info in infos:
-            pid = info.producer_id
-            if pid < 0 or info.attributes & CONTROL_BIT:
-                continue
-            if pid in seen:  # a second batch of the same producer in one request must follow on
-                if info.base_sequence != (seen[pid] + 1) % 2**31:
-                    raise OutOfOrderSequenceError(
-                        f"producer {pid}: batch sequence {info.base_sequence} does not follow {seen[pid]}"
-                    )
-            else:
-                dup = self.producer_state.check(
-                    pid, info.producer_epoch, info.base_sequence, info.count
-                )
-                if dup is not None:  # answered as a whole: through its producer's last batch
-                    tail = [i for i in infos if i.producer_id == pid][-1]
-                    if tail is not info:
-                        end = self.producer_state.check(
-                            pid, tail.producer_epoch, tail.base_sequence, tail.count
-                        )
-                        if end is None:  # part retried, part new: not one earlier append
-                            raise OutOfOrderSequenceError(
-                                f"producer {pid}: a duplicate batch and new ones in one append"
-                            )
-                        dup = dup._replace(last_seq=end.last_seq, last_offset=end.last_offset)
-                    return dup
-            seen[pid] = (info.base_sequence + info.count - 1) % 2**31
-        return None
+            return self.producer_state.check_batches(infos) is not None
 
     def _advance_hw(self, hw: int) -> bool:
         if hw > self.high_watermark:
@@ -599,7 +527,7 @@ class PartitionLog:
             if old.size == 0:
                 return old
             self._adopt_standby(self.log_end_offset)
-            new = self._segment(self.log_end_offset)
+            new = self._segment(self.log_end_offset, new=True)
             new.preallocate()
             self.segments.append(new)
             self._bases.append(new.base_offset)
@@ -630,13 +558,8 @@ class PartitionLog:
                 return None
             i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
             for seg in self.segments[i:]:
-                found = seg.find_position(offset)
-                if found is None:
-                    continue
-                pos, base, _ = found
-                if base >= upper:
-                    return None
-                return FileSlice(seg.handle, pos, seg.slice_length(pos, max_bytes, upper))
+                if seg.next_offset > offset:  # holds the first batch ending at or after `offset`
+                    return seg.slice(offset, max_bytes, upper)
             return None
 
     def offset_for_timestamp(
@@ -776,6 +699,7 @@ class PartitionLog:
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+            self._truncated = True
             self.producer_state.truncate_after(self.log_end_offset)
             self.leader_epochs.truncate_from_end(self.log_end_offset)
             self.leader_epochs.save()
@@ -790,9 +714,11 @@ class PartitionLog:
                 return
             target = self.log_end_offset
             fds = []
-            for seg in self.segments:
-                if seg.next_offset > self.recovery_point or seg is self.segments[-1]:
-                    fds += seg.dup_fds()
+            if target > self.recovery_point or self._truncated:  # else nothing new to sync
+                self._truncated = False
+                for seg in self.segments:
+                    if seg.next_offset > self.recovery_point or seg is self.segments[-1]:
+                        fds += seg.dup_fds()
         try:
             for fd in fds:
                 os.fsync(fd)
