@@ -47,7 +47,12 @@ from rdmalog.errors import (
 )
 from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
 from rdmalog.store.leader_epochs import LeaderEpochCache
-from rdmalog.store.log_loader import load_segments, segment_bases
+from rdmalog.store.log_loader import (
+    load_leader_epochs,
+    load_producer_state,
+    load_segments,
+    segment_bases,
+)
 from rdmalog.store.producer_state import ProducerStateTable
 from rdmalog.store.records import (
     CONTROL_BIT,
@@ -125,6 +130,7 @@ class PartitionLog:
         self._clean_shutdown = clean_shutdown
         self._flush_target = 0  # the high watermark may not pass recovery_point below this
         self._truncated = False  # a truncation not synced yet
+        self._epochs_unsynced = False  # the leader epochs changed since the last flush
         self.last_flush_ms = clock()
         self._producers_checked_ms = clock()  # last producer.id.expiration check
         self._listeners: list[Callable[[PartitionLog], None]] = []
@@ -242,11 +248,16 @@ class PartitionLog:
         if not self._clean_shutdown:  # recover from the segment holding the recovery point on
             first = max(0, bisect.bisect_right(bases, self.recovery_point) - 1)
         segs = load_segments(self.name, [self._segment(b) for b in bases], first)
-        return self._start(segs, loaded=True)
+        return self._start(
+            segs, loaded=True, recovered_from=bases[first] if first < len(bases) else None
+        )
 
-    def _start(self, segs: list[LogSegment], loaded: bool) -> PartitionLog:
+    def _start(
+        self, segs: list[LogSegment], loaded: bool, recovered_from: int | None = None
+    ) -> PartitionLog:
         """Take `segs` (the last one becomes the head) and the offsets they end at; a log that was
-        `loaded` also rebuilds its leader epochs and producer state."""
+        `loaded` also rebuilds its leader epochs and producer state (`recovered_from`: the first
+        offset of the segments recovery validated)."""
         head = segs[-1]
         head.preallocate()
         self.segments = segs
@@ -260,42 +271,16 @@ class PartitionLog:
         self._flush_target = 0
         self.last_flush_ms = self.clock()
         if loaded:
-            self._load_leader_epochs()
-            self._load_producer_state()
+            self.leader_epochs = load_leader_epochs(self, recovered_from)
+            self.producer_state = load_producer_state(self, PRODUCER_STATE_FILE)
         self.closed = False
         return self
 
-    def _walk_headers(self, from_offset: int):
-        """(base offset, header) of every batch whose last offset >= `from_offset`."""
-        for seg in self.segments:
-            if seg.next_offset <= from_offset:
-                continue
-            for _, h in seg.headers():
-                if h[0] + h[6] >= from_offset:
-                    yield h[0], h
-
-    def _load_leader_epochs(self) -> None:
-        cache = LeaderEpochCache.load(self.dir / LEADER_EPOCH_FILE)
-        if cache is None:  # missing or unreadable: rebuild from the batches, as Kafka does
-            cache = LeaderEpochCache(self.dir / LEADER_EPOCH_FILE)
-            for base, h in self._walk_headers(self.log_start_offset):
-                cache.assign(h[2], base)
-            if cache.entries:
-                cache.save()
-        cache.truncate_from_end(self.log_end_offset)
-        self.leader_epochs = cache
-
-    def _load_producer_state(self) -> None:
-        path = self.dir / PRODUCER_STATE_FILE
-        restored = ProducerStateTable.restore(path)
-        path.unlink(missing_ok=True)  # valid for this run's start only; rewritten at close
-        table, start = restored if restored else (ProducerStateTable(), self.log_start_offset)
-        if start > self.log_end_offset:  # the log lost data the snapshot knew: rebuild it all
-            table, start = ProducerStateTable(), self.log_start_offset
-        for base, h in self._walk_headers(start):
-            if h[9] >= 0 and not h[5] & CONTROL_BIT:
-                table.update(h[9], h[10], h[11], h[12], base, base + h[6], h[8])
-        self.producer_state = table
+    def _save_epochs(self) -> None:
+        """The leader epochs changed: the next flush writes and syncs their checkpoint (off the
+        append path, as Kafka does since KAFKA-15046; recovery assigns the epochs of batches past
+        the recovery point again)."""
+        self._epochs_unsynced = True
 
     @property
     def leader_epoch(self) -> int:
@@ -429,7 +414,7 @@ class PartitionLog:
                         last - info.last_offset_delta, last, max_ts,
                     )  # fmt: skip
             if self.leader_epochs.assign(leader_epoch, base):
-                self.leader_epochs.save()
+                self._save_epochs()
             flush_needed = nxt - self.recovery_point >= cfg.flush_messages
             if flush_needed:
                 self._flush_target = nxt
@@ -649,7 +634,7 @@ class PartitionLog:
         before = list(self.leader_epochs.entries)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
         if self.leader_epochs.entries != before:
-            self.leader_epochs.save()
+            self._save_epochs()
 
     def apply_retention(self, now: int | None = None) -> int:
         """Delete segments past `retention.ms` or beyond `retention.bytes`; return how many went."""
@@ -702,7 +687,7 @@ class PartitionLog:
             self._truncated = True
             self.producer_state.truncate_after(self.log_end_offset)
             self.leader_epochs.truncate_from_end(self.log_end_offset)
-            self.leader_epochs.save()
+            self._save_epochs()
 
     # --- flush and maintenance -----------------------------------------------------------------------
 
@@ -714,14 +699,21 @@ class PartitionLog:
                 return
             target = self.log_end_offset
             fds = []
-            if target > self.recovery_point or self._truncated:  # else nothing new to sync
-                self._truncated = False
+            epochs = self._epochs_unsynced
+            if target > self.recovery_point or self._truncated or epochs:  # else nothing new
+                self._truncated = self._epochs_unsynced = False
                 for seg in self.segments:
                     if seg.next_offset > self.recovery_point or seg is self.segments[-1]:
                         fds += seg.dup_fds()
+                if epochs:
+                    self.leader_epochs.save(sync=False)
+                    fds.append(os.open(self.leader_epochs.path, os.O_RDONLY))
         try:
             for fd in fds:
                 os.fsync(fd)
+        except BaseException:
+            self._epochs_unsynced |= epochs
+            raise
         finally:
             for fd in fds:
                 os.close(fd)

@@ -6,10 +6,19 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rdmalog.store.index import IndexCorruptError
+from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
+from rdmalog.store.leader_epochs import LeaderEpochCache
+from rdmalog.store.producer_state import ProducerStateTable
+from rdmalog.store.records import CONTROL_BIT
 from rdmalog.store.segment import LogSegment
+
+if TYPE_CHECKING:
+    from rdmalog.store.log import PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -94,3 +103,46 @@ def load_segments(name: str, segs: list[LogSegment], first_unflushed: int) -> li
                 finally:
                     os.close(fd)
     return segs
+
+
+def walk_headers(plog: PartitionLog, from_offset: int) -> Iterator[tuple[int, tuple]]:
+    """(base offset, header) of every batch of `plog` whose last offset >= `from_offset`."""
+    for seg in plog.segments:
+        if seg.next_offset <= from_offset:
+            continue
+        for _, h in seg.headers():
+            if h[0] + h[6] >= from_offset:
+                yield h[0], h
+
+
+def load_leader_epochs(plog: PartitionLog, recovered_from: int | None) -> LeaderEpochCache:
+    """The checkpoint file, with the epochs of recovered batches assigned again (the file is synced
+    by flushes, so it may lack what came after the last one), as Kafka's recovery does; rebuilt
+    from every batch when it is missing or unreadable."""
+    path = plog.dir / LEADER_EPOCH_FILE
+    cache = LeaderEpochCache.load(path)
+    if cache is None:
+        cache, recovered_from = LeaderEpochCache(path), 0
+    before = list(cache.entries)
+    if recovered_from is not None:
+        for base, h in walk_headers(plog, max(recovered_from, plog.log_start_offset)):
+            cache.assign(h[2], base)
+    cache.truncate_from_end(plog.log_end_offset)
+    if cache.entries != before:
+        cache.save()
+    return cache
+
+
+def load_producer_state(plog: PartitionLog, file_name: str) -> ProducerStateTable:
+    """The snapshot a clean close left (then removed: valid for this start only), brought up to
+    date from the batch headers after it; rebuilt from every batch without one."""
+    path = plog.dir / file_name
+    restored = ProducerStateTable.restore(path)
+    path.unlink(missing_ok=True)
+    table, start = restored if restored else (ProducerStateTable(), plog.log_start_offset)
+    if start > plog.log_end_offset:  # the log lost data the snapshot knew: rebuild it all
+        table, start = ProducerStateTable(), plog.log_start_offset
+    for base, h in walk_headers(plog, start):
+        if h[9] >= 0 and not h[5] & CONTROL_BIT:
+            table.update(h[9], h[10], h[11], h[12], base, base + h[6], h[8])
+    return table

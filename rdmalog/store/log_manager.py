@@ -368,17 +368,12 @@ class Store:
     def _add_partitions(self, topic: Topic, total: int) -> None:
         """Create partitions of `topic` up to `total`; on any failure remove those made here and
         raise (KafkaStorageError for a file system error). Nothing is synced here."""
-        first = len(topic.partitions)
+        first = p = len(topic.partitions)
         try:
             for p in range(first, total):
                 d = self.dir / f"{topic.name}-{p}"
                 plog = PartitionLog(d, topic.name, p, topic.config, clock=self.clock)
-                try:
-                    plog.create()
-                except FileExistsError:
-                    raise KafkaStorageError(
-                        f"cannot create partition {p} of {topic.name}: {d} exists already"
-                    ) from None
+                plog.create()  # FileExistsError: something else has the directory's name
                 topic.partitions.append(plog)
                 ck.write_partition_metadata(d, topic.topic_id, new=True)
         except BaseException as e:
@@ -387,7 +382,7 @@ class Store:
             del topic.partitions[first:]
             if isinstance(e, OSError):
                 raise KafkaStorageError(
-                    f"creating partitions of {topic.name} failed, none was created: {e}"
+                    f"creating partition {p} of {topic.name} failed, so none was created: {e}"
                 ) from e
             raise
 
@@ -481,9 +476,10 @@ class Store:
             topic = self.topic(name)
             rec = self._record_of(topic)
             rec["deleted"] = True
-            self._write_topic_record(rec)
+            self._write_topic_record(rec)  # the commit point: a failure before it deletes nothing
             del self.topics[name]
             self._by_id.pop(topic.topic_id, None)
+            failed: list[OSError] = []
             for plog in topic.partitions:
                 tomb = self.dir / f"{plog.dir.name}.{topic.topic_id.hex}-delete"  # Kafka's marker
                 try:
@@ -491,8 +487,14 @@ class Store:
                     plog.dir = tomb
                 except OSError:  # a 249-character name leaves no room for the suffix
                     pass
-                plog.delete()
-            self._topic_file(topic.topic_id).unlink(missing_ok=True)
+                try:
+                    plog.delete()
+                except OSError as e:
+                    failed.append(e)
+            if failed:  # deleted all the same: the next start removes what is left
+                log.warning("topic %s is deleted; removing its files failed: %s", name, failed[0])
+            else:
+                self._topic_file(topic.topic_id).unlink(missing_ok=True)
 
     def alter_topic_config(
         self, name: str, configs: Mapping[str, Any], replace: bool = False

@@ -625,6 +625,7 @@ def test_leader_epochs(tmp_path: Path) -> None:
     assert plog.epoch_end_offset(2) == (0, 3)
     assert plog.epoch_end_offset(4) == (4, 6)
     assert plog.epoch_end_offset(5) == (-1, -1)
+    plog.flush()  # the checkpoint is written by flushes, off the append path
     assert (d / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n4 3\n"
     plog.close()
     (d / "leader-epoch-checkpoint").unlink()  # rebuilt from the batches' partitionLeaderEpoch
