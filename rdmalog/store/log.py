@@ -130,6 +130,7 @@ class PartitionLog:
         self._clean_shutdown = clean_shutdown
         self._flush_target = 0  # the high watermark may not pass recovery_point below this
         self._truncated = False  # a truncation not synced yet
+        self._ts_limits: tuple = (None,)  # (config, before.max.ms, after.max.ms, CreateTime?)
         self._epochs_unsynced = False  # the leader epochs changed since the last flush
         self.last_flush_ms = clock()
         self._producers_checked_ms = clock()  # last producer.id.expiration check
@@ -323,12 +324,16 @@ class PartitionLog:
         """`message.timestamp.before/after.max.ms` (and the older difference.max.ms) for CreateTime
         topics, checked on each batch's max timestamp (a header field: no record decoding)."""
         cfg = self.config
-        if cfg.log_append_time:
-            return
-        diff = cfg.get("message.timestamp.difference.max.ms")
-        before = min(cfg.get("message.timestamp.before.max.ms"), diff)
-        after = min(cfg.get("message.timestamp.after.max.ms"), diff)
-        if before == after == LONG_MAX:
+        if self._ts_limits[0] is not cfg:
+            diff = cfg.get("message.timestamp.difference.max.ms")
+            self._ts_limits = (
+                cfg,
+                min(cfg.get("message.timestamp.before.max.ms"), diff),
+                min(cfg.get("message.timestamp.after.max.ms"), diff),
+                not cfg.log_append_time,
+            )
+        _, before, after, create_time = self._ts_limits
+        if not create_time or before == after == LONG_MAX:
             return
         now = self.clock()
         for info in infos:
@@ -369,8 +374,8 @@ class PartitionLog:
         self, mv: memoryview, infos: list[BatchInfo], leader_epoch: int | None, in_place: bool
     ) -> AppendResult:
         cfg = self.config
-        now = self.clock()
         log_append = cfg.log_append_time
+        now = self.clock() if log_append else -1
         with self.lock:
             if self.closed:
                 raise KafkaStorageError(f"{self.name} is closed")
@@ -387,6 +392,7 @@ class PartitionLog:
                 )
             base = nxt = self.log_end_offset
             batches = []
+            top_ts = -1
             for info in infos:
                 pos = info.position
                 set_base_offset(mv, pos, nxt)
@@ -397,12 +403,13 @@ class PartitionLog:
                     max_ts = now
                 last = nxt + info.last_offset_delta
                 batches.append((pos, info.size, last, max_ts))
+                top_ts = max(top_ts, max_ts)
                 nxt = last + 1
             try:
                 if in_place:
                     self.active_segment.commit_written(batches, len(mv))
                 else:
-                    seg = self._maybe_roll(len(mv), max(b[3] for b in batches), nxt - 1)
+                    seg = self._maybe_roll(len(mv), top_ts, nxt - 1)
                     seg.append(mv, batches)
             except OSError as e:  # disk full, I/O error: Kafka's KAFKA_STORAGE_ERROR
                 raise KafkaStorageError(f"{self.name}: {e}") from e
@@ -766,7 +773,9 @@ class PartitionLog:
             self._drop_standby()
             for seg in self.segments:
                 seg.close()
-            self.producer_state.snapshot(self.dir / PRODUCER_STATE_FILE, self.log_end_offset)
+            if self.log_end_offset > self.log_start_offset or self.producer_state.producers:
+                # spares the next start a walk of the log; an empty log has nothing to walk
+                self.producer_state.snapshot(self.dir / PRODUCER_STATE_FILE, self.log_end_offset)
 
     def delete(self) -> None:
         """Close the log and remove its directory (open FileSlices keep their files readable)."""

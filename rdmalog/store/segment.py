@@ -167,6 +167,7 @@ class LogSegment:
         self.closed = False
         self.deleted = False
         self.trim_pending = False
+        self.is_full = False  # an index holds its maximum: the log rolls
         self._mmap: mmap.mmap | None = None
         self._handle: FileHandle | None = None  # held while active
         self._handle_ref: weakref.ref[FileHandle] | None = None  # the last one, while slices use it
@@ -290,10 +291,6 @@ class LogSegment:
         self.trim_pending = False
         return True
 
-    @property
-    def is_full(self) -> bool:
-        return self.offset_index.is_full or self.time_index.is_full
-
     # --- append ---
     def append(self, buf: memoryview | bytes, batches: list[tuple[int, int, int, int]]) -> None:
         """Write `buf` at the committed end; `batches` are (position in buf, size, last offset, max
@@ -321,6 +318,7 @@ class LogSegment:
                 self.offset_index.append(last_offset, pos0 + p)
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
                 self.bytes_since_index = 0
+                self.is_full = self.offset_index.is_full or self.time_index.is_full
             self.bytes_since_index += size
             self.next_offset = last_offset + 1
 
@@ -340,6 +338,7 @@ class LogSegment:
             raise IndexCorruptError(f"{self.path}: index files are missing")
         self.offset_index.sanity_check(file_size)
         self.time_index.sanity_check(INT_MAX)
+        self.is_full = self.offset_index.is_full or self.time_index.is_full
         _, pos = self.offset_index.last_entry()
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         if self.max_timestamp < 0:
@@ -377,6 +376,7 @@ class LogSegment:
         file_size = self.capacity = os.fstat(fd).st_size
         self.offset_index.reset()
         self.time_index.reset()
+        self.is_full = False
         self.size = self.bytes_since_index = 0
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset - 1
         self.first_batch_timestamp = -1
