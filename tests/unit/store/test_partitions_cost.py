@@ -14,8 +14,8 @@ import pytest
 
 from rdmalog.errors import KafkaStorageError, PolicyViolationError
 from rdmalog.store import checkpoints as ck
-from rdmalog.store.log_manager import METADATA_DIR, Store
-from tests.unit.conftest import T0, batch, broker_config, open_log
+from rdmalog.store.log_manager import METADATA_DIR
+from tests.unit.store.helpers import T0, batch, open_log, open_store
 
 _HEADER = struct.Struct(">qi")  # baseOffset, batchLength
 _LAST_DELTA_AT, _MAX_TS_AT = 23, 35
@@ -87,10 +87,6 @@ def test_index_files_are_kafkas_after_roll_flush_truncation_and_close(tmp_path: 
         again.append(batch(3, ts=T0 + 2000 + i, size=40))
     again.close()
     assert_indexes_are_kafkas(d, interval)
-
-
-def open_store(d: Path, **overrides: object) -> Store:
-    return Store(d, broker_config(**overrides)).open(start_maintenance=False)
 
 
 def open_fds() -> int:
