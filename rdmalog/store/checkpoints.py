@@ -6,9 +6,9 @@
 - `meta.properties` in a log dir: `version=1`, `cluster.id`, `node.id` (version 0 files use `broker.id`);
 - `partition.metadata` in a partition dir: `version: 0` and `topic_id: <base64url uuid>`.
 
-Every write is atomic: temp file, fsync, rename, fsync of the directory; except the first
-`partition.metadata` of a new partition, written as it is (the topic record is the durable truth: an
-empty or missing file is written again at open).
+Every write is atomic: temp file, fsync, rename, fsync of the directory; except `partition.metadata`
+when it is first written (after CreateTopics answered, as Kafka does): written as it is, since the
+topic record is the durable truth and an empty or missing file is written again at open.
 """
 
 from __future__ import annotations
@@ -118,11 +118,11 @@ def read_partition_metadata(partition_dir: Path) -> uuid.UUID | None:
         raise KafkaStorageError(f"malformed {partition_dir / PARTITION_METADATA}: {e}") from None
 
 
-def write_partition_metadata(partition_dir: Path, topic_id: uuid.UUID, new: bool = False) -> None:
-    """`new`: the directory was just made, so the file is written in place, without a sync."""
+def write_partition_metadata(partition_dir: Path, topic_id: uuid.UUID, sync: bool = True) -> None:
+    """Without `sync` the file is written in place, not synced (a missing one is written at open)."""
     path = Path(partition_dir) / PARTITION_METADATA
     text = f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}\n"
-    if new:
-        path.write_text(text, encoding="utf-8")
-    else:
+    if sync:
         write_atomic(path, text)
+    else:
+        path.write_text(text, encoding="utf-8")

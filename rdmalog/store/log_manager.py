@@ -136,6 +136,7 @@ class Store:
         self._thread: threading.Thread | None = None
         self._last_retention = 0
         self._last_checkpoint = 0
+        self._metadata_due: list[tuple[PartitionLog, uuid.UUID]] = []
         self.opened = False
         self._lock_fd = -1
 
@@ -209,6 +210,7 @@ class Store:
             self._thread.join()
             self._thread = None
         with self.lock:
+            self._write_due_metadata()
             _in_parallel(PartitionLog.close, self.logs())
             self.checkpoint()
             ck.write_atomic(self.dir / ck.CLEAN_SHUTDOWN_FILE, "")
@@ -318,8 +320,9 @@ class Store:
             records[name] = rec
 
     def _remove_unrecorded_partitions(self, rec: Mapping[str, Any], parts: list[int]) -> None:
-        """Partition directories past a topic's count: those of its topic id are what a CreatePartitions
-        interrupted by a crash left (never acknowledged) and are removed; others are reported."""
+        """Partition directories past a topic's count: those of its topic id (or empty, without
+        partition.metadata) are what a CreatePartitions interrupted by a crash left (never
+        acknowledged) and are removed; others are reported."""
         topic_id, count = uuid.UUID(rec["topic_id"]), int(rec["partitions"])
         for p in sorted(q for q in parts if q >= count):
             d = self.dir / f"{rec['name']}-{p}"
@@ -327,7 +330,8 @@ class Store:
                 owner = ck.read_partition_metadata(d)
             except KafkaStorageError:
                 owner = None
-            if owner == topic_id:
+            empty = owner is None and all(f.stat().st_size == 0 for f in d.iterdir())
+            if owner == topic_id or empty:  # its partition.metadata may not have been written
                 log.warning("removing %s: a partition whose creation was interrupted", d)
                 shutil.rmtree(d, ignore_errors=True)
             else:
@@ -372,8 +376,19 @@ class Store:
             recovery_point=recovery, log_start_offset=start, clean_shutdown=clean, clock=self.clock,
         ).open()  # fmt: skip
         if stored is None:
-            ck.write_partition_metadata(d, topic.topic_id)
+            ck.write_partition_metadata(d, topic.topic_id, sync=False)
         return plog
+
+    def _write_due_metadata(self) -> None:
+        """Write the partition.metadata files of new partitions, after CreateTopics answered (Kafka
+        writes them from a background task too): the topic record is the durable truth, and a
+        missing file is written at open."""
+        with self.lock:
+            due, self._metadata_due = self._metadata_due, []
+        for plog, topic_id in due:
+            with plog.lock:  # a deletion waits, or has closed it
+                if not plog.closed:
+                    ck.write_partition_metadata(plog.dir, topic_id, sync=False)
 
     def _add_partitions(self, topic: Topic, total: int) -> None:
         """Create partitions of `topic` up to `total`; on any failure remove those made here and
@@ -385,7 +400,7 @@ class Store:
                 plog = PartitionLog(d, topic.name, p, topic.config, clock=self.clock)
                 plog.create()  # FileExistsError: something else has the directory's name
                 topic.partitions.append(plog)
-                ck.write_partition_metadata(d, topic.topic_id, new=True)
+                self._metadata_due.append((plog, topic.topic_id))
         except BaseException as e:
             for plog in topic.partitions[first:]:
                 plog.delete()
@@ -566,6 +581,7 @@ class Store:
         """One maintenance pass: per-log flush by `flush.ms`, time-based roll, retention (every
         `log.retention.check.interval.ms`), checkpoints (every `log.flush.offset.checkpoint.interval.ms`)."""
         now = self.clock() if now is None else now
+        self._write_due_metadata()
         retention = force_retention or now - self._last_retention >= self.config.get(
             "log.retention.check.interval.ms"
         )

@@ -161,7 +161,8 @@ def test_partitions_of_an_interrupted_growth_are_removed_at_open(tmp_path: Path)
     store.close()
     for p in (2, 3):  # CreatePartitions made these, then the broker died before recording them
         (tmp_path / f"grow-{p}").mkdir()
-        ck.write_partition_metadata(tmp_path / f"grow-{p}", topic.topic_id)
+        (tmp_path / f"grow-{p}" / "00000000000000000000.log").write_bytes(b"")
+    ck.write_partition_metadata(tmp_path / "grow-2", topic.topic_id)  # grow-3's was not written yet
     store = open_store(tmp_path)
     assert not (tmp_path / "grow-2").exists() and not (tmp_path / "grow-3").exists()
     assert len(store.create_partitions("grow", 4).partitions) == 4
