@@ -2,8 +2,10 @@
 
 Files are named as Kafka names them (`<20-digit base offset>.log` ...). Appends to the head segment
 are one `os.pwrite` each at the committed end (`segment.size`: everything below it is whole, validated
-batches), and the file grows with them, as Kafka's does without `preallocate`; with the topic config
-`preallocate` its blocks are allocated to `segment.bytes` up front. Reads walk batch headers from the
+batches). The file is extended ahead of them in sparse steps (1 MiB, doubling up to `segment.bytes`),
+so most writes leave the file's size, and the file system's journal, alone; with the topic config
+`preallocate` its blocks are allocated to `segment.bytes` up front. On roll and close it is trimmed
+to its data, as Kafka trims preallocated files. Reads walk batch headers from the
 offset index entry at or below the wanted offset through `os.pread` windows, and hand out FileSlices
 for sendfile.
 
@@ -54,6 +56,7 @@ _CRC = struct.Struct(">I")
 _MAGIC_AT = 16
 INT_MAX = 2**31 - 1
 READ_WINDOW = 65536  # bytes read per pread while walking batch headers
+EXTEND_STEP = 1 << 20  # the first step a head file is extended by; then it doubles
 
 
 def log_file_name(base_offset: int, suffix: str = ".log") -> str:
@@ -297,8 +300,12 @@ class LogSegment:
         timestamp) of its batches, already validated and patched. One pwrite, sparse index updates."""
         pos0 = self.size
         n = len(buf)
-        if self._mmap is not None and pos0 + n > self.capacity:
-            self.ensure_capacity(n)
+        if pos0 + n > self.capacity:
+            if self._mmap is not None:
+                self.ensure_capacity(n)
+            else:  # sparse steps, doubling: a write inside the file leaves its size alone
+                step = max(2 * self.capacity, EXTEND_STEP)
+                self._extend(max(pos0 + n, min(step, self.segment_bytes)))
         h = self._open()
         written = os.pwrite(h.fileno(), buf, pos0)
         if written != n:
