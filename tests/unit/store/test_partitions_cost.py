@@ -89,44 +89,54 @@ def test_index_files_are_kafkas_after_roll_flush_truncation_and_close(tmp_path: 
     assert_indexes_are_kafkas(d, interval)
 
 
-def open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def open_fds(under: Path) -> int:
+    """Descriptors this process holds on files under `under` (/proc/self/fd), the store's .lock
+    left out; descriptors of other tests' leftovers do not count."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, or one closed meanwhile
+            continue
+        if target.startswith(f"{under}/") and not target.endswith("/.lock"):
+            count += 1
+    return count
 
 
 def test_one_descriptor_per_partition_and_none_for_sealed_segments(tmp_path: Path) -> None:
     store = open_store(tmp_path, log_segment_bytes=2000)
-    before = open_fds()
+    assert open_fds(tmp_path) == 0
     store.create_topic("many", 300)
-    assert open_fds() - before == 300  # each head's log file; indexes live in memory
+    assert open_fds(tmp_path) == 300  # each head's log file; indexes live in memory
     for p in range(300):
         store.partition("many", p).append(batch(2, size=30))
-    assert open_fds() - before == 300
+    assert open_fds(tmp_path) == 300
     plog = store.partition("many", 0)
     while len(plog.segments) < 4:
         plog.append(batch(4, size=100))
-    assert open_fds() - before == 300  # sealed segments hold nothing open
+    assert open_fds(tmp_path) == 300  # sealed segments hold nothing open
     sl = plog.read(0, 1 << 20)  # a read of a sealed segment opens it while the slice lives
-    assert sl is not None and open_fds() - before == 301
+    assert sl is not None and open_fds(tmp_path) == 301
     del sl
-    assert open_fds() - before == 300
+    assert open_fds(tmp_path) == 300
     store.close()
-    assert open_fds() == before - 1  # the directory's .lock too
+    assert open_fds(tmp_path) == 0
     store = open_store(tmp_path, log_segment_bytes=2000)
-    assert open_fds() - before == 300
+    assert open_fds(tmp_path) == 300
     store.close()
 
 
 def test_failed_creation_leaves_nothing_behind(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     (tmp_path / "clash-7").write_text("not a partition")  # partition 7 cannot be made
-    before = open_fds()
+    before = open_fds(tmp_path)
     with pytest.raises(KafkaStorageError) as e:
         store.create_topic("clash", 20)
     assert e.value.error_code == 56 and "partition 7 of clash failed, so none" in str(e.value)
     assert "clash" not in store.topics
     assert sorted(p.name for p in tmp_path.glob("clash*")) == ["clash-7"]
     assert not list((tmp_path / METADATA_DIR / "topics").iterdir())
-    assert open_fds() == before
+    assert open_fds(tmp_path) == before
     store.close()
     store = open_store(tmp_path)
     assert "clash" not in store.topics
@@ -172,7 +182,7 @@ def test_partitions_of_an_interrupted_growth_are_removed_at_open(tmp_path: Path)
 def test_partitions_that_would_not_fit_the_descriptor_limit_are_refused(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    low = open_fds() + 600
+    low = len(os.listdir("/proc/self/fd")) + 600
     if soft != resource.RLIM_INFINITY and soft < low:
         pytest.skip(f"the soft descriptor limit ({soft}) is already below {low}")
     resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
