@@ -337,6 +337,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="markdown file to write the section to")
     ap.add_argument("--plot", type=Path, help="PNG of CPU per record against partitions")
     ap.add_argument("--json", type=Path, help="write the raw rows here")
+    ap.add_argument(
+        "--from-json", type=Path, help="report the rows a --json run wrote instead of measuring"
+    )
     ap.add_argument("--notes", default="", help="text, or a file of text, for the section")
     ap.add_argument("--step", help=argparse.SUPPRESS)
     ap.add_argument("--params", help=argparse.SUPPRESS)
@@ -345,28 +348,42 @@ def main() -> None:
         print(json.dumps(STEPS[args.step](json.loads(args.params))), flush=True)
         return
 
+    argv = " ".join(a if " " not in a else repr(a) for a in sys.argv[1:])
     counts = [int(x) for x in args.partitions.split(",") if x.strip()]
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
     started = dt.datetime.now(dt.UTC)
     env = machine()
     print(json.dumps({"run": started.isoformat(timespec="seconds"), **env}), flush=True)
     rows = []
-    for n in counts:
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        rows, env, started = (
+            saved["rows"],
+            saved["machine"],
+            dt.datetime.fromisoformat(saved["run"]),
+        )
+        argv = saved.get("argv", argv)
+        brokers = list(dict.fromkeys(r["broker"] for r in rows))
+    for n in [] if args.from_json else counts:
         for b in brokers:
             row = measure(b, n, args.records, args.rounds)
             print(json.dumps(row), flush=True)
             rows.append(row)
+    if not args.from_json:
+        env["uptime_after"] = subprocess.run(
+            ["uptime"], capture_output=True, text=True
+        ).stdout.strip()
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        saved = {"run": started.isoformat(), "machine": env, "rows": rows, "argv": argv}
+        args.json.write_text(json.dumps(saved, indent=1))
     md = table(rows, args.rounds)
     print()
     print(md)
     if args.plot:
         plot(rows, args.plot)
     if args.out:
-        env_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        env_after = env["uptime_after"]
         versions = ", ".join(f"{b}: {Broker(b).version()}" for b in brokers)
-        argv = " ".join(a if " " not in a else repr(a) for a in sys.argv[1:])
         lines = [
             f"Command: `python bench/partitions.py {argv}`  ",
             f"Date: {started.strftime('%Y-%m-%d %H:%M UTC')}  ",
