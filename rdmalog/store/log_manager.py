@@ -473,16 +473,23 @@ class Store:
             self._by_id[topic.topic_id] = topic
             return topic
 
-    def create_partitions(self, name: str, total: int) -> Topic:
-        """Grow a topic to `total` partitions (CreatePartitions)."""
+    def validate_new_partitions(self, name: str, total: int) -> Topic:
+        """Check a CreatePartitions request without creating anything; return the topic."""
         with self.lock:
             topic = self.topic(name)
             if total <= len(topic.partitions):
                 raise InvalidPartitionsError(
                     f"Topic currently has {len(topic.partitions)} partitions, {total} would not be an increase."
                 )
+            more = total - len(topic.partitions)
+            descriptors.check_room(more, f"Growing '{name}' to {total} partitions")
+            return topic
+
+    def create_partitions(self, name: str, total: int) -> Topic:
+        """Grow a topic to `total` partitions (CreatePartitions), all or none of them."""
+        with self.lock:
+            topic = self.validate_new_partitions(name, total)
             before = len(topic.partitions)
-            descriptors.check_room(total - before, f"Growing '{name}' to {total} partitions")
             self._add_partitions(topic, total)
             try:
                 self._sync_dir()

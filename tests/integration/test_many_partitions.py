@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from compat_tests.brokers import BrokerProcess
 from rdmalog.store.log_manager import METADATA_DIR
@@ -88,6 +88,19 @@ def _create(broker: BrokerProcess, name: str, partitions: int) -> KafkaError | N
     return None
 
 
+def _grow(broker: BrokerProcess, name: str, total: int, validate_only: bool) -> KafkaError | None:
+    """CreatePartitions through librdkafka's admin client: None, or the error it answered."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    fut = admin.create_partitions(
+        [NewPartitions(name, total)], validate_only=validate_only, request_timeout=60
+    )[name]
+    try:
+        fut.result(90)
+    except KafkaException as e:
+        return e.args[0]
+    return None
+
+
 def _partitions(broker: BrokerProcess, name: str) -> int:
     """Partitions of `name` in the metadata of all topics (asking for it alone would create it)."""
     md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=30)
@@ -117,6 +130,10 @@ def test_ten_thousand_partitions_under_a_low_limit_are_refused_whole(limited) ->
     assert _partitions(broker, "huge") == 0
     assert _create(broker, "fits", 1000) is None  # what fits is still created
     assert _partitions(broker, "fits") == 1000
+    for validate_only in (True, False):  # growing it past the limit is refused the same way
+        err = _grow(broker, "fits", 5000, validate_only)
+        assert err is not None and err.code() == KafkaError.POLICY_VIOLATION, err
+    assert _partitions(broker, "fits") == 1000 and _leftovers(broker, "fits-1000") == []
     broker.restart()
     assert _partitions(broker, "fits") == 1000
 
