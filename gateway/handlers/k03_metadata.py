@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import logging
 
-from gateway.broker import (
+from gateway.broker import RequestContext, topic_name_error
+from gateway.handlers.registry import api
+from rdmalog.errors import (
     INVALID_TOPIC_EXCEPTION,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
-    RequestContext,
     error_code_of,
-    topic_name_error,
 )
-from gateway.handlers.registry import api
+from rdmalog.store.interface import LogTopic
 
 log = logging.getLogger("gateway.metadata")
 
@@ -20,7 +20,7 @@ log = logging.getLogger("gateway.metadata")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
-def topic_entry(ctx: RequestContext, topic) -> dict:
+def topic_entry(ctx: RequestContext, topic: LogTopic) -> dict:
     """A Metadata topic entry for an existing topic."""
     node = ctx.broker.node_id
     replicas = [node]
@@ -69,7 +69,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     allow_create = request.get("allow_auto_topic_creation", True) if ctx.api_version >= 4 else True
     topics = []
     if wanted is None or (ctx.api_version == 0 and not wanted):
-        topics = [topic_entry(ctx, t) for t in list(broker.store.topics.values())]
+        topics = [topic_entry(ctx, t) for t in broker.topics()]
     else:
         for item in wanted:
             name = item.get("name")

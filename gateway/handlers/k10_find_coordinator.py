@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 
 from gateway.broker import RequestContext
-from gateway.groups import errors as E
 from gateway.groups.schema import OFFSETS_TOPIC
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
+from rdmalog import errors as E
 
 KEY_GROUP, KEY_TRANSACTION = 0, 1
 
@@ -59,7 +59,7 @@ def _answer(ctx: RequestContext, key: str, key_type: int) -> dict:
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Point every key at this broker (creating and loading `__consumer_offsets` on first use)."""
     key_type = request.get("key_type", KEY_GROUP) if ctx.api_version >= 1 else KEY_GROUP
-    if key_type == KEY_GROUP and OFFSETS_TOPIC not in ctx.broker.store.topics:
+    if key_type == KEY_GROUP and ctx.broker.topic(OFFSETS_TOPIC) is None:
         # Kafka creates __consumer_offsets here. Its 50 partitions are tens to hundreds of ms of
         # file work: done in a thread so other connections are served meanwhile (the store
         # publishes the topic only once all its partitions exist).
