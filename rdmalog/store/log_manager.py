@@ -60,7 +60,7 @@ from rdmalog.store.producer_ids import ProducerIdAllocator
 log = logging.getLogger(__name__)
 
 METADATA_DIR = "__rdmalog_metadata"
-FLUSH_THREADS = 8  # logs flushed or closed at once by flush_all and close
+FLUSH_THREADS = 32  # logs flushed or closed at once by flush_all and close (blocked in fsync)
 LOCK_FILE = ".lock"
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
