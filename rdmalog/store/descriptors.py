@@ -1,12 +1,10 @@
 """The broker's file descriptor budget (RLIMIT_NOFILE).
 
-A partition holds one file descriptor once it is written or read: its head segment's log file
-(indexes live in memory, sealed segments are opened only while read, and a partition nobody used
-holds none yet). Partitions that could not all hold theirs would fail later, at an append, and a
-broker whose partitions exceed its limit could not serve them after a restart, so the store counts
-one for every partition, open or not, and refuses what would not fit before it creates anything
-(`check_room`) and at start-up. Some descriptors are always kept for what is not a partition:
-connections, reads of sealed segments, index and checkpoint writes.
+A partition holds one descriptor: its head segment's log file (indexes live in memory and sealed
+segments are opened only while read). Creating partitions that cannot all be opened would fail half
+way, and a broker whose partitions exceed its limit could not start again, so the store checks what
+fits before it creates anything (`check_room`) and at start-up. Some descriptors are always kept for
+what is not a partition: connections, reads of sealed segments, index and checkpoint writes.
 """
 
 from __future__ import annotations
@@ -53,22 +51,21 @@ def open_count() -> int:
     return len(os.listdir("/proc/self/fd")) - 1  # less the one listing the directory
 
 
-def room(waiting: int = 0) -> tuple[int | None, str]:
-    """(descriptors new partitions may still take, or None when unlimited; how that was reckoned).
-    `waiting`: partitions that exist but hold no descriptor yet (each will)."""
+def room() -> tuple[int | None, str]:
+    """(descriptors partitions may still take or None when unlimited, how that was reckoned)."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft == resource.RLIM_INFINITY:
         return None, "no descriptor limit"
-    used, keep = open_count() + waiting, kept_free(soft)
+    used, keep = open_count(), kept_free(soft)
     return max(soft - used - keep, 0), (
-        f"its limit (RLIMIT_NOFILE) is {soft}, {used} are taken by open files and partitions and "
-        f"{keep} are kept for connections and reads"
+        f"its limit (RLIMIT_NOFILE) is {soft}, {used} are open and {keep} are kept for "
+        "connections and reads"
     )
 
 
-def check_room(partitions: int, what: str, waiting: int = 0) -> None:
+def check_room(partitions: int, what: str) -> None:
     """Raise PolicyViolationError when `partitions` more partitions would not fit the limit."""
-    free, why = room(waiting)
+    free, why = room()
     if free is not None and partitions > free:
         raise PolicyViolationError(
             f"{what} needs {partitions} file descriptors (one per partition) but the broker can "

@@ -95,10 +95,9 @@ class _Index:
         self._synced, self._file_bytes, self._on_disk = self.entries, n, True
         return True
 
-    def seal(self, write: bool = True) -> None:
-        """Write everything (unless not `write`) and drop the in-memory entries (roll, close)."""
-        if write:
-            self.persist()
+    def seal(self) -> None:
+        """Write everything and drop the in-memory entries (on roll and close)."""
+        self.persist()
         self._mem = None
 
     close = seal

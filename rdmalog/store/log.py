@@ -145,11 +145,6 @@ class PartitionLog(InPlaceAccess):
         return f"{self.topic}-{self.partition}"
 
     @property
-    def holds_descriptor(self) -> bool:
-        """Whether the head holds its file open (once the partition was written or read)."""
-        return bool(self.segments) and self.segments[-1].holds_descriptor
-
-    @property
     def active_segment(self) -> LogSegment:
         return self.segments[-1]
 

@@ -437,12 +437,8 @@ class Store:
             raise InvalidPartitionsError("Number of partitions must be larger than 0.")
         config = TopicConfig.from_overrides(self.config, configs or {})
         count = self._partition_count(num_partitions)
-        descriptors.check_room(count, f"Topic '{name}' with {count} partitions", self._waiting())
+        descriptors.check_room(count, f"Topic '{name}' with {count} partitions")
         return config
-
-    def _waiting(self) -> int:
-        """Partitions that hold no descriptor yet (each will once written or read)."""
-        return sum(not plog.holds_descriptor for plog in self.logs())
 
     def _partition_count(self, num_partitions: int | None) -> int:
         return self.config.get("num.partitions") if num_partitions in (None, -1) else num_partitions
@@ -486,8 +482,7 @@ class Store:
                     f"Topic currently has {len(topic.partitions)} partitions, {total} would not be an increase."
                 )
             more = total - len(topic.partitions)
-            what = f"Growing '{name}' to {total} partitions"
-            descriptors.check_room(more, what, self._waiting())
+            descriptors.check_room(more, f"Growing '{name}' to {total} partitions")
             return topic
 
     def create_partitions(self, name: str, total: int) -> Topic:

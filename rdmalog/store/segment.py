@@ -9,11 +9,9 @@ to its data, as Kafka trims preallocated files. Reads walk batch headers from th
 offset index entry at or below the wanted offset through `os.pread` windows, and hand out FileSlices
 for sendfile.
 
-Descriptors: the head segment holds its log file open once it was written or read (one descriptor,
-shared by its FileSlices; a new head's file is made by its first write, so an idle partition holds
-none); its indexes are kept in memory and written at flush, roll and close (`index.py`). A sealed
-segment holds nothing open: a read opens the file and the descriptor lives as long as the slices
-that use it.
+Descriptors: the head segment holds its log file open (one descriptor, shared by its FileSlices); its
+indexes are kept in memory and written at flush, roll and close (`index.py`). A sealed segment holds
+nothing open: a read opens the file and the descriptor lives as long as the slices that use it.
 
 RDMA: `segment.mmap` is the file's shared, writable mapping, made on first use (a grant or a reader
 registration). For the head it first extends the file to `segment.bytes`, so a transport can register
@@ -176,41 +174,32 @@ class LogSegment:
         self._mmap: mmap.mmap | None = None
         self._handle: FileHandle | None = None  # held while active
         self._handle_ref: weakref.ref[FileHandle] | None = None  # the last one, while slices use it
-        self._file_made = not new  # a new segment's log file is made by its first write
-        if new:  # unless a prepared head file was renamed into place (the standby)
-            try:
-                self.capacity, self._file_made = os.stat(self.path).st_size, True
-            except FileNotFoundError:
-                pass
+        if new:
+            h = self._open(create=True)
+            self.capacity = os.fstat(h.fileno()).st_size
 
     @property
     def indexes_missing(self) -> bool:
         return not (self.offset_index.on_disk and self.time_index.on_disk)
 
     # --- the file, its descriptor and its mapping ---
-    def _open(self) -> FileHandle:
+    def _open(self, create: bool = False) -> FileHandle:
         h = self._handle
         if h is None:
             h = self._handle_ref() if self._handle_ref is not None else None
             if h is None:
                 if self.closed:
                     raise KafkaStorageError(f"{self.path} is closed")
-                h = FileHandle(self.path, create=self.active)  # the head's is made on demand
+                h = FileHandle(self.path, create)
                 self._handle_ref = weakref.ref(h)
-                self._file_made = True
-            if self.active:
+            if self.active or create:
                 self._handle = h
         return h
 
     @property
-    def holds_descriptor(self) -> bool:
-        """Whether the segment holds its file open (the head, once written or read)."""
-        return self._handle is not None
-
-    @property
     def handle(self) -> FileHandle:
-        """The open log file, opened on demand: the head then holds it (and makes it at its first
-        use); a sealed segment's closes once nothing, such as a pending FileSlice, uses it."""
+        """The open log file: held by the head; opened on demand for a sealed segment (and closed
+        once nothing, such as a pending FileSlice, uses it)."""
         return self._open()
 
     @property
@@ -263,10 +252,11 @@ class LogSegment:
             self._mmap = mmap.mmap(fd, capacity)
 
     def preallocate(self, capacity: int | None = None) -> None:
-        """Make the segment the head: its indexes in memory, its file held open once used (made by
-        the first write), ready for appends. With `allocate_storage` (topic config `preallocate`),
-        or once mapped, the file is extended to `capacity` (default `segment.bytes`) now."""
+        """Make the segment the head: its file held open and its indexes in memory, ready for
+        appends. With `allocate_storage` (topic config `preallocate`), or once mapped, the file is
+        extended to `capacity` (default `segment.bytes`)."""
         self.active = True
+        self._open(create=True)
         self.offset_index.activate()
         self.time_index.activate()
         if capacity is not None or self.allocate_storage or self._mmap is not None:
@@ -282,8 +272,8 @@ class LogSegment:
         """Write the indexes and trim the file to its data (on roll and close), recording the final
         time index entry; the segment then holds no descriptor."""
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-        self.offset_index.seal(write=self._file_made)  # no log file, no index files beside it
-        self.time_index.seal(write=self._file_made)
+        self.offset_index.seal()
+        self.time_index.seal()
         self.try_trim()
         self.active = False
         self._handle = None
@@ -510,8 +500,6 @@ class LogSegment:
     def headers(self, start: int = 0) -> Iterator[tuple[int, tuple]]:
         """(position, HEADER fields) of every committed batch from byte `start` (rebuilding producer
         state and leader epochs)."""
-        if not self.size:
-            return
         h = self.handle
         yield from walk_headers(h.fileno(), start, self.size, HEADER)
 
@@ -524,8 +512,6 @@ class LogSegment:
 
     def batches(self, start: int = 0) -> Iterator[tuple[int, RecordBatch]]:
         """Walk batches from byte `start`, each a copy."""
-        if not self.size:
-            return
         handle = self.handle
         fd = handle.fileno()
         for pos, header in walk_headers(fd, start, self.size):
@@ -557,8 +543,6 @@ class LogSegment:
         """Kafka's segment.largestTimestamp: max timestamp, else the file's modification time."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
-        if not self._file_made:  # never written: made when it was created
-            return self.created_ms
         return int(os.stat(self.path).st_mtime * 1000) if not self.deleted else -1
 
     # --- durability and life cycle ---
@@ -566,7 +550,7 @@ class LogSegment:
         """New descriptors of the log and index files (pending index entries written first): the
         caller fsyncs and closes them without holding the log lock (a concurrent deletion cannot
         close them underneath)."""
-        if self.closed or not self._file_made:
+        if self.closed:
             return []
         h = self.handle
         fds = [os.dup(h.fileno())]
