@@ -18,9 +18,11 @@ from gateway.server import Gateway
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import KafkaError
 from rdmalog.security.acls import authorizer_from_config
+from rdmalog.security.authorizer import Authorizer
 from rdmalog.security.entity_configs import EntityConfigs, ScramCredentials
 from rdmalog.security.inter_broker import client_security
 from rdmalog.security.listeners import ListenerSecurity, listener_specs, secure
+from rdmalog.security.sasl import Credentials
 from rdmalog.store.interface import LogStore
 
 log = logging.getLogger("gateway.app")
@@ -42,19 +44,28 @@ def secure_listeners(
 
 
 def open_store(config: BrokerConfig) -> LogStore:
-    """Open the rdmalog store of this broker (recovers every log)."""
+    """Open the rdmalog store of this broker (recovers every log), its descriptor limit raised
+    first: each partition holds a file open."""
+    from rdmalog.store.descriptors import raise_soft_limit
     from rdmalog.store.log_manager import Store
 
+    raise_soft_limit()
     store = Store(Path(config.log_dirs[0]), config)
     store.open()
     return store
 
 
 def start_rdma(
-    store: LogStore, config: BrokerConfig, groups: GroupService | None = None
+    store: LogStore,
+    config: BrokerConfig,
+    groups: GroupService | None = None,
+    credentials: Credentials | None = None,
+    authorizer: Authorizer | None = None,
 ) -> SharedAppends | None:
     """Start KafkaDirect's datapaths for native clients when `rdma.transport` names one; offsets
-    native consumers commit through commit slots go to `groups`' coordinator."""
+    native consumers commit through commit slots go to `groups`' coordinator. With `credentials`
+    control sessions must authenticate (SASL, the Kafka listeners' SCRAM users); every grant is
+    checked by `authorizer` (the Kafka listeners' ACLs)."""
     transport = config.get("rdma.transport")
     if transport == "none":
         return None
@@ -69,6 +80,8 @@ def start_rdma(
         commit_sink=None if groups is None else _commit_sink(groups),
         commit_interval=config.get("rdma.commit.interval.ms") / 1000,
         slots_per_consumer=config.get("rdma.consumer.slots"),
+        credentials=credentials,
+        authorizer=authorizer,
     ).start()
     log.info("RDMA datapaths on %s, control requests at %s", transport, service.control_address)
     return service
@@ -114,7 +127,16 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
     try:
         # groups are loaded from __consumer_offsets before the first client can ask for them
         gateway.broker.groups = GroupService(store, config, asyncio.get_running_loop()).start()
-        gateway.broker.rdma = start_rdma(store, config, gateway.broker.groups)
+        # native clients: the same users and ACLs; SASL on the control port as soon as any Kafka
+        # listener asks for security (the control port has no TLS to name a principal by)
+        secured = any(listener.spec.protocol != "PLAINTEXT" for listener in listeners)
+        gateway.broker.rdma = start_rdma(
+            store,
+            config,
+            gateway.broker.groups,
+            credentials=gateway.credentials if secured else None,
+            authorizer=authorizer,
+        )
         await gateway.start(listeners)
     except BaseException:
         await gateway.stop()

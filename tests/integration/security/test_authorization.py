@@ -278,3 +278,51 @@ def test_kafkajs_sasl_ssl_and_denied_codes(acl_broker):
     assert result["ok"], (result, done.stderr[-2000:])
     assert result["consumed"] == "from-kafkajs"
     assert result["denied"] == "TOPIC_AUTHORIZATION_FAILED"
+
+
+def test_native_clients_are_the_same_principals_under_the_same_acls(secure_broker_factory):
+    """`rdmalog serve` with rdma.transport=tcp and secured listeners: the RDMA control port wants
+    SASL with the Kafka listeners' SCRAM users, grants follow the Kafka ACLs (and go when a
+    DeleteAcls takes the ACL away), and what a native producer wrote is read by a Kafka consumer."""
+    from compat_tests.brokers import free_port
+    from rdmalog.errors import SaslAuthenticationFailedError, TopicAuthorizationFailedError
+    from rdmalog.rdma import Producer as NativeProducer
+    from rdmalog.rdma.client.endpoint import SaslCredentials
+
+    control = free_port()
+    broker = secure_broker_factory({"rdma.transport": "tcp", "rdma.control.port": str(control)})
+    admin = AdminClient(broker.sasl("SASL_SSL", ADMIN))
+    admin.create_topics([NewTopic("native-t", 1, 1)])["native-t"].result(TIMEOUT)
+    write = _acl(ResourceType.TOPIC, "native-t", "User:alice", AclOperation.WRITE)
+    admin.create_acls([write])[write].result(TIMEOUT)
+    address = f"127.0.0.1:{control}"
+    with pytest.raises(SaslAuthenticationFailedError):
+        NativeProducer(address)
+    with pytest.raises(SaslAuthenticationFailedError):
+        NativeProducer(address, sasl=SaslCredentials("SCRAM-SHA-256", "alice", "wrong"))
+    with NativeProducer(address, sasl=SaslCredentials("SCRAM-SHA-256", *BOB)) as bob:
+        with pytest.raises(TopicAuthorizationFailedError):
+            bob.produce("native-t", 0, b"not bob's")
+    alice = NativeProducer(address, sasl=SaslCredentials("SCRAM-SHA-512", *ALICE))
+    try:
+        alice.produce("native-t", 0, b"native")
+        gone = AclBindingFilter(ResourceType.TOPIC, "native-t", ResourcePatternType.LITERAL,
+                                "User:alice", None, AclOperation.WRITE, AclPermissionType.ALLOW)  # fmt: skip
+        admin.delete_acls([gone])[gone].result(TIMEOUT)
+        with pytest.raises(TopicAuthorizationFailedError):
+            for _ in range(50):  # the grant is withdrawn once the ACL is gone
+                alice.produce("native-t", 0, b"after")
+                time.sleep(0.1)
+    finally:
+        alice.close()
+    consumer = Consumer({**broker.sasl("SASL_SSL", ADMIN), "group.id": "native-check",
+                         "auto.offset.reset": "earliest"})  # fmt: skip
+    consumer.subscribe(["native-t"])
+    values = []
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline and b"native" not in values:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            values.append(m.value())
+    consumer.close()
+    assert values[0] == b"native"
