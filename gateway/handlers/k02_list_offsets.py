@@ -9,6 +9,7 @@ from __future__ import annotations
 from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
 from rdmalog.errors import UNSUPPORTED_VERSION, error_code_of
+from rdmalog.security.authorizer import Operation
 from rdmalog.store.interface import Log
 
 LATEST = -1
@@ -59,7 +60,7 @@ def _old_style(plog: Log, p: dict, from_consumer: bool) -> dict:
 @api(2, 0, 9, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Answer each partition's query with the offset and the leader epoch it was written in."""
-    requested = ctx.broker.partitions(request["topics"], PartitionFields())
+    requested = ctx.partitions(request["topics"], PartitionFields(), Operation.DESCRIBE)
     v0 = ctx.api_version == 0
     for p, plog, parts in requested:
         index = p["partition_index"]

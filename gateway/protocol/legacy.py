@@ -1,6 +1,7 @@
 """Schemas of the versions Kafka 3.9 accepts that kio (generated from Kafka 4.x, which dropped them,
 KIP-896) does not carry: Produce v0-2, Fetch v0-3, ListOffsets v0, OffsetCommit v0-1, OffsetFetch v0,
-CreateTopics v0-1, DeleteTopics v0, OffsetForLeaderEpoch v0-1, DescribeConfigs v0, DescribeLogDirs v0.
+CreateTopics v0-1, DeleteTopics v0, OffsetForLeaderEpoch v0-1, DescribeAcls / CreateAcls /
+DeleteAcls v0 (no pattern types: literal), DescribeConfigs v0, DescribeLogDirs v0.
 
 Each is derived from the oldest version kio has of its API, following the field version ranges of
 Kafka 3.9's message JSON (clients/src/main/resources/common/message/*.json at the 3.9 branch): the
@@ -87,6 +88,12 @@ LEGACY: dict[tuple[int, bool], dict[int, Derived]] = {
         0: Derived(2, drop=("throttle_time", "topics.partitions.leader_epoch")),
         1: Derived(2, drop=("throttle_time",)),
     },
+    (29, True): {0: Derived(1, drop=("pattern_type_filter",))},
+    (29, False): {0: Derived(1, drop=("resources.pattern_type",))},
+    (30, True): {0: Derived(1, drop=("creations.resource_pattern_type",))},
+    (30, False): {0: Derived(1)},
+    (31, True): {0: Derived(1, drop=("filters.pattern_type_filter",))},
+    (31, False): {0: Derived(1, drop=("filter_results.matching_acls.pattern_type",))},
     (32, True): {0: Derived(1, drop=("include_synonyms",))},
     (32, False): {
         0: Derived(

@@ -266,3 +266,32 @@ def test_admin_apis_at_their_first_versions(client: RawClient) -> None:
 
     gone = client.call(20, 0, {"topic_names": [name], "timeout": 5000})
     assert gone["responses"] == [{"name": name, "error_code": 0}]
+
+
+def test_acl_apis_v0_are_literal_only(broker_factory) -> None:
+    """DescribeAcls / CreateAcls / DeleteAcls v0 have no pattern types: Kafka reads them as
+    LITERAL, so a v0 client sees and removes literal bindings only."""
+    broker = broker_factory(
+        {
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS",
+        }
+    )
+    binding = {"resource_type": 2, "resource_name": "t-acl", "principal": "User:alice",
+               "host": "*", "operation": 3, "permission_type": 3}  # fmt: skip
+    with RawClient(broker.bootstrap) as c:
+        created = c.call(30, 0, {"creations": [binding]})["results"]
+        assert created == [{"error_code": 0, "error_message": None}]
+        prefixed = {**binding, "resource_name": "t-", "resource_pattern_type": 4}
+        assert c.call(30, 1, {"creations": [prefixed]})["results"][0]["error_code"] == 0
+        any_filter = {"resource_type_filter": 1, "resource_name_filter": None,
+                      "principal_filter": None, "host_filter": None, "operation": 1,
+                      "permission_type": 1}  # fmt: skip
+        described = c.call(29, 0, any_filter)
+        assert described["error_code"] == 0
+        assert [r["resource_name"] for r in described["resources"]] == ["t-acl"]
+        assert "pattern_type" not in described["resources"][0]
+        deleted = c.call(31, 0, {"filters": [any_filter]})["filter_results"][0]
+        assert [a["resource_name"] for a in deleted["matching_acls"]] == ["t-acl"]
+        left = c.call(29, 1, {**any_filter, "pattern_type_filter": 1})["resources"]
+        assert [(r["resource_name"], r["pattern_type"]) for r in left] == [("t-", 4)]
