@@ -26,14 +26,16 @@ from gateway.broker import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION, Broker, Re
 from gateway.groups.service import GroupService
 from gateway.handlers.registry import REGISTRY, ApiEntry, load_all
 from gateway.protocol import (
+    DecodeBudgetExceeded,
     DecodeError,
     RequestHeader,
-    decode_request,
     encode_response,
     has_schema,
     parse_request_header,
+    part_length,
 )
 from gateway.protocol.schema import entity_spec, message_class
+from gateway.request_limits import RequestLimits
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import KafkaError
 
@@ -252,18 +254,31 @@ class Connection(asyncio.BufferedProtocol):
         if entry is None or not entry.min_version <= hdr.api_version <= entry.max_version:
             await self._unsupported(hdr, entry)
             return
+        limits = self.gateway.limits
         try:
-            body = decode_request(hdr, mv)
+            body = limits.decode_on_loop(hdr, mv)
+            if body is None:  # heavy: decoded in a thread, handled while no other heavy one is
+                async with limits.heavy:
+                    body = await limits.decode_heavy(hdr, mv)
+                    await self._answer(hdr, entry, body)
+                return
         except DecodeError as exc:
             log.warning(
-                "closing %s: cannot decode %s v%d request: %s",
+                "closing %s: cannot decode %s v%d request: %s%s",
                 self.peer,
                 entry.name.rsplit(".", 1)[-1],
                 hdr.api_version,
                 exc,
+                f" (request.max.decoded.bytes={limits.max_decoded_bytes})"
+                if isinstance(exc, DecodeBudgetExceeded)
+                else "",
             )
             self.abort()
             return
+        await self._answer(hdr, entry, body)
+
+    async def _answer(self, hdr: RequestHeader, entry: ApiEntry, body: dict) -> None:
+        """Run the handler of a decoded request and send its answer."""
         ctx = RequestContext(
             self.broker, hdr.api_key, hdr.api_version, hdr.correlation_id, hdr.client_id, self
         )
@@ -310,7 +325,10 @@ class Connection(asyncio.BufferedProtocol):
         if self.closed or t is None or t.is_closing():
             return
         if not parts:
-            t.write(buf)
+            if len(buf) <= _COPY_CHUNK:
+                t.write(buf)
+            else:
+                await self._write_paced(buf)
             return
         mv = memoryview(buf)
         pos = 0
@@ -318,17 +336,20 @@ class Connection(asyncio.BufferedProtocol):
         cork = (
             CORK_FILE_RESPONSES
             and self._sock is not None
-            and len(buf) + sum(sl.length for _, sl in parts) <= _CORK_MAX
+            and len(buf) + sum(part_length(part) for _, part in parts) <= _CORK_MAX
             and t.get_write_buffer_size() == 0
         )
         try:
             if cork:
                 self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-            for at, sl in parts:
+            for at, part in parts:
                 if at > pos:
                     t.write(mv[pos:at])
                     pos = at
-                await self._send_slice(sl)
+                if isinstance(part, bytes | bytearray):  # a large answer's pre-encoded array
+                    await self._write_paced(part)
+                else:
+                    await self._send_slice(part)
                 if self.closed:
                     return
             if pos < len(buf):
@@ -340,6 +361,19 @@ class Connection(asyncio.BufferedProtocol):
             if cork and not self.closed:
                 with contextlib.suppress(OSError):
                     self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+
+    async def _write_paced(self, buf: bytearray) -> None:
+        """Write a large answer a chunk at a time as the socket takes it: the transport copies
+        what it cannot send at once, so this keeps that copy to about one chunk."""
+        loop = asyncio.get_running_loop()
+        with memoryview(buf) as mv:
+            for at in range(0, len(mv), _COPY_CHUNK):
+                if self.closed:
+                    return
+                self.transport.write(mv[at : at + _COPY_CHUNK])
+                if self._write_paused:
+                    self._drained = loop.create_future()
+                    await self._drained
 
     async def _send_slice(self, sl) -> None:
         count = sl.length
@@ -429,6 +463,7 @@ class Gateway:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.max_request_bytes: int = broker.config.get("socket.request.max.bytes")
+        self.limits = RequestLimits(broker.config.get("request.max.decoded.bytes"))
         self.connections: set[Connection] = set()
         self.server: asyncio.base_events.Server | None = None
         self.address: tuple[str, int] = ("", 0)

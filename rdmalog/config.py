@@ -162,6 +162,8 @@ BROKER_DEFS = _defs(
     ("log.message.timestamp.type", "string", "CreateTime", _one_of(*TIMESTAMP_TYPES)),
     ("message.max.bytes", "int", 1048588, _at_least(0)),
     ("socket.request.max.bytes", "int", 104857600, _at_least(1)),
+    # rdmalog's own: the memory (estimated) one decoded request may take; larger ones are refused
+    ("request.max.decoded.bytes", "long", 32 * 1024 * 1024, _at_least(1024 * 1024)),
     ("compression.type", "string", "producer", _one_of("producer")),
     ("offsets.topic.num.partitions", "int", 50, _at_least(1)),
     ("offsets.topic.replication.factor", "short", 3, _at_least(1)),

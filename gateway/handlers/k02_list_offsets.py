@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from gateway.broker import UNKNOWN_TOPIC_OR_PARTITION, RequestContext, error_code_of, partition_of
+from gateway.broker import (
+    INVALID_REQUEST,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    RequestContext,
+    error_code_of,
+    partition_of,
+)
+from gateway.handlers.answers import answer_each, duplicates
 from gateway.handlers.registry import api
 
 LATEST = -1
@@ -35,33 +42,48 @@ def _epoch_at(plog, offset: int) -> int:
     return epoch if epoch >= 0 else plog.leader_epoch
 
 
+def _answer(topic, p: dict) -> dict:
+    """One partition's answer."""
+    index = p["partition_index"]
+    plog = partition_of(topic, index)
+    if plog is None:
+        return {"partition_index": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION}
+    try:
+        ts, offset = _lookup(plog, p["timestamp"])
+    except Exception as exc:
+        return {"partition_index": index, "error_code": error_code_of(exc)}
+    return {
+        "partition_index": index,
+        "error_code": 0,
+        "timestamp": ts,
+        "offset": offset,
+        "leader_epoch": _epoch_at(plog, offset),
+    }
+
+
 @api(2, 1, 8, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
-    """Answer each partition's query with the offset and the leader epoch it was written in."""
+    """Answer each partition's query with the offset and the leader epoch it was written in; a
+    partition named twice gets INVALID_REQUEST (as in Kafka)."""
     broker = ctx.broker
-    topics = []
-    for t in request["topics"]:
-        topic = broker.topic(t["name"])
-        parts = []
-        for p in t["partitions"]:
-            index = p["partition_index"]
-            plog = partition_of(topic, index)
-            if plog is None:
-                parts.append({"partition_index": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
-                continue
-            try:
-                ts, offset = _lookup(plog, p["timestamp"])
-            except Exception as exc:
-                parts.append({"partition_index": index, "error_code": error_code_of(exc)})
-                continue
-            parts.append(
-                {
-                    "partition_index": index,
-                    "error_code": 0,
-                    "timestamp": ts,
-                    "offset": offset,
-                    "leader_epoch": _epoch_at(topic.partitions[index], offset),
-                }
-            )
-        topics.append({"name": t["name"], "partitions": parts})
+    dup = duplicates(
+        (t["name"], p["partition_index"]) for t in request["topics"] for p in t["partitions"]
+    )
+
+    async def topic_answer(t: dict) -> dict:
+        name = t["name"]
+        topic = broker.topic(name)
+
+        def partition_answer(p: dict) -> dict:
+            if (name, p["partition_index"]) in dup:
+                return {"partition_index": p["partition_index"], "error_code": INVALID_REQUEST}
+            return _answer(topic, p)
+
+        path = ("topics", "partitions")
+        return {
+            "name": name,
+            "partitions": await answer_each(ctx, path, t["partitions"], partition_answer),
+        }
+
+    topics = await answer_each(ctx, ("topics",), request["topics"], topic_answer)
     return {"throttle_time": 0, "topics": topics}

@@ -12,6 +12,7 @@ from gateway.broker import (
     error_code_of,
     topic_name_error,
 )
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 
 log = logging.getLogger("gateway.metadata")
@@ -61,33 +62,42 @@ def _missing(ctx: RequestContext, name: str, allow_create: bool) -> dict:
     return {"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []}
 
 
+def _distinct(wanted: list[dict]) -> list[dict]:
+    """The requested topics, each once (Kafka answers a set of topics), by name or else by id."""
+    seen: dict[object, dict] = {}
+    for item in wanted:
+        name = item.get("name")
+        seen.setdefault(("id", item.get("topic_id")) if name is None else name, item)
+    return list(seen.values())
+
+
 @api(3, 0, 12, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Describe the requested topics (all when `topics` is null, or empty at v0)."""
     broker = ctx.broker
     wanted = request.get("topics")
     allow_create = request.get("allow_auto_topic_creation", True) if ctx.api_version >= 4 else True
-    topics = []
+
+    def describe(item: dict) -> dict:
+        name = item.get("name")
+        if name is None:
+            topic = broker.topic_by_id(item.get("topic_id"))
+            if topic is None:
+                return {
+                    "error_code": UNKNOWN_TOPIC_ID,
+                    "topic_id": item.get("topic_id"),
+                    "partitions": [],
+                }
+            return topic_entry(ctx, topic)
+        topic = broker.topic(name)
+        return topic_entry(ctx, topic) if topic else _missing(ctx, name, allow_create)
+
     if wanted is None or (ctx.api_version == 0 and not wanted):
-        topics = [topic_entry(ctx, t) for t in list(broker.store.topics.values())]
+        topics = await answer_each(
+            ctx, ("topics",), list(broker.store.topics.values()), lambda t: topic_entry(ctx, t)
+        )
     else:
-        for item in wanted:
-            name = item.get("name")
-            if name is None:
-                topic = broker.topic_by_id(item.get("topic_id"))
-                if topic is None:
-                    topics.append(
-                        {
-                            "error_code": UNKNOWN_TOPIC_ID,
-                            "topic_id": item.get("topic_id"),
-                            "partitions": [],
-                        }
-                    )
-                else:
-                    topics.append(topic_entry(ctx, topic))
-                continue
-            topic = broker.topic(name)
-            topics.append(topic_entry(ctx, topic) if topic else _missing(ctx, name, allow_create))
+        topics = await answer_each(ctx, ("topics",), _distinct(wanted), describe)
     return {
         "throttle_time": 0,
         "brokers": broker.brokers(),

@@ -11,6 +11,7 @@ from gateway.broker import RequestContext
 from gateway.groups import errors as E
 from gateway.groups.schema import OFFSETS_TOPIC
 from gateway.groups.service import group_service
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 
 KEY_GROUP, KEY_TRANSACTION = 0, 1
@@ -66,7 +67,11 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         await asyncio.to_thread(group_service(ctx.broker).offsets.ensure)
     if ctx.api_version >= 4:
         keys = request.get("coordinator_keys") or []
-        return {"throttle_time": 0, "coordinators": [_answer(ctx, k, key_type) for k in keys]}
+        # every key is answered, duplicates too (as Kafka does)
+        coordinators = await answer_each(
+            ctx, ("coordinators",), keys, lambda k: _answer(ctx, k, key_type)
+        )
+        return {"throttle_time": 0, "coordinators": coordinators}
     answer = _answer(ctx, request.get("key") or "", key_type)
     del answer["key"]
     answer["throttle_time"] = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gateway.broker import RequestContext
 from gateway.groups import errors as E
 from gateway.groups.service import group_service
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
@@ -16,34 +17,35 @@ GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     coordinator = group_service(ctx.broker).coordinator
     include_ops = bool(request.get("include_authorized_operations"))
-    groups = []
-    for group_id in request.get("groups") or ():
+
+    def describe(group_id: str) -> dict:
         d = coordinator.describe(group_id)
         error, message = d.error, None
         if ctx.api_version >= 6 and error == E.NONE and d.state == "Dead":
             error, message = E.GROUP_ID_NOT_FOUND, f"Group {group_id} not found."
-        groups.append(
-            {
-                "error_code": error,
-                "error_message": message,
-                "group_id": group_id,
-                "group_state": d.state,
-                "protocol_type": d.protocol_type,
-                "protocol_data": d.protocol_name,
-                "members": [
-                    {
-                        "member_id": m.member_id,
-                        "group_instance_id": m.group_instance_id,
-                        "client_id": m.client_id,
-                        "client_host": m.client_host,
-                        "member_metadata": m.metadata,
-                        "member_assignment": m.assignment,
-                    }
-                    for m in d.members
-                ],
-                "authorized_operations": GROUP_OPERATIONS
-                if include_ops
-                else AUTHORIZED_OPERATIONS_OMITTED,
-            }
-        )
+        return {
+            "error_code": error,
+            "error_message": message,
+            "group_id": group_id,
+            "group_state": d.state,
+            "protocol_type": d.protocol_type,
+            "protocol_data": d.protocol_name,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": m.metadata,
+                    "member_assignment": m.assignment,
+                }
+                for m in d.members
+            ],
+            "authorized_operations": GROUP_OPERATIONS
+            if include_ops
+            else AUTHORIZED_OPERATIONS_OMITTED,
+        }
+
+    # every group named is answered, duplicates too (as Kafka does)
+    groups = await answer_each(ctx, ("groups",), request.get("groups") or (), describe)
     return {"throttle_time": 0, "groups": groups}
