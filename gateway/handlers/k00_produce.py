@@ -19,6 +19,7 @@ from gateway.broker import (
     error_code_of,
     partition_of,
 )
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 
 log = logging.getLogger("gateway.produce")
@@ -45,49 +46,47 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
     store = broker.store
     acks = request["acks"]
     to_flush = []
-    responses = []
-    for td in request["topic_data"]:
+
+    async def partition_answer(name: str, topic, pd: dict) -> dict:
+        index = pd["index"]
+        records = pd["records"]
+        if acks not in (0, 1, -1):
+            return {"index": index, "error_code": INVALID_REQUIRED_ACKS}
+        plog = partition_of(topic, index)
+        if plog is None:
+            return {"index": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION}
+        if not records:
+            return {"index": index, "error_code": CORRUPT_MESSAGE, "error_message": "no records"}
+        try:
+            res = await _append(broker, name, index, plog, records)
+        except Exception as exc:
+            code = error_code_of(exc)
+            if code == -1:
+                log.exception("append to %s-%d failed", name, index)
+            return {"index": index, "error_code": code, "error_message": str(exc) or None}
+        if res.flush_needed:
+            to_flush.append(plog)
+        t = res.log_append_time
+        return {
+            "index": index,
+            "error_code": 0,
+            "base_offset": res.base_offset,
+            "log_append_time": -1 if t is None else t,
+            "log_start_offset": res.log_start_offset,
+        }
+
+    async def topic_answer(td: dict) -> dict:
         name = td["name"]
         topic = store.topics.get(name)
-        parts = []
-        for pd in td["partition_data"]:
-            index = pd["index"]
-            records = pd["records"]
-            if acks not in (0, 1, -1):
-                parts.append({"index": index, "error_code": INVALID_REQUIRED_ACKS})
-                continue
-            plog = partition_of(topic, index)
-            if plog is None:
-                parts.append({"index": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
-                continue
-            if not records:
-                parts.append(
-                    {"index": index, "error_code": CORRUPT_MESSAGE, "error_message": "no records"}
-                )
-                continue
-            try:
-                res = await _append(broker, name, index, plog, records)
-            except Exception as exc:
-                code = error_code_of(exc)
-                if code == -1:
-                    log.exception("append to %s-%d failed", name, index)
-                parts.append(
-                    {"index": index, "error_code": code, "error_message": str(exc) or None}
-                )
-                continue
-            if res.flush_needed:
-                to_flush.append(plog)
-            t = res.log_append_time
-            parts.append(
-                {
-                    "index": index,
-                    "error_code": 0,
-                    "base_offset": res.base_offset,
-                    "log_append_time": -1 if t is None else t,
-                    "log_start_offset": res.log_start_offset,
-                }
-            )
-        responses.append({"name": name, "partition_responses": parts})
+        parts = await answer_each(
+            ctx,
+            ("responses", "partition_responses"),
+            td["partition_data"],
+            lambda pd: partition_answer(name, topic, pd),
+        )
+        return {"name": name, "partition_responses": parts}
+
+    responses = await answer_each(ctx, ("responses",), request["topic_data"], topic_answer)
     if to_flush:
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in to_flush))

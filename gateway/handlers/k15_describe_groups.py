@@ -1,4 +1,8 @@
-"""DescribeGroups (key 15): v0-v6; state, protocol and members (metadata only when Stable)."""
+"""DescribeGroups (key 15): v0-v6; state, protocol and members (metadata only when Stable).
+
+A group named again gets INVALID_REQUEST instead of its members a second time (Kafka answers every
+copy; here naming one large group a hundred thousand times cannot make a gigabyte answer).
+"""
 
 from __future__ import annotations
 
@@ -17,8 +21,21 @@ GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     coordinator = group_service(ctx.broker).coordinator
     include_ops = bool(request.get("include_authorized_operations"))
+    seen: set[str] = set()
 
     def describe(group_id: str) -> dict:
+        if group_id in seen:
+            return {
+                "error_code": E.INVALID_REQUEST,
+                "error_message": "Duplicate group id in request.",
+                "group_id": group_id,
+                "group_state": "",
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": [],
+                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            }
+        seen.add(group_id)
         d = coordinator.describe(group_id)
         error, message = d.error, None
         if ctx.api_version >= 6 and error == E.NONE and d.state == "Dead":
@@ -46,6 +63,5 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             else AUTHORIZED_OPERATIONS_OMITTED,
         }
 
-    # every group named is answered, duplicates too (as Kafka does)
     groups = await answer_each(ctx, ("groups",), request.get("groups") or (), describe)
     return {"throttle_time": 0, "groups": groups}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections import Counter
 
 from gateway.broker import (
     INVALID_CONFIG,
@@ -16,6 +15,7 @@ from gateway.broker import (
     error_code_of,
     topic_name_error,
 )
+from gateway.handlers.answers import answer_each, duplicates
 from gateway.handlers.k03_metadata import INTERNAL_TOPICS
 from gateway.handlers.registry import api
 from rdmalog.config import TopicConfig
@@ -123,17 +123,17 @@ def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Create every requested topic (or only validate); one result per topic."""
     topics = request["topics"]
-    dup = {n for n, c in Counter(t["name"] for t in topics).items() if c > 1}
-    results = []
-    for t in topics:
+    dup = duplicates(t["name"] for t in topics)
+    validate_only = bool(request.get("validate_only"))
+
+    def create(t: dict) -> dict:
         if t["name"] in dup:
-            results.append(
-                _fail(
-                    t["name"],
-                    INVALID_REQUEST,
-                    "Create topics request from client contains duplicate topic name.",
-                )
+            return _fail(
+                t["name"],
+                INVALID_REQUEST,
+                "Create topics request from client contains duplicate topic name.",
             )
-            continue
-        results.append(_create_one(ctx, t, bool(request.get("validate_only"))))
+        return _create_one(ctx, t, validate_only)
+
+    results = await answer_each(ctx, ("topics",), topics, create)
     return {"throttle_time": 0, "topics": results}

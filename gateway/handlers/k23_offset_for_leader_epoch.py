@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gateway.broker import UNKNOWN_TOPIC_OR_PARTITION, RequestContext, partition_of
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 
 FENCED_LEADER_EPOCH = 74
@@ -25,16 +26,19 @@ def _answer(plog, p: dict) -> dict:
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Answer each partition from its leader epoch cache."""
     broker = ctx.broker
-    topics = []
-    for t in request["topics"]:
+
+    async def topic_answer(t: dict) -> dict:
         topic = broker.topic(t["topic"])
-        parts = []
-        for p in t["partitions"]:
-            index = p["partition"]
-            plog = partition_of(topic, index)
+
+        def partition_answer(p: dict) -> dict:
+            plog = partition_of(topic, p["partition"])
             if plog is None:
-                parts.append({"partition": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
-            else:
-                parts.append(_answer(plog, p))
-        topics.append({"topic": t["topic"], "partitions": parts})
+                return {"partition": p["partition"], "error_code": UNKNOWN_TOPIC_OR_PARTITION}
+            return _answer(plog, p)
+
+        path = ("topics", "partitions")
+        parts = await answer_each(ctx, path, t["partitions"], partition_answer)
+        return {"topic": t["topic"], "partitions": parts}
+
+    topics = await answer_each(ctx, ("topics",), request["topics"], topic_answer)
     return {"throttle_time": 0, "topics": topics}

@@ -1,8 +1,16 @@
-"""CreatePartitions (key 37): grow a topic to a larger partition count."""
+"""CreatePartitions (key 37): grow a topic to a larger partition count.
+
+Internal topics are refused with INVALID_REQUEST: a group's records go to the `__consumer_offsets`
+partition its id hashes to among the partitions there are, so more partitions would send a group's
+next commits to another partition than its earlier ones. A topic named twice gets INVALID_REQUEST
+(as in Kafka).
+"""
 
 from __future__ import annotations
 
-from gateway.broker import RequestContext, error_code_of
+from gateway.broker import INVALID_REQUEST, RequestContext, error_code_of
+from gateway.handlers.answers import answer_each, duplicates
+from gateway.handlers.k03_metadata import INTERNAL_TOPICS
 from gateway.handlers.registry import api
 
 INVALID_PARTITIONS = 37
@@ -15,6 +23,12 @@ def _grow(broker, t: dict, validate_only: bool) -> dict:
     topic = broker.topic(name)
     if topic is None:
         out.update(error_code=3, error_message=f"Topic {name} does not exist.")
+        return out
+    if name in INTERNAL_TOPICS:
+        out.update(
+            error_code=INVALID_REQUEST,
+            error_message=f"Adding partitions to internal topic {name} is prohibited.",
+        )
         return out
     current = len(topic.partitions)
     if count <= current:
@@ -47,7 +61,16 @@ def _grow(broker, t: dict, validate_only: bool) -> dict:
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Create the missing partitions of each topic (or only validate)."""
     validate_only = bool(request.get("validate_only"))
-    return {
-        "throttle_time": 0,
-        "results": [_grow(ctx.broker, t, validate_only) for t in request["topics"]],
-    }
+    dup = duplicates(t["name"] for t in request["topics"])
+
+    def grow(t: dict) -> dict:
+        if t["name"] in dup:
+            return {
+                "name": t["name"],
+                "error_code": INVALID_REQUEST,
+                "error_message": "Duplicate topic name.",
+            }
+        return _grow(ctx.broker, t, validate_only)
+
+    results = await answer_each(ctx, ("results",), request["topics"], grow)
+    return {"throttle_time": 0, "results": results}
