@@ -26,6 +26,7 @@ from rdmalog.config import (
     _broker_synonyms,
     _to_str,
 )
+from rdmalog.store.adoption import SUSPENDED_CONFIG, SUSPENDED_DOC
 
 
 def _synonyms(config: Any, row: ConfigEntry) -> list[dict]:
@@ -79,6 +80,8 @@ def _describe(broker, res: dict, synonyms: bool) -> dict:
                 result.update(unknown_resource(name))
             else:
                 result["configs"] = _entries(topic.config, keys, synonyms, read_only=False)
+                if topic.deletion_suspended and (not keys or SUSPENDED_CONFIG in keys):
+                    result["configs"].append(_suspended_entry())
         elif rtype == BROKER:
             error = broker_resource_error(broker, name)
             if error:
@@ -90,6 +93,22 @@ def _describe(broker, res: dict, synonyms: bool) -> dict:
     except Exception as exc:  # a store error on one resource must not fail the others
         result.update(error_code=error_code_of(exc), error_message=str(exc))
     return result
+
+
+def _suspended_entry() -> dict:
+    """The entry of a topic adopted with deletion suspended (rdmalog/store/adoption.py): shown
+    as a topic override, so `kafka-configs.sh --describe` lists it."""
+    return {
+        "name": SUSPENDED_CONFIG,
+        "value": "true",
+        "read_only": True,
+        "is_default": False,
+        "config_source": int(ConfigSource.DYNAMIC_TOPIC_CONFIG),
+        "is_sensitive": False,
+        "config_type": 1,  # boolean
+        "documentation": SUSPENDED_DOC,
+        "synonyms": [],
+    }
 
 
 @api(32, 1, 4)

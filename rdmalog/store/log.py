@@ -117,6 +117,8 @@ class PartitionLog(InPlaceAccess):
         self.clock = clock
         self.lock = threading.RLock()
         self.segments: list[LogSegment] = []
+        # Set for a partition adopted without its topic's configs: retention deletes nothing.
+        self.deletion_suspended = False
         self._bases: list[int] = []
         self.log_start_offset = log_start_offset
         self.log_end_offset = 0
@@ -659,12 +661,14 @@ class PartitionLog(InPlaceAccess):
         before = self.log_start_offset
         with self.lock:
             deleted = 0
-            if cfg.retention_ms >= 0:
+            if self.deletion_suspended:
+                pass  # only what DeleteRecords released below goes (the last step)
+            elif cfg.retention_ms >= 0:
                 deleted += self._delete_oldest(
                     lambda seg, _: now - seg.largest_timestamp() > cfg.retention_ms,
                     roll_active=True,
                 )
-            if cfg.retention_bytes >= 0:
+            if cfg.retention_bytes >= 0 and not self.deletion_suspended:
                 excess = [self.size_in_bytes - cfg.retention_bytes]
 
                 def over(seg: LogSegment, _: int) -> bool:

@@ -17,7 +17,9 @@ A data dir is a Kafka log dir and can be imported from one as it is:
          back to Kafka, which refuses non-partition directories in a log dir.
 
 Partition directories without a topic record (a Kafka log dir) are adopted at open: the topic id comes
-from `partition.metadata` (or is new), the partition count from the directories, configs are defaults.
+from `partition.metadata` (or is new), the partition count from the directories, the configs from the
+log dir's KRaft metadata log; when those are not known, deletion (retention, compaction) is suspended
+until an operator sets the topic's configs (`adoption.py`).
 """
 
 from __future__ import annotations
@@ -39,12 +41,15 @@ from rdmalog.config import BrokerConfig, TopicConfig
 from rdmalog.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
+    KafkaError,
     KafkaStorageError,
     TopicExistsError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 from rdmalog.store import checkpoints as ck
+from rdmalog.store.adoption import adopt
+from rdmalog.store.kraft_metadata import read_cluster_metadata
 from rdmalog.store.log import PartitionLog, parse_partition_dir, wall_clock_ms
 from rdmalog.store.producer_ids import FILE_NAME as PRODUCER_ID_FILE
 from rdmalog.store.producer_ids import ProducerIdAllocator
@@ -84,6 +89,7 @@ class Topic:
     config: TopicConfig
     partitions: list[PartitionLog] = field(default_factory=list)
     created_ms: int = 0
+    deletion_suspended: bool = False  # adopted without known configs (adoption.py)
 
     @property
     def is_internal(self) -> bool:
@@ -152,7 +158,11 @@ class Store:
                 continue
             cfg = TopicConfig.from_overrides(self.config, rec.get("configs") or {})
             topic = Topic(
-                rec["name"], uuid.UUID(rec["topic_id"]), cfg, created_ms=rec.get("created_ms", 0)
+                rec["name"],
+                uuid.UUID(rec["topic_id"]),
+                cfg,
+                created_ms=rec.get("created_ms", 0),
+                deletion_suspended=bool(rec.get("deletion_suspended")),
             )
             for p in range(int(rec["partitions"])):
                 key = (topic.name, p)
@@ -260,6 +270,7 @@ class Store:
                 log.warning("ignoring %s: not a <topic>-<partition> directory", d)
                 continue
             found.setdefault(parsed[0], []).append(parsed[1])
+        metadata: object = None  # read when a topic needs it
         for name, parts in found.items():
             rec = records.get(name)
             if rec is not None:
@@ -278,18 +289,45 @@ class Store:
             topic_id = None
             for p in sorted(parts):
                 topic_id = topic_id or ck.read_partition_metadata(self.dir / f"{name}-{p}")
+            if metadata is None:
+                metadata = self._read_cluster_metadata()
+            adoption = adopt(name, topic_id, *metadata, self.config, self.node_id)
             rec = {
                 "name": name,
-                "topic_id": str(topic_id or uuid.uuid4()),
+                "topic_id": str(adoption.topic_id or uuid.uuid4()),
                 "partitions": max(parts) + 1,
-                "configs": {},
+                "configs": adoption.configs,
                 "created_ms": self.clock(),
             }
-            log.info(
-                "adopting topic %s (%d partitions) found in %s", name, rec["partitions"], self.dir
-            )
+            if adoption.dropped:
+                log.warning(
+                    "adopting topic %s: its Kafka configs %s are not applied here", name,
+                    ", ".join(f"{k}={v}" for k, v in sorted(adoption.dropped.items())),
+                )  # fmt: skip
+            if adoption.suspended_because is None:
+                log.info(
+                    "adopting topic %s (%d partitions) found in %s, with its Kafka configs %s",
+                    name, rec["partitions"], self.dir, adoption.configs or "(none: the defaults)",
+                )  # fmt: skip
+            else:
+                rec["deletion_suspended"] = True
+                log.warning(
+                    "adopting topic %s (%d partitions) found in %s with deletion suspended: its "
+                    "configs are not known (%s). Retention and compaction delete none of its "
+                    "records until its configs are set, e.g. kafka-configs.sh --alter "
+                    "--entity-type topics --entity-name %s --add-config retention.ms=...",
+                    name, rec["partitions"], self.dir, adoption.suspended_because, name,
+                )  # fmt: skip
             self._write_topic_record(rec)
             records[name] = rec
+
+    def _read_cluster_metadata(self) -> tuple:
+        """(the metadata log's content or None, why it could not be read or None)."""
+        try:
+            return read_cluster_metadata(self.dir), None
+        except (OSError, ValueError, KafkaError) as e:
+            log.warning("cannot read the KRaft metadata log in %s: %s", self.dir, e)
+            return None, f"its KRaft metadata log cannot be read ({e})"
 
     def _finish_deletion(self, rec: Mapping[str, Any]) -> None:
         for p in range(int(rec["partitions"])):
@@ -302,13 +340,16 @@ class Store:
         )
 
     def _record_of(self, topic: Topic) -> dict[str, Any]:
-        return {
+        rec = {
             "name": topic.name,
             "topic_id": str(topic.topic_id),
             "partitions": len(topic.partitions),
             "configs": topic.config.overrides,
             "created_ms": topic.created_ms,
         }
+        if topic.deletion_suspended:
+            rec["deletion_suspended"] = True
+        return rec
 
     def _open_log(
         self, topic: Topic, p: int, recovery: int, start: int, clean: bool
@@ -324,6 +365,7 @@ class Store:
             d, topic.name, p, topic.config,
             recovery_point=recovery, log_start_offset=start, clean_shutdown=clean, clock=self.clock,
         )  # fmt: skip
+        plog.deletion_suspended = topic.deletion_suspended
         return plog.open()
 
     # --- topics --------------------------------------------------------------------------------------
@@ -412,10 +454,18 @@ class Store:
         with self.lock:
             topic = self.topic(name)
             cfg = topic.config.altered(configs, replace=replace)
+            suspended, topic.deletion_suspended = topic.deletion_suspended, False
             topic.config = cfg
-            self._write_topic_record(self._record_of(topic))
+            try:
+                self._write_topic_record(self._record_of(topic))
+            except BaseException:
+                topic.deletion_suspended = suspended
+                raise
             for plog in topic.partitions:
                 plog.config = cfg
+                plog.deletion_suspended = False
+            if suspended:
+                log.info("topic %s: its configs were set, deletion resumes", name)
             return cfg
 
     def topic(self, name: str) -> Topic:
