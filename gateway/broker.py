@@ -31,14 +31,18 @@ INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
+KAFKA_STORAGE_ERROR = 56
 UNSUPPORTED_COMPRESSION_TYPE = 76
 UNKNOWN_TOPIC_ID = 100
 
 
 def error_code_of(exc: BaseException) -> int:
-    """The Kafka error code a store exception carries (UNKNOWN_SERVER_ERROR otherwise)."""
+    """The Kafka error code a store exception carries; an OSError is KAFKA_STORAGE_ERROR (as Kafka
+    answers for an I/O error in a log dir); UNKNOWN_SERVER_ERROR otherwise."""
     code = getattr(exc, "error_code", None)
-    return code if isinstance(code, int) else UNKNOWN_SERVER_ERROR
+    if isinstance(code, int):
+        return code
+    return KAFKA_STORAGE_ERROR if isinstance(exc, OSError) else UNKNOWN_SERVER_ERROR
 
 
 def topic_name_error(name: str | None) -> str | None:

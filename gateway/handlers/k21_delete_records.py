@@ -21,6 +21,7 @@ from gateway.broker import (
 from gateway.handlers.answers import take_turns
 from gateway.handlers.k03_metadata import INTERNAL_TOPICS
 from gateway.handlers.registry import api
+from rdmalog.errors import KafkaStorageError
 
 log = logging.getLogger("gateway.delete_records")
 
@@ -64,7 +65,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     if moved:
         try:
             await asyncio.get_running_loop().run_in_executor(None, broker.store.checkpoint)
-        except OSError as exc:
+        except (OSError, KafkaStorageError) as exc:
             log.error(
                 "DeleteRecords: the log start offsets of %d partitions moved but cannot be "
                 "checkpointed in %s: %s",

@@ -43,6 +43,7 @@ from rdmalog.errors import (
     OutOfOrderSequenceError,
     RecordListTooLargeError,
 )
+from rdmalog.store.disk import storage_error
 from rdmalog.store.in_place import InPlaceAccess
 from rdmalog.store.index import IndexCorruptError
 from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
@@ -384,7 +385,7 @@ class PartitionLog(InPlaceAccess):
                     seg = self._maybe_roll(len(mv), max(b[3] for b in batches), nxt - 1)
                     seg.append(mv, batches)
             except OSError as e:  # disk full, I/O error: Kafka's KAFKA_STORAGE_ERROR
-                raise KafkaStorageError(f"{self.name}: {e}") from e
+                raise storage_error(e, self.dir, f"appending to {self.name}") from e
             self.log_end_offset = nxt
             for info, (_, _, last, max_ts) in zip(infos, batches, strict=True):
                 if info.producer_id >= 0 and not info.attributes & CONTROL_BIT:

@@ -12,8 +12,9 @@ A data dir is a Kafka log dir and can be imported from one as it is:
     <topic>-<partition>/                 segments (<20-digit base>.log/.index/.timeindex), partition.metadata
     __rdmalog_metadata/topics/<topic id, canonical uuid>.json
         {"name", "topic_id" (canonical uuid), "partitions", "configs" (the topic's overrides, Kafka names),
-         "created_ms"} -- rdmalog's own topic record (named by id: a 249-character topic name plus a
-         suffix would not fit in a file name). Remove this folder before handing the directory
+         "created_ms", "deletion_suspended" (when adopted without its configs)} -- rdmalog's own topic
+         record (named by id: a 249-character topic name plus a suffix would not fit in a file
+         name); renamed to <topic id>.deleted when its deletion is committed. Remove this folder before handing the directory
          back to Kafka, which refuses non-partition directories in a log dir.
 
 Partition directories without a topic record (a Kafka log dir) are adopted at open: the topic id comes
@@ -24,6 +25,7 @@ until an operator sets the topic's configs (`adoption.py`).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -49,6 +51,7 @@ from rdmalog.errors import (
 )
 from rdmalog.store import checkpoints as ck
 from rdmalog.store.adoption import adopt
+from rdmalog.store.disk import recovered, storage_error
 from rdmalog.store.kraft_metadata import read_cluster_metadata
 from rdmalog.store.log import PartitionLog, parse_partition_dir, wall_clock_ms
 from rdmalog.store.producer_ids import FILE_NAME as PRODUCER_ID_FILE
@@ -57,6 +60,7 @@ from rdmalog.store.producer_ids import ProducerIdAllocator
 log = logging.getLogger(__name__)
 
 METADATA_DIR = "__rdmalog_metadata"
+DELETED_SUFFIX = ".deleted"
 LOCK_FILE = ".lock"
 MAX_TOPIC_NAME = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
@@ -173,7 +177,12 @@ class Store:
             self._by_id[topic.topic_id] = topic
         marker.unlink(missing_ok=True)
         self.opened = True
-        self.checkpoint()
+        try:
+            self.checkpoint()
+        except KafkaStorageError:  # a full disk: serve what there is (the error is logged)
+            log.warning(
+                "starting without new checkpoints: the next start recovers from the old ones"
+            )
         now = self.clock()
         self._last_retention = self._last_checkpoint = now
 
@@ -185,12 +194,30 @@ class Store:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        clean = True
         with self.lock:
             for topic in self.topics.values():
                 for plog in topic.partitions:
-                    plog.close()
-            self.checkpoint()
-            ck.write_atomic(self.dir / ck.CLEAN_SHUTDOWN_FILE, "")
+                    try:
+                        plog.close()
+                    except (OSError, KafkaStorageError) as e:
+                        clean = False
+                        if isinstance(e, OSError):
+                            storage_error(e, plog.dir, f"closing {plog.name}")
+            try:
+                self.checkpoint()
+                if clean:  # an empty file: written even on a full disk
+                    ck.write_atomic(self.dir / ck.CLEAN_SHUTDOWN_FILE, "")
+            except (OSError, KafkaStorageError) as e:
+                clean = False
+                if isinstance(e, OSError):
+                    storage_error(e, self.dir, "marking the clean shutdown")
+            if not clean:
+                log.warning(
+                    "%s closed without a clean-shutdown mark: the next start recovers its logs "
+                    "from the last checkpoints (what was acknowledged is intact)",
+                    self.dir,
+                )
             self.opened = False
         self._unlock_dir()
 
@@ -239,11 +266,26 @@ class Store:
     def _topic_file(self, topic_id: uuid.UUID | str) -> Path:
         return self.dir / METADATA_DIR / "topics" / f"{topic_id}.json"
 
+    def _deleted_file(self, topic_id: uuid.UUID | str) -> Path:
+        """The topic record once its deletion is committed (a rename: no space needed)."""
+        return self.dir / METADATA_DIR / "topics" / f"{topic_id}{DELETED_SUFFIX}"
+
+    @contextlib.contextmanager
+    def _writing(self, doing: str):
+        """File system errors while `doing` become KafkaStorageError (and a line in the log)."""
+        try:
+            yield
+        except OSError as e:
+            raise storage_error(e, self.dir, doing) from e
+
     def _load_topic_records(self) -> dict[str, dict[str, Any]]:
         out = {}
-        for path in sorted((self.dir / METADATA_DIR / "topics").glob("*.json")):
+        folder = self.dir / METADATA_DIR / "topics"
+        for path in sorted([*folder.glob("*.json"), *folder.glob("*" + DELETED_SUFFIX)]):
             try:
                 rec = json.loads(path.read_text(encoding="utf-8"))
+                if path.suffix == DELETED_SUFFIX:  # committed deletion (see delete_topic)
+                    rec["deleted"] = True
                 other = out.get(rec["name"])
                 if other is not None and (rec.get("deleted") or not other.get("deleted")):
                     if rec.get("deleted"):  # a live topic of the same name owns the directories
@@ -251,6 +293,7 @@ class Store:
                     continue
                 if other is not None:
                     self._topic_file(other["topic_id"]).unlink(missing_ok=True)
+                    self._deleted_file(other["topic_id"]).unlink(missing_ok=True)
                 out[rec["name"]] = rec
             except (ValueError, KeyError) as e:
                 raise KafkaStorageError(f"malformed topic record {path}: {e}") from None
@@ -333,6 +376,7 @@ class Store:
         for p in range(int(rec["partitions"])):
             shutil.rmtree(self.dir / f"{rec['name']}-{p}", ignore_errors=True)
         self._topic_file(rec["topic_id"]).unlink(missing_ok=True)
+        self._deleted_file(rec["topic_id"]).unlink(missing_ok=True)
 
     def _write_topic_record(self, rec: Mapping[str, Any]) -> None:
         ck.write_atomic(
@@ -395,7 +439,7 @@ class Store:
         topic_id: uuid.UUID | None = None,
     ) -> Topic:
         """Create a topic (`num_partitions` None or -1: `num.partitions`); its configs are persisted."""
-        with self.lock:
+        with self.lock, self._writing(f"creating topic {name}"):
             cfg = self.validate_new_topic(name, num_partitions, configs)
             count = (
                 self.config.get("num.partitions")
@@ -414,7 +458,7 @@ class Store:
 
     def create_partitions(self, name: str, total: int) -> Topic:
         """Grow a topic to `total` partitions (CreatePartitions)."""
-        with self.lock:
+        with self.lock, self._writing(f"adding partitions to {name}"):
             topic = self.topic(name)
             if total <= len(topic.partitions):
                 raise InvalidPartitionsError(
@@ -428,13 +472,13 @@ class Store:
             return topic
 
     def delete_topic(self, name: str) -> None:
-        """Delete a topic and its data (open FileSlices stay readable until released). The topic
-        record is marked first and removed last, so a crash mid-way finishes the deletion at open."""
-        with self.lock:
+        """Delete a topic and its data (open FileSlices stay readable until released). The commit
+        point renames the topic record to `<id>.deleted`, which needs no free space, so deleting a
+        topic frees a full disk; the record goes last, and a crash mid-way finishes the deletion at
+        open."""
+        with self.lock, self._writing(f"deleting topic {name}"):
             topic = self.topic(name)
-            rec = self._record_of(topic)
-            rec["deleted"] = True
-            self._write_topic_record(rec)
+            os.rename(self._topic_file(topic.topic_id), self._deleted_file(topic.topic_id))
             del self.topics[name]
             self._by_id.pop(topic.topic_id, None)
             for plog in topic.partitions:
@@ -445,13 +489,13 @@ class Store:
                 except OSError:  # a 249-character name leaves no room for the suffix
                     pass
                 plog.delete()
-            self._topic_file(topic.topic_id).unlink(missing_ok=True)
+            self._deleted_file(topic.topic_id).unlink(missing_ok=True)
 
     def alter_topic_config(
         self, name: str, configs: Mapping[str, Any], replace: bool = False
     ) -> TopicConfig:
         """Set (value None: revert) topic configs, or replace them all; validated, persisted, applied."""
-        with self.lock:
+        with self.lock, self._writing(f"altering the configs of {name}"):
             topic = self.topic(name)
             cfg = topic.config.altered(configs, replace=replace)
             suspended, topic.deletion_suspended = topic.deletion_suspended, False
@@ -504,9 +548,13 @@ class Store:
         }
         hws = {(g.topic, g.partition): g.high_watermark for g in logs}
         with self._checkpoint_lock:
-            ck.write_offset_checkpoint(self.dir / ck.RECOVERY_POINT_CHECKPOINT, recovery)
-            ck.write_offset_checkpoint(self.dir / ck.LOG_START_OFFSET_CHECKPOINT, starts)
-            ck.write_offset_checkpoint(self.dir / ck.REPLICATION_CHECKPOINT, hws)
+            try:
+                ck.write_offset_checkpoint(self.dir / ck.RECOVERY_POINT_CHECKPOINT, recovery)
+                ck.write_offset_checkpoint(self.dir / ck.LOG_START_OFFSET_CHECKPOINT, starts)
+                ck.write_offset_checkpoint(self.dir / ck.REPLICATION_CHECKPOINT, hws)
+            except OSError as e:
+                raise storage_error(e, self.dir, "writing the offset checkpoints") from e
+        recovered(self.dir)
 
     def flush_all(self) -> None:
         for plog in self.logs():
@@ -522,6 +570,10 @@ class Store:
         for plog in self.logs():
             try:
                 plog.maintain(now, retention=retention)
+            except OSError as e:
+                storage_error(e, plog.dir, f"maintenance of {plog.name}")  # logs it
+            except KafkaStorageError:
+                pass  # logged where it was raised
             except Exception:
                 log.exception("maintenance of %s failed", plog.name)
         if retention:
@@ -544,5 +596,7 @@ class Store:
         while not self._stop.wait(tick):
             try:
                 self.maintain_once()
+            except KafkaStorageError:
+                pass  # logged where it was raised, at most once a minute
             except Exception:
                 log.exception("store maintenance failed")

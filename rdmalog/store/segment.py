@@ -11,6 +11,7 @@ below the wanted offset.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -205,7 +206,8 @@ class LogSegment:
             self.ensure_capacity(n)
         written = os.pwrite(self.fd, buf, pos0)
         if written != n:
-            raise OSError(f"short write to {self.path}: {written} of {n} bytes")
+            # a regular file takes less than asked only when its file system is full
+            raise OSError(errno.ENOSPC, f"short write: {written} of {n} bytes", str(self.path))
         self._index_batches(pos0, batches)
         self.size = pos0 + n
 
