@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from gateway.broker import (
@@ -40,7 +41,7 @@ def _config_entries(config: TopicConfig) -> list[dict]:
     ]
 
 
-def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
+async def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
     broker = ctx.broker
     name = t["name"]
     bad = topic_name_error(name)
@@ -101,7 +102,9 @@ def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
     topic_id = None
     if not validate_only:
         try:
-            topic = broker.create_topic(name, count, configs)
+            # files for every partition: in a thread, so other clients are served meanwhile (the
+            # store publishes the topic once all its partitions exist)
+            topic = await asyncio.to_thread(broker.create_topic, name, count, configs)
         except Exception as exc:
             code = error_code_of(exc)
             if code == -1:
@@ -126,14 +129,14 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     dup = duplicates(t["name"] for t in topics)
     validate_only = bool(request.get("validate_only"))
 
-    def create(t: dict) -> dict:
+    async def create(t: dict) -> dict:
         if t["name"] in dup:
             return _fail(
                 t["name"],
                 INVALID_REQUEST,
                 "Create topics request from client contains duplicate topic name.",
             )
-        return _create_one(ctx, t, validate_only)
+        return await _create_one(ctx, t, validate_only)
 
     results = await answer_each(ctx, ("topics",), topics, create)
     return {"throttle_time": 0, "topics": results}

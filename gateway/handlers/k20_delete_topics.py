@@ -8,6 +8,7 @@ gets INVALID_REQUEST, as Kafka answers duplicates.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 
@@ -32,7 +33,7 @@ def _fail(name: str | None, topic_id, code: int, message: str) -> dict:
     return {"name": name, "topic_id": topic_id, "error_code": code, "error_message": message}
 
 
-def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
+async def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
     broker = ctx.broker
     topic = broker.topic(name) if name is not None else broker.topic_by_id(topic_id)
     if topic is None:
@@ -51,7 +52,8 @@ def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
         )
     logs = list(topic.partitions)
     try:
-        broker.store.delete_topic(topic.name)
+        # removing every partition's files: in a thread, other clients are served meanwhile
+        await asyncio.to_thread(broker.store.delete_topic, topic.name)
     except Exception as exc:
         code = error_code_of(exc)
         if code == -1:
@@ -70,17 +72,17 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         names = request["topic_names"]
         dup = duplicates(names)
 
-        def by_name(name: str) -> dict:
+        async def by_name(name: str) -> dict:
             if name in dup:
                 return _fail(name, None, INVALID_REQUEST, "Duplicate topic name.")
-            return _delete(ctx, name, None)
+            return await _delete(ctx, name, None)
 
         results = await answer_each(ctx, ("responses",), names, by_name)
         return {"throttle_time": 0, "responses": results}
     topics = request["topics"]
     dup = duplicates(t.get("name") or t.get("topic_id") for t in topics)
 
-    def by_name_or_id(t: dict) -> dict:
+    async def by_name_or_id(t: dict) -> dict:
         name, topic_id = t.get("name"), t.get("topic_id") or ZERO_ID
         if name is not None and topic_id != ZERO_ID:
             return _fail(
@@ -93,7 +95,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         if (name or topic_id) in dup:
             what = "name" if name is not None else "id"
             return _fail(name, topic_id, INVALID_REQUEST, f"Duplicate topic {what}.")
-        return _delete(ctx, name, None if name is not None else topic_id)
+        return await _delete(ctx, name, None if name is not None else topic_id)
 
     results = await answer_each(ctx, ("responses",), topics, by_name_or_id)
     return {"throttle_time": 0, "responses": results}
