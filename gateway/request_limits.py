@@ -15,11 +15,29 @@ grow with the request with `gateway/handlers/answers.py`.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import TypeVar
 
 from gateway.protocol import DecodeBudgetExceeded, RequestHeader, decode_request
 
 # Array elements decoded on the event loop (about 1-3 ms of decoding per thousand); beyond, a thread.
 ON_LOOP_WORK = 4096
+TURN_S = 0.005  # a handler working through a request's elements gives the loop a turn this often
+CHECK_EVERY = 32  # elements between looks at the clock
+
+T = TypeVar("T")
+
+
+async def take_turns(items: Iterable[T]) -> AsyncIterator[T]:
+    """Iterate `items`, letting the event loop serve other clients every few milliseconds (for a
+    handler's loop over the elements of a request)."""
+    turn = time.monotonic()
+    for count, item in enumerate(items, 1):
+        yield item
+        if count % CHECK_EVERY == 0 and time.monotonic() - turn > TURN_S:
+            await asyncio.sleep(0)
+            turn = time.monotonic()
 
 
 class RequestLimits:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import Any
 
 from gateway.groups.schema import OFFSETS_TOPIC, partition_for
+from rdmalog.store.interface import Log, LogStore, LogTopic
 from rdmalog.store.records import Record, build_batch, decode_records, iter_batches
 
 log = logging.getLogger(__name__)
@@ -23,14 +23,14 @@ class OffsetsTopic:
     """Writes group records to `__consumer_offsets` and reads them all back."""
 
     def __init__(
-        self, store: Any, num_partitions: int = 50, segment_bytes: int = 104_857_600
+        self, store: LogStore, num_partitions: int = 50, segment_bytes: int = 104_857_600
     ) -> None:
         self.store = store
         self.num_partitions = num_partitions
         self.segment_bytes = segment_bytes
-        self.dirty: set[Any] = set()
+        self.dirty: set[Log] = set()
 
-    def ensure(self) -> Any:
+    def ensure(self) -> LogTopic:
         """The topic, created (compacted) when missing; an existing topic keeps its partition count."""
         topic = self.store.topics.get(OFFSETS_TOPIC)
         if topic is None:
@@ -78,7 +78,7 @@ class OffsetsTopic:
         for plog in list(topic.partitions):
             yield from self._replay_partition(plog)
 
-    def _replay_partition(self, plog: Any) -> Iterator[tuple[bytes, bytes | None]]:
+    def _replay_partition(self, plog: Log) -> Iterator[tuple[bytes, bytes | None]]:
         end = plog.log_end_offset
         offset = plog.log_start_offset
         pending: dict[int, list[tuple[bytes, bytes | None]]] = {}

@@ -16,6 +16,7 @@ from gateway.groups.clock import LoopClock
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.groups.model import GroupConfig
 from gateway.groups.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
+from rdmalog.store.interface import LogStore
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def group_config(config: Any) -> GroupConfig:
 class GroupService:
     """A coordinator bound to a store and an event loop."""
 
-    def __init__(self, store: Any, config: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, store: LogStore, config: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.store = store
         self.loop = loop
         self.offsets = OffsetsTopic(

@@ -21,10 +21,11 @@ from typing import Any
 
 from gateway.broker import RequestContext
 from gateway.protocol import EncodedArray, response_element_encoder
+from gateway.request_limits import CHECK_EVERY, TURN_S, take_turns
+
+__all__ = ["answer_each", "duplicates", "take_turns"]
 
 SMALL = 64  # answers up to this many stay a plain list (what handler tests look at)
-_TURN_S = 0.005  # the event loop's turn comes after at most this much work
-_CHECK_EVERY = 32  # items between looks at the clock
 
 
 async def answer_each(
@@ -48,21 +49,10 @@ async def answer_each(
             value = await value
         encode(data, value, parts)
         count += 1
-        if count % _CHECK_EVERY == 0 and time.monotonic() - turn > _TURN_S:
+        if count % CHECK_EVERY == 0 and time.monotonic() - turn > TURN_S:
             await asyncio.sleep(0)
             turn = time.monotonic()
     return EncodedArray(count, data, parts)
-
-
-async def take_turns(items: Iterable[Any]):
-    """Iterate `items`, letting the event loop serve others every few milliseconds (for loops
-    over a request's elements that build no answer of their own)."""
-    turn = time.monotonic()
-    for count, item in enumerate(items, 1):
-        yield item
-        if count % _CHECK_EVERY == 0 and time.monotonic() - turn > _TURN_S:
-            await asyncio.sleep(0)
-            turn = time.monotonic()
 
 
 def duplicates(keys: Iterable[Hashable]) -> set:

@@ -11,81 +11,60 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.broker import (
-    OFFSET_OUT_OF_RANGE,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    RequestContext,
-    error_code_of,
-    partition_of,
-)
+from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
+from rdmalog.errors import FETCH_SESSION_ID_NOT_FOUND, OFFSET_OUT_OF_RANGE, error_code_of
+from rdmalog.store.interface import Log
 
 _EMPTY = b""
-FETCH_SESSION_ID_NOT_FOUND = 70
+_BY_NAME = PartitionFields(topic="topic", index="partition", missing={"records": _EMPTY})
+_BY_ID = _BY_NAME._replace(topic="topic_id")
 
 
-def _read_all(ctx: RequestContext, request: dict, by_id: bool) -> tuple[list, int, list, bool]:
+def _read_all(ctx: RequestContext, request: dict, by_id: bool) -> tuple[list, int, list[Log], bool]:
     """One pass over the requested partitions -> (responses, bytes, logs, any error)."""
-    broker = ctx.broker
     budget = request.get("max_bytes", 0x7FFFFFFF)
     total = 0
     logs = []
     errors = False
-    responses = []
-    for t in request["topics"]:
-        if by_id:
-            topic = broker.topic_by_id(t["topic_id"])
-            missing = UNKNOWN_TOPIC_ID
-        else:
-            topic = broker.topic(t["topic"])
-            missing = UNKNOWN_TOPIC_OR_PARTITION
-        parts = []
-        for p in t["partitions"]:
-            index = p["partition"]
-            plog = partition_of(topic, index)
-            if plog is None:
-                parts.append({"partition_index": index, "error_code": missing, "records": _EMPTY})
-                errors = True
-                continue
-            hw = plog.high_watermark
-            start = plog.log_start_offset
-            offset = p["fetch_offset"]
-            entry = {
-                "partition_index": index,
-                "error_code": 0,
-                "high_watermark": hw,
-                "last_stable_offset": hw,
-                "log_start_offset": start,
-                "records": _EMPTY,
-            }
-            parts.append(entry)
-            if offset < start or offset > plog.log_end_offset:
-                entry["error_code"] = OFFSET_OUT_OF_RANGE
-                errors = True
-                continue
-            logs.append(plog)
-            if offset >= hw:
-                continue
-            limit = min(p["partition_max_bytes"], budget - total)
-            if total and limit <= 0:
-                continue
-            try:
-                sl = plog.read(offset, max(limit, 1))
-            except Exception as exc:
-                entry["error_code"] = error_code_of(exc)
-                errors = True
-                continue
-            if sl is None or sl.length == 0:
-                continue
-            if total and sl.length > limit:
-                continue  # only the first non-empty partition may exceed the limits
-            entry["records"] = sl
-            total += sl.length
-        resp = {"topic_id": t["topic_id"]} if by_id else {"topic": t["topic"]}
-        resp["partitions"] = parts
-        responses.append(resp)
-    return responses, total, logs, errors
+    requested = ctx.broker.partitions(request["topics"], _BY_ID if by_id else _BY_NAME)
+    for p, plog, parts in requested:
+        index = p["partition"]
+        hw = plog.high_watermark
+        start = plog.log_start_offset
+        offset = p["fetch_offset"]
+        entry = {
+            "partition_index": index,
+            "error_code": 0,
+            "high_watermark": hw,
+            "last_stable_offset": hw,
+            "log_start_offset": start,
+            "records": _EMPTY,
+        }
+        parts.append(entry)
+        if offset < start or offset > plog.log_end_offset:
+            entry["error_code"] = OFFSET_OUT_OF_RANGE
+            errors = True
+            continue
+        logs.append(plog)
+        if offset >= hw:
+            continue
+        limit = min(p["partition_max_bytes"], budget - total)
+        if total and limit <= 0:
+            continue
+        try:
+            sl = plog.read(offset, max(limit, 1))
+        except Exception as exc:
+            entry["error_code"] = error_code_of(exc)
+            errors = True
+            continue
+        if sl is None or sl.length == 0:
+            continue
+        if total and sl.length > limit:
+            continue  # only the first non-empty partition may exceed the limits
+        entry["records"] = sl
+        total += sl.length
+    return requested.topics, total, logs, errors or requested.missing > 0
 
 
 @api(1, 4, 16, eager=True)

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from gateway.broker import (
-    INVALID_REQUEST,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    RequestContext,
-    error_code_of,
-    partition_of,
-)
-from gateway.handlers.answers import answer_each, duplicates
+from gateway.broker import PartitionFields, RequestContext
+from gateway.handlers.answers import duplicates
 from gateway.handlers.registry import api
+from rdmalog.errors import INVALID_REQUEST, error_code_of
+from rdmalog.store.interface import Log
 
 LATEST = -1
 EARLIEST = -2
@@ -18,7 +14,7 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4  # KIP-405: without tiered storage the same as earliest
 
 
-def _lookup(plog, timestamp: int) -> tuple[int, int]:
+def _lookup(plog: Log, timestamp: int) -> tuple[int, int]:
     """(timestamp, offset) answering a ListOffsets query on one partition log."""
     if timestamp == LATEST:
         return -1, plog.high_watermark
@@ -32,7 +28,7 @@ def _lookup(plog, timestamp: int) -> tuple[int, int]:
     return found.timestamp, found.offset
 
 
-def _epoch_at(plog, offset: int) -> int:
+def _epoch_at(plog: Log, offset: int) -> int:
     """The leader epoch of `offset` (the current one at the log end), -1 when nothing was found."""
     if offset < 0:
         return -1
@@ -42,48 +38,31 @@ def _epoch_at(plog, offset: int) -> int:
     return epoch if epoch >= 0 else plog.leader_epoch
 
 
-def _answer(topic, p: dict) -> dict:
-    """One partition's answer."""
-    index = p["partition_index"]
-    plog = partition_of(topic, index)
-    if plog is None:
-        return {"partition_index": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION}
-    try:
-        ts, offset = _lookup(plog, p["timestamp"])
-    except Exception as exc:
-        return {"partition_index": index, "error_code": error_code_of(exc)}
-    return {
-        "partition_index": index,
-        "error_code": 0,
-        "timestamp": ts,
-        "offset": offset,
-        "leader_epoch": _epoch_at(plog, offset),
-    }
-
-
 @api(2, 1, 8, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Answer each partition's query with the offset and the leader epoch it was written in; a
     partition named twice gets INVALID_REQUEST (as in Kafka)."""
-    broker = ctx.broker
-    dup = duplicates(
+    twice = duplicates(
         (t["name"], p["partition_index"]) for t in request["topics"] for p in t["partitions"]
     )
-
-    async def topic_answer(t: dict) -> dict:
-        name = t["name"]
-        topic = broker.topic(name)
-
-        def partition_answer(p: dict) -> dict:
-            if (name, p["partition_index"]) in dup:
-                return {"partition_index": p["partition_index"], "error_code": INVALID_REQUEST}
-            return _answer(topic, p)
-
-        path = ("topics", "partitions")
-        return {
-            "name": name,
-            "partitions": await answer_each(ctx, path, t["partitions"], partition_answer),
-        }
-
-    topics = await answer_each(ctx, ("topics",), request["topics"], topic_answer)
-    return {"throttle_time": 0, "topics": topics}
+    requested = ctx.broker.partitions(request["topics"], PartitionFields())
+    async for p, plog, parts in requested:
+        index = p["partition_index"]
+        if twice and (plog.topic, index) in twice:
+            parts.append({"partition_index": index, "error_code": INVALID_REQUEST})
+            continue
+        try:
+            ts, offset = _lookup(plog, p["timestamp"])
+        except Exception as exc:
+            parts.append({"partition_index": index, "error_code": error_code_of(exc)})
+            continue
+        parts.append(
+            {
+                "partition_index": index,
+                "error_code": 0,
+                "timestamp": ts,
+                "offset": offset,
+                "leader_epoch": _epoch_at(plog, offset),
+            }
+        )
+    return {"throttle_time": 0, "topics": requested.topics}

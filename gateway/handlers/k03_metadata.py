@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import logging
 
-from gateway.broker import (
+from gateway.broker import RequestContext, topic_name_error
+from gateway.handlers.answers import answer_each
+from gateway.handlers.registry import api
+from rdmalog.errors import (
     INVALID_TOPIC_EXCEPTION,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
-    RequestContext,
     error_code_of,
-    topic_name_error,
 )
-from gateway.handlers.answers import answer_each
-from gateway.handlers.registry import api
+from rdmalog.store.interface import LogTopic
 
 log = logging.getLogger("gateway.metadata")
 
@@ -21,7 +21,7 @@ log = logging.getLogger("gateway.metadata")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
-def topic_entry(ctx: RequestContext, topic) -> dict:
+def topic_entry(ctx: RequestContext, topic: LogTopic) -> dict:
     """A Metadata topic entry for an existing topic."""
     node = ctx.broker.node_id
     replicas = [node]
@@ -93,9 +93,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         return topic_entry(ctx, topic) if topic else _missing(ctx, name, allow_create)
 
     if wanted is None or (ctx.api_version == 0 and not wanted):
-        topics = await answer_each(
-            ctx, ("topics",), list(broker.store.topics.values()), lambda t: topic_entry(ctx, t)
-        )
+        topics = await answer_each(ctx, ("topics",), broker.topics(), lambda t: topic_entry(ctx, t))
     else:
         topics = await answer_each(ctx, ("topics",), _distinct(wanted), describe)
     return {

@@ -7,11 +7,11 @@ A group named again in a batch gets INVALID_REQUEST instead of its offsets a sec
 from __future__ import annotations
 
 from gateway.broker import RequestContext
-from gateway.groups import errors as E
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.groups.service import group_service
 from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
+from rdmalog import errors as E
 
 
 def _fetch_group(ctx: RequestContext, coordinator: GroupCoordinator, group_id: str, topics) -> dict:

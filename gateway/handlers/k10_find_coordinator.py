@@ -9,11 +9,11 @@ import asyncio
 import logging
 
 from gateway.broker import RequestContext
-from gateway.groups import errors as E
 from gateway.groups.schema import OFFSETS_TOPIC
 from gateway.groups.service import group_service
 from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
+from rdmalog import errors as E
 
 log = logging.getLogger("gateway.find_coordinator")
 
@@ -58,7 +58,7 @@ def _answer(ctx: RequestContext, key: str, key_type: int, unavailable: str | Non
 
 async def _offsets_topic_problem(ctx: RequestContext) -> str | None:
     """Create `__consumer_offsets` when missing; why it cannot be, or None."""
-    if OFFSETS_TOPIC in ctx.broker.store.topics:
+    if ctx.broker.topic(OFFSETS_TOPIC) is not None:
         return None
     # Kafka creates __consumer_offsets here. Its 50 partitions are tens to hundreds of ms of file
     # work: done in a thread so other connections are served meanwhile (the store publishes the

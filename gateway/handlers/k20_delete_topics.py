@@ -8,24 +8,23 @@ gets INVALID_REQUEST, as Kafka answers duplicates.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 
-from gateway.broker import (
-    INVALID_REQUEST,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    RequestContext,
-    error_code_of,
-)
+from gateway.broker import RequestContext
 from gateway.handlers.answers import answer_each, duplicates
 from gateway.handlers.k03_metadata import INTERNAL_TOPICS
 from gateway.handlers.registry import api
+from rdmalog.errors import (
+    INVALID_REQUEST,
+    TOPIC_DELETION_DISABLED,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    error_code_of,
+)
 
 log = logging.getLogger("gateway.delete_topics")
 
-TOPIC_DELETION_DISABLED = 73
 ZERO_ID = uuid.UUID(int=0)
 
 
@@ -50,17 +49,13 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
             INVALID_REQUEST,
             f"Deletion of internal topic {topic.name} is prohibited.",
         )
-    logs = list(topic.partitions)
     try:
-        # removing every partition's files: in a thread, other clients are served meanwhile
-        await asyncio.to_thread(broker.store.delete_topic, topic.name)
+        await broker.delete_topic(topic.name)
     except Exception as exc:
         code = error_code_of(exc)
         if code == -1:
             log.exception("deleting topic %s failed", topic.name)
         return _fail(topic.name, topic.topic_id, code, str(exc) or None)
-    for plog in logs:
-        broker.forget_log(plog)
     log.info("deleted topic %s", topic.name)
     return {"name": topic.name, "topic_id": topic.topic_id, "error_code": 0}
 

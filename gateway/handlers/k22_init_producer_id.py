@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.broker import INVALID_REQUEST, RequestContext
+from gateway.broker import RequestContext
 from gateway.handlers.registry import api
-from rdmalog.errors import KafkaStorageError
-
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
+from rdmalog.errors import (
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    INVALID_REQUEST,
+    KafkaStorageError,
+)
 
 
 @api(22, 0, 5)
@@ -28,7 +30,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             "producer_epoch": -1,
         }
     # a new block of ids is fsync'ed before use: never on the event loop
-    allocate = ctx.broker.store.producer_ids.allocate
+    allocate = ctx.broker.allocate_producer_id
     try:
         producer_id = await asyncio.get_running_loop().run_in_executor(None, allocate)
     except KafkaStorageError:  # a full disk (logged): a retriable answer, clients ask again

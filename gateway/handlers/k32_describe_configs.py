@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.broker import RequestContext, error_code_of
+from gateway.broker import RequestContext
 from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from gateway.handlers.resources import (
@@ -26,6 +26,7 @@ from rdmalog.config import (
     _broker_synonyms,
     _to_str,
 )
+from rdmalog.errors import INVALID_REQUEST, error_code_of
 from rdmalog.store.adoption import SUSPENDED_CONFIG, SUSPENDED_DOC
 
 
@@ -89,7 +90,9 @@ def _describe(broker, res: dict, synonyms: bool) -> dict:
             else:
                 result["configs"] = _entries(broker.config, keys, synonyms, read_only=True)
         else:
-            result.update(error_code=42, error_message=f"resource type {rtype} is not supported")
+            result.update(
+                error_code=INVALID_REQUEST, error_message=f"resource type {rtype} is not supported"
+            )
     except Exception as exc:  # a store error on one resource must not fail the others
         result.update(error_code=error_code_of(exc), error_message=str(exc))
     return result
@@ -124,7 +127,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             return {
                 "resource_type": res["resource_type"],
                 "resource_name": res["resource_name"],
-                "error_code": 42,
+                "error_code": INVALID_REQUEST,
                 "error_message": "Duplicate resource in request.",
                 "configs": [],
             }

@@ -6,15 +6,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from gateway.broker import error_code_of
+from gateway.broker import Broker
+from rdmalog.errors import INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION, error_code_of
 
 # ConfigResource.Type in Kafka's clients
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
-
-INVALID_REQUEST = 42
-UNKNOWN_TOPIC_OR_PARTITION = 3
 
 # DescribeConfigs config_type values (ConfigDef.Type in Kafka)
 _TYPES = {
@@ -42,7 +40,7 @@ def unknown_resource(name: str) -> dict:
     }
 
 
-def broker_resource_error(broker: Any, name: str) -> dict | None:
+def broker_resource_error(broker: Broker, name: str) -> dict | None:
     """An error entry when a BROKER resource does not name this broker ("" is the default)."""
     if name in ("", str(broker.node_id)):
         return None
@@ -79,7 +77,7 @@ def request_error(names: list[str], values: list[str | None], null_ok: list[bool
 
 
 def alter_resource(
-    broker: Any,
+    broker: Broker,
     res: dict,
     validate_only: bool,
     null_ok: list[bool],
@@ -112,7 +110,7 @@ def alter_resource(
         if validate_only:
             topic.config.altered(changes, replace=replace)
         else:
-            broker.store.alter_topic_config(name, changes, replace=replace)
+            broker.alter_topic_config(name, changes, replace=replace)
     except Exception as exc:  # store errors carry their Kafka code
         out.update(error_code=error_code_of(exc), error_message=str(exc))
     return out
