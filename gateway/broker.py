@@ -13,12 +13,11 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from gateway.request_limits import take_turns
 from rdmalog.config import BrokerConfig, TopicConfig
 from rdmalog.errors import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, KafkaError
 from rdmalog.store.interface import Log, LogStore, LogTopic
@@ -120,11 +119,6 @@ class RequestedPartitions:
                     answers.append({f.answer_index: p[f.index], "error_code": found, **f.missing})
                 else:
                     yield p, found, answers
-
-    def __aiter__(self) -> AsyncIterator[tuple[dict, Log, list[dict]]]:
-        """As iterating, with the event loop serving other clients every few milliseconds (a
-        request may name a hundred thousand partitions)."""
-        return take_turns(self)
 
 
 class Broker:

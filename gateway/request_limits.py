@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable
-from typing import TypeVar
 
 from gateway.protocol import DecodeBudgetExceeded, RequestHeader, decode_request
 
@@ -26,18 +24,25 @@ ON_LOOP_WORK = 4096
 TURN_S = 0.005  # a handler working through a request's elements gives the loop a turn this often
 CHECK_EVERY = 32  # elements between looks at the clock
 
-T = TypeVar("T")
 
+class Turns:
+    """The event loop's turns for a handler working through a request's elements: in its loop,
+    `if turns.due(): await turns.take()` costs a counter most of the time and lets other clients
+    be served every few milliseconds."""
 
-async def take_turns(items: Iterable[T]) -> AsyncIterator[T]:
-    """Iterate `items`, letting the event loop serve other clients every few milliseconds (for a
-    handler's loop over the elements of a request)."""
-    turn = time.monotonic()
-    for count, item in enumerate(items, 1):
-        yield item
-        if count % CHECK_EVERY == 0 and time.monotonic() - turn > TURN_S:
-            await asyncio.sleep(0)
-            turn = time.monotonic()
+    __slots__ = ("_count", "_since")
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._since = time.monotonic()
+
+    def due(self) -> bool:
+        self._count += 1
+        return self._count % CHECK_EVERY == 0 and time.monotonic() - self._since > TURN_S
+
+    async def take(self) -> None:
+        await asyncio.sleep(0)
+        self._since = time.monotonic()
 
 
 class RequestLimits:

@@ -14,16 +14,13 @@ INVALID_REQUEST.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sized
 from typing import Any
 
 from gateway.broker import RequestContext
 from gateway.protocol import EncodedArray, response_element_encoder
-from gateway.request_limits import CHECK_EVERY, TURN_S, take_turns
-
-__all__ = ["answer_each", "duplicates", "take_turns"]
+from gateway.request_limits import Turns
 
 SMALL = 64  # answers up to this many stay a plain list (what handler tests look at)
 
@@ -42,16 +39,15 @@ async def answer_each(
     data = bytearray()
     parts: list = []
     count = 0
-    turn = time.monotonic()
+    turns = Turns()
     for item in items:
         value = answer(item)
         if asyncio.iscoroutine(value):
             value = await value
         encode(data, value, parts)
         count += 1
-        if count % CHECK_EVERY == 0 and time.monotonic() - turn > TURN_S:
-            await asyncio.sleep(0)
-            turn = time.monotonic()
+        if turns.due():
+            await turns.take()
     return EncodedArray(count, data, parts)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.answers import duplicates
 from gateway.handlers.registry import api
+from gateway.request_limits import Turns
 from rdmalog.errors import INVALID_REQUEST, error_code_of
 from rdmalog.store.interface import Log
 
@@ -46,7 +47,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         (t["name"], p["partition_index"]) for t in request["topics"] for p in t["partitions"]
     )
     requested = ctx.broker.partitions(request["topics"], PartitionFields())
-    async for p, plog, parts in requested:
+    turns = Turns()  # a request may name a hundred thousand partitions
+    for p, plog, parts in requested:
+        if turns.due():
+            await turns.take()
         index = p["partition_index"]
         if twice and (plog.topic, index) in twice:
             parts.append({"partition_index": index, "error_code": INVALID_REQUEST})

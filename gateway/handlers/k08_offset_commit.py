@@ -8,8 +8,9 @@ from __future__ import annotations
 from gateway.broker import RequestContext
 from gateway.groups.model import CommitEntry
 from gateway.groups.service import group_service
-from gateway.handlers.answers import answer_each, take_turns
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
+from gateway.request_limits import Turns
 from rdmalog import errors as E
 
 
@@ -21,7 +22,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     unknown_ids: set = set()
     # (response topic key, topic name or None, partitions) in request order
     layout: list[tuple[object, str | None, list[int]]] = []
-    async for t in take_turns(request.get("topics") or ()):
+    turns = Turns()
+    for t in request.get("topics") or ():
+        if turns.due():
+            await turns.take()
         if by_id:
             topic = ctx.broker.topic_by_id(t.get("topic_id"))
             name = topic.name if topic is not None else None

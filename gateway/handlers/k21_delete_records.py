@@ -12,6 +12,7 @@ import logging
 from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.k03_metadata import INTERNAL_TOPICS
 from gateway.handlers.registry import api
+from gateway.request_limits import Turns
 from rdmalog.errors import (
     INVALID_TOPIC_EXCEPTION,
     KAFKA_STORAGE_ERROR,
@@ -30,7 +31,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     broker = ctx.broker
     moved = []
     requested = broker.partitions(request["topics"], FIELDS)
-    async for p, plog, parts in requested:
+    turns = Turns()  # a request may name a hundred thousand partitions
+    for p, plog, parts in requested:
+        if turns.due():
+            await turns.take()
         entry = {"partition_index": p["partition_index"], "low_watermark": -1, "error_code": 0}
         parts.append(entry)
         if plog.topic in INTERNAL_TOPICS:
