@@ -36,6 +36,7 @@ from collections import deque
 from rdmalog.rdma.transport._atomic64 import (
     compare_swap,
     copy,
+    copy_checked,
     fetch_add,
     load,
     ring_pop,
@@ -420,18 +421,27 @@ class ShmQP:
         return r >= 0
 
     def post_write(self, wr_id, mr, offset, length, remote_addr, rkey, imm=None, signaled=True):
-        if not self._local(mr, offset, length):
-            return self._complete(wr_id, Status.LOC_PROT_ERR, _WRITE, 0, True)
-        if length == 0 and not self.closed and self._peer is not None:
-            view, roff = None, 0  # a zero-length WRITE touches no memory: no key check (IB spec)
-        else:
-            view, roff = self._remote(remote_addr, rkey, length, _RW)
-            if view is None:
+        # A region written before: one C call (its rkey word checked, bounds, the copy); the
+        # first WRITE of a region, a zero-length one and every failure take the general path.
+        peer, done = self._peer, False
+        r = peer.regions.get(rkey) if peer is not None and length and mr.rkey else None
+        if r is not None and r[1] & _RW and not self.closed:
+            eoff = (rkey & (MR_ENTRIES - 1)) * MR_ENTRY
+            roff = remote_addr - (rkey << ADDR_SHIFT)
+            done = copy_checked(peer.table, eoff, rkey, r[0], roff, mr.buf, offset, length)
+        if not done:
+            if not self._local(mr, offset, length):
+                return self._complete(wr_id, Status.LOC_PROT_ERR, _WRITE, 0, True)
+            if length == 0 and not self.closed and self._peer is not None:
+                view, roff = None, 0  # a zero-length WRITE touches no memory: no key check
+            else:
+                view, roff = self._remote(remote_addr, rkey, length, _RW)
+                if view is None:
+                    return self._complete(wr_id, _REM_ACCESS_ERR, _WRITE, 0, True)
+            if length and not copy(
+                view, roff, mr.buf, offset, length
+            ):  # the file shrank under us (SIGBUS)
                 return self._complete(wr_id, _REM_ACCESS_ERR, _WRITE, 0, True)
-        if length and not copy(
-            view, roff, mr.buf, offset, length
-        ):  # the file shrank under us (SIGBUS)
-            return self._complete(wr_id, _REM_ACCESS_ERR, _WRITE, 0, True)
         if imm is not None and (
             self.closed or not self._notify(KIND_WRITE_IMM, imm & 0xFFFFFFFF, length)
         ):
@@ -449,7 +459,17 @@ class ShmQP:
         self._complete(wr_id, _SUCCESS, _READ, length, signaled)
 
     def read_now(self, mr, offset, length, remote_addr, rkey) -> Status:
-        """A READ whose completion is returned instead of queued (the consumer's fast path)."""
+        """A READ whose completion is returned instead of queued (the consumer's fast path): of
+        a region mapped before, one C call that re-checks its rkey word and copies; the first
+        READ of a region, and every failure, take the general path."""
+        peer = self._peer
+        if peer is not None and not self.closed and mr.rkey:
+            r = peer.regions.get(rkey)
+            if r is not None and r[1] & _RR:
+                eoff = (rkey & (MR_ENTRIES - 1)) * MR_ENTRY
+                roff = remote_addr - (rkey << ADDR_SHIFT)
+                if copy_checked(peer.table, eoff, rkey, mr.buf, offset, r[0], roff, length):
+                    return _SUCCESS
         view, roff = self._remote(remote_addr, rkey, length, _RR)
         if view is None or not self._local(mr, offset, length):
             return _REM_ACCESS_ERR
