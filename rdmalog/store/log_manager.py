@@ -241,10 +241,7 @@ class Store:
                     storage_error(e, plog.dir, f"closing {plog.name}")
 
         with self.lock:
-            try:
-                self._write_due_metadata()
-            except OSError as e:  # a missing partition.metadata is written at the next open
-                storage_error(e, self.dir, "writing partition.metadata files")
+            self._write_due_metadata()  # what does not fit is written at the next open
             _in_parallel(close_log, self.logs())
             clean = not failures
             try:
@@ -472,19 +469,28 @@ class Store:
         ).open()  # fmt: skip
         plog.deletion_suspended = topic.deletion_suspended
         if stored is None:
-            ck.write_partition_metadata(d, topic.topic_id, sync=False)
+            self._metadata_due.append((plog, topic.topic_id))
+            self._write_due_metadata()
         return plog
 
     def _write_due_metadata(self) -> None:
         """Write the partition.metadata files of new partitions, after CreateTopics answered (Kafka
         writes them from a background task too): the topic record is the durable truth, and a
-        missing file is written at open."""
+        missing file is written at open. One that cannot be written (a full disk) is reported and
+        tried again at the next pass."""
         with self.lock:
             due, self._metadata_due = self._metadata_due, []
-        for plog, topic_id in due:
+        for i, (plog, topic_id) in enumerate(due):
             with plog.lock:  # a deletion waits, or has closed it
-                if not plog.closed:
+                if plog.closed:
+                    continue
+                try:
                     ck.write_partition_metadata(plog.dir, topic_id, sync=False)
+                except OSError as e:
+                    storage_error(e, plog.dir, f"writing the partition.metadata of {plog.name}")
+                    with self.lock:
+                        self._metadata_due[:0] = due[i:]
+                    return
 
     def _add_partitions(self, topic: Topic, total: int) -> None:
         """Create partitions of `topic` up to `total`; on any failure remove those made here and
