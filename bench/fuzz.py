@@ -12,12 +12,14 @@ is counted as a crash and started again). Meanwhile a watcher sends ApiVersions 
 own connection and times the answers, and RSS is sampled every 20 ms. At the end 200 records
 produced before the flood must read back intact. Prints a JSON line and a markdown table.
 Topic auto-creation is off (`auto.create.topics.enable=false`), as in the fuzz test.
+`BENCH_KEEP=1` keeps the work directory (the broker's log and data).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import struct
@@ -159,7 +161,10 @@ def main() -> None:
         print("|" + " --- |" * len(result))
         print("| " + " | ".join(str(v) for v in result.values()) + " |")
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if os.environ.get("BENCH_KEEP"):
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

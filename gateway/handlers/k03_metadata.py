@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from gateway.broker import RequestContext, topic_name_error
 from gateway.handlers.answers import answer_each
@@ -45,14 +47,16 @@ def topic_entry(ctx: RequestContext, topic: LogTopic) -> dict:
     }
 
 
-def _missing(ctx: RequestContext, name: str, allow_create: bool) -> dict:
+async def _missing(ctx: RequestContext, name: str, allow_create: bool) -> dict:
+    """The entry of a topic not found: auto-created (in the admin thread), or an error."""
     broker = ctx.broker
     bad = topic_name_error(name)
     if bad is not None:
         return {"error_code": INVALID_TOPIC_EXCEPTION, "name": name, "partitions": []}
     if allow_create and broker.auto_create and name not in INTERNAL_TOPICS:
         try:
-            return topic_entry(ctx, broker.auto_create_topic(name))
+            topic = await broker.in_admin_thread(broker.auto_create_topic, name)
+            return topic_entry(ctx, topic)
         except Exception as exc:  # a concurrent create, or a store refusal
             topic = broker.topic(name)
             if topic is not None:
@@ -78,7 +82,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     wanted = request.get("topics")
     allow_create = request.get("allow_auto_topic_creation", True) if ctx.api_version >= 4 else True
 
-    def describe(item: dict) -> dict:
+    def describe(item: dict) -> dict | Coroutine[Any, Any, dict]:
         name = item.get("name")
         if name is None:
             topic = broker.topic_by_id(item.get("topic_id"))

@@ -5,7 +5,6 @@ while no transaction coordinator can serve it."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from gateway.broker import RequestContext
@@ -61,10 +60,10 @@ async def _offsets_topic_problem(ctx: RequestContext) -> str | None:
     if ctx.broker.topic(OFFSETS_TOPIC) is not None:
         return None
     # Kafka creates __consumer_offsets here. Its 50 partitions are tens to hundreds of ms of file
-    # work: done in a thread so other connections are served meanwhile (the store publishes the
-    # topic only once all its partitions exist).
+    # work: done in the admin thread so other connections are served meanwhile (the store
+    # publishes the topic only once all its partitions exist).
     try:
-        await asyncio.to_thread(group_service(ctx.broker).offsets.ensure)
+        await ctx.broker.in_admin_thread(group_service(ctx.broker).offsets.ensure)
     except Exception as exc:  # a full disk, too few descriptors: Kafka's answer is "not yet"
         log.error("cannot create %s, so no group has a coordinator: %s", OFFSETS_TOPIC, exc)
         return f"the offsets topic cannot be created: {exc}"

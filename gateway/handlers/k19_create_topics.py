@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from gateway.broker import RequestContext, topic_name_error
@@ -94,16 +93,16 @@ async def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict
         )
     configs = {c["name"]: c["value"] for c in t.get("configs") or [] if c["value"] is not None}
     try:
-        config = broker.validate_new_topic(name, count, configs)
+        config = await broker.in_admin_thread(broker.validate_new_topic, name, count, configs)
     except Exception as exc:
         code = error_code_of(exc)
         return _fail(name, INVALID_CONFIG if code == -1 else code, str(exc) or None)
     topic_id = None
     if not validate_only:
         try:
-            # files for every partition: in a thread, so other clients are served meanwhile (the
-            # store publishes the topic once all its partitions exist)
-            topic = await asyncio.to_thread(broker.create_topic, name, count, configs)
+            # the files of every partition, in the admin thread (the store publishes the topic
+            # once all its partitions exist)
+            topic = await broker.in_admin_thread(broker.create_topic, name, count, configs)
         except Exception as exc:
             code = error_code_of(exc)
             if code == -1:

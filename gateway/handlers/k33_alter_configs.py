@@ -8,8 +8,8 @@ from gateway.handlers.registry import api
 from gateway.handlers.resources import alter_resource
 
 
-def _alter(broker, res: dict, validate_only: bool) -> dict:
-    return alter_resource(
+async def _alter(broker, res: dict, validate_only: bool) -> dict:
+    return await alter_resource(
         broker,
         res,
         validate_only,

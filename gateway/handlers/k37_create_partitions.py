@@ -21,7 +21,7 @@ from rdmalog.errors import (
 )
 
 
-def _grow(broker: Broker, t: dict, validate_only: bool) -> dict:
+async def _grow(broker: Broker, t: dict, validate_only: bool) -> dict:
     name, count = t["name"], t["count"]
     out = {"name": name, "error_code": 0, "error_message": None}
     topic = broker.topic(name)
@@ -54,11 +54,11 @@ def _grow(broker: Broker, t: dict, validate_only: bool) -> dict:
             error_message=f"each new partition must be assigned to broker {broker.node_id} only",
         )
         return out
-    try:
+    try:  # in the admin thread, as every topic operation
         if validate_only:
-            broker.validate_new_partitions(name, count)
+            await broker.in_admin_thread(broker.validate_new_partitions, name, count)
         else:
-            broker.create_partitions(name, count)
+            await broker.in_admin_thread(broker.create_partitions, name, count)
     except Exception as exc:
         out.update(error_code=error_code_of(exc), error_message=str(exc))
     return out
@@ -70,14 +70,14 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     validate_only = bool(request.get("validate_only"))
     dup = duplicates(t["name"] for t in request["topics"])
 
-    def grow(t: dict) -> dict:
+    async def grow(t: dict) -> dict:
         if t["name"] in dup:
             return {
                 "name": t["name"],
                 "error_code": INVALID_REQUEST,
                 "error_message": "Duplicate topic name.",
             }
-        return _grow(ctx.broker, t, validate_only)
+        return await _grow(ctx.broker, t, validate_only)
 
     results = await answer_each(ctx, ("results",), request["topics"], grow)
     return {"throttle_time": 0, "results": results}

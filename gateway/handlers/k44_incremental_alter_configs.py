@@ -35,9 +35,9 @@ def _changes(topic, configs: list[dict]) -> dict[str, str | None]:
     return changes
 
 
-def _alter(broker, res: dict, validate_only: bool) -> dict:
+async def _alter(broker, res: dict, validate_only: bool) -> dict:
     null_ok = [c["config_operation"] == DELETE for c in res["configs"]]
-    return alter_resource(broker, res, validate_only, null_ok, _changes, replace=False)
+    return await alter_resource(broker, res, validate_only, null_ok, _changes, replace=False)
 
 
 @api(44, 0, 1)

@@ -492,22 +492,24 @@ class Store:
                         self._metadata_due[:0] = due[i:]
                     return
 
-    def _add_partitions(self, topic: Topic, total: int) -> None:
-        """Create partitions of `topic` up to `total`; on any failure remove those made here and
-        raise (KafkaStorageError for a file system error). Nothing is synced here."""
+    def _make_partitions(self, topic: Topic, total: int) -> list[PartitionLog]:
+        """Create the partitions of `topic` from its count up to `total`, not yet in the topic (the
+        caller publishes them, so a reader never sees part of them); on any failure remove those
+        made here and raise (KafkaStorageError for a file system error). Nothing is synced here."""
         first = p = len(topic.partitions)
+        made: list[PartitionLog] = []
         try:
             for p in range(first, total):
                 d = self.dir / f"{topic.name}-{p}"
                 plog = PartitionLog(d, topic.name, p, topic.config, clock=self.clock)
                 plog.create()  # FileExistsError: something else has the directory's name
                 plog.deletion_suspended = topic.deletion_suspended
-                topic.partitions.append(plog)
+                made.append(plog)
                 self._metadata_due.append((plog, topic.topic_id))
+            return made
         except BaseException as e:
-            for plog in topic.partitions[first:]:
+            for plog in made:
                 plog.delete()
-            del topic.partitions[first:]
             if isinstance(e, OSError):
                 raise KafkaStorageError(
                     f"creating partition {p} of {topic.name} failed, so none was created: {e}"
@@ -564,7 +566,7 @@ class Store:
             # first, marked: a crash part-way leaves a record to undo, never stray directories
             self._write_topic_record({**rec, "creating": True})
             try:
-                self._add_partitions(topic, count)
+                topic.partitions.extend(self._make_partitions(topic, count))
                 self._sync_dir()
                 self._write_topic_record(rec)
             except BaseException:
@@ -592,16 +594,17 @@ class Store:
         """Grow a topic to `total` partitions (CreatePartitions), all or none of them."""
         with self.lock, self._writing(f"adding partitions to {name}"):
             topic = self.validate_new_partitions(name, total)
-            before = len(topic.partitions)
-            self._add_partitions(topic, total)
+            made = self._make_partitions(topic, total)
             try:
                 self._sync_dir()
-                self._write_topic_record(self._record_of(topic))
+                rec = self._record_of(topic)
+                rec["partitions"] = total
+                self._write_topic_record(rec)
             except BaseException:
-                for plog in topic.partitions[before:]:
+                for plog in made:
                     plog.delete()
-                del topic.partitions[before:]
                 raise
+            topic.partitions.extend(made)  # published once recorded
             return topic
 
     def delete_topic(self, name: str) -> None:
