@@ -7,8 +7,10 @@ them, newest first); v9 adds latest-tiered (-5), which without tiered storage fi
 from __future__ import annotations
 
 from gateway.broker import PartitionFields, RequestContext
+from gateway.handlers.answers import duplicates
 from gateway.handlers.registry import api
-from rdmalog.errors import UNSUPPORTED_VERSION, error_code_of
+from gateway.request_limits import Turns
+from rdmalog.errors import INVALID_REQUEST, UNSUPPORTED_VERSION, error_code_of
 from rdmalog.security.authorizer import Operation
 from rdmalog.store.interface import Log
 
@@ -59,11 +61,21 @@ def _old_style(plog: Log, p: dict, from_consumer: bool) -> dict:
 
 @api(2, 0, 9, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
-    """Answer each partition's query with the offset and the leader epoch it was written in."""
+    """Answer each partition's query with the offset and the leader epoch it was written in; a
+    partition named twice gets INVALID_REQUEST (as in Kafka)."""
+    twice = duplicates(
+        (t["name"], p["partition_index"]) for t in request["topics"] for p in t["partitions"]
+    )
     requested = ctx.partitions(request["topics"], PartitionFields(), Operation.DESCRIBE)
     v0 = ctx.api_version == 0
+    turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
+        if turns.due():
+            await turns.take()
         index = p["partition_index"]
+        if twice and (plog.topic, index) in twice:
+            parts.append({"partition_index": index, "error_code": INVALID_REQUEST})
+            continue
         try:
             if v0:
                 parts.append(_old_style(plog, p, request["replica_id"] == -1))
