@@ -8,7 +8,9 @@ its exceptions carry the error codes, and per-record errors (`record_errors`, v8
 
 v0-v2 may carry message sets of the old formats (magic 0 and 1): they are up-converted to one v2
 batch first, as Kafka 3.x does. From v3 each partition's records must be exactly one v2 batch, and
-zstd needs v7 (Kafka's ProduceRequest rules); a client's v2 batch starts at offset 0.
+zstd needs v7 (Kafka's ProduceRequest rules); a client's v2 batch starts at offset 0. Internal
+topics take no produced records: INVALID_TOPIC_EXCEPTION unless the client id is Kafka's
+`__admin_client` (as Kafka's ReplicaManager refuses them).
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import asyncio
 import logging
 
 from gateway.broker import PartitionFields, RequestContext
+from gateway.handlers.k03_metadata import INTERNAL_TOPICS
 from gateway.handlers.registry import api
 from gateway.request_limits import Turns
 from rdmalog.errors import (
     CORRUPT_MESSAGE,
     INVALID_RECORD,
     INVALID_REQUIRED_ACKS,
+    INVALID_TOPIC_EXCEPTION,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     UNSUPPORTED_COMPRESSION_TYPE,
     error_code_of,
@@ -33,6 +37,9 @@ from rdmalog.store.legacy_format import is_legacy, up_convert
 from rdmalog.store.records import BATCH_OVERHEAD, MAGIC, MAGIC_POS, RecordBatch
 
 log = logging.getLogger("gateway.produce")
+
+# Kafka's AdminUtils.ADMIN_CLIENT_ID: the one client id whose produce may append to internal topics
+ADMIN_CLIENT_ID = "__admin_client"
 
 FIELDS = PartitionFields(
     partitions="partition_data", index="index", answers="partition_responses", answer_index="index"
@@ -99,12 +106,22 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
     if txn is not None and not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
         return _refuse_all(request, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     to_flush = []
+    internal_allowed = ctx.client_id == ADMIN_CLIENT_ID
     requested = ctx.partitions(request["topic_data"], FIELDS, Operation.WRITE)
     turns = Turns()  # a request may name a hundred thousand partitions
     for pd, plog, answers in requested:
         if turns.due():
             await turns.take()
         index = pd["index"]
+        if plog.topic in INTERNAL_TOPICS and not internal_allowed:
+            answers.append(
+                {
+                    "index": index,
+                    "error_code": INVALID_TOPIC_EXCEPTION,
+                    "error_message": f"Cannot append to internal topic {plog.topic}",
+                }
+            )
+            continue
         records = pd["records"]
         if not records:
             answers.append(
