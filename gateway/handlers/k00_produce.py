@@ -7,7 +7,8 @@ batch (CRC, sizes against max.message.bytes, codec, every record as Kafka's LogV
 its exceptions carry the error codes, and per-record errors (`record_errors`, v8+).
 
 v0-v2 may carry message sets of the old formats (magic 0 and 1): they are up-converted to one v2
-batch first, as Kafka 3.x does. From v3 each partition's records must be exactly one v2 batch, and
+batch first, as Kafka 3.x does, in the broker's conversion thread (a compressed set inflating
+within `request.max.decoded.bytes`, else MESSAGE_TOO_LARGE). From v3 each partition's records must be exactly one v2 batch, and
 zstd needs v7 (Kafka's ProduceRequest rules); a client's v2 batch starts at offset 0. Internal
 topics take no produced records: INVALID_TOPIC_EXCEPTION unless the client id is Kafka's
 `__admin_client` (as Kafka's ReplicaManager refuses them).
@@ -134,7 +135,12 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
             continue
         try:
             if ctx.api_version < 3 and is_legacy(records):
-                records = up_convert(records, plog.config.max_message_bytes)
+                records = await broker.in_conversion_thread(
+                    up_convert,
+                    records,
+                    plog.config.max_message_bytes,
+                    broker.config.get("request.max.decoded.bytes"),
+                )
             res = await broker.append(plog, records)
         except Exception as exc:
             code = error_code_of(exc)

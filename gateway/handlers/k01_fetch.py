@@ -38,14 +38,24 @@ _BY_NAME = PartitionFields(topic="topic", index="partition", missing={"records":
 _BY_ID = _BY_NAME._replace(topic="topic_id")
 
 
-def _down_converted(plog: Log, sl: FileSlice, version: int, offset: int, limit: int) -> bytes:
-    """A read for a v0-v3 fetch as a message set of format v0 (v0-1) or v1 (v2-3)."""
+async def _down_converted(
+    ctx: RequestContext, plog: Log, sl: FileSlice, offset: int, limit: int
+) -> bytes:
+    """A read for a v0-v3 fetch as a message set of format v0 (v0-1) or v1 (v2-3), converted in
+    the broker's conversion thread (a compressed batch inflating within request.max.decoded.bytes)."""
+    version = ctx.api_version
     if not plog.config.get("message.downconversion.enable"):
         raise _Refused(UNSUPPORTED_VERSION)
     if version <= 2 and sl.length > limit:
         return _EMPTY  # no KIP-74 before v3: nothing whole fits
     magic = MAGIC_V0 if version <= 1 else MAGIC_V1
-    return down_convert(sl.read(), magic, offset, limit)
+    broker = ctx.broker
+    inflated = broker.config.get("request.max.decoded.bytes")
+    return await broker.in_conversion_thread(_convert_read, sl, magic, offset, limit, inflated)
+
+
+def _convert_read(sl: FileSlice, magic: int, offset: int, limit: int, inflated: int) -> bytes:
+    return down_convert(sl.read(), magic, offset, limit, inflated)
 
 
 class _Refused(Exception):
@@ -112,7 +122,7 @@ async def _read_all(
                 continue
             if total and sl.length > limit:
                 continue  # only the first non-empty partition may exceed the limits
-            records = sl if version > 3 else _down_converted(plog, sl, version, offset, limit)
+            records = sl if version > 3 else await _down_converted(ctx, plog, sl, offset, limit)
         except Exception as exc:
             code = error_code_of(exc)
             if code == KAFKA_STORAGE_ERROR and version <= 5:

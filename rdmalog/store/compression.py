@@ -17,7 +17,11 @@ import lz4.frame
 import snappy
 import zstandard
 
-from rdmalog.errors import CorruptRecordError, UnsupportedCompressionTypeError
+from rdmalog.errors import (
+    CorruptRecordError,
+    MessageTooLargeError,
+    UnsupportedCompressionTypeError,
+)
 
 
 class Codec(IntEnum):
@@ -131,6 +135,18 @@ def decompress_chunks(
         raise
     except Exception as e:  # every codec library raises its own error type
         raise CorruptRecordError(f"cannot decompress {codec.name} records: {e}") from None
+
+
+def decompress_bounded(codec: int | Codec, data: bytes | memoryview, limit: int) -> bytearray:
+    """Decompress whole, taking at most about `limit` bytes (plus one piece) for the result: raises
+    MessageTooLargeError past it (a batch that inflates far beyond any budget is refused before it
+    takes the memory), CorruptRecordError on malformed input."""
+    out = bytearray()
+    for piece in decompress_chunks(codec, data, min(CHUNK, max(limit, 1))):
+        out += piece
+        if len(out) > limit:
+            raise MessageTooLargeError(f"{codec_of(codec).name} records inflate past {limit} bytes")
+    return out
 
 
 def _gunzip_chunks(data: bytes | memoryview, chunk: int) -> Iterator[bytes]:

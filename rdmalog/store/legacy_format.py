@@ -10,12 +10,15 @@ message's absolute offset and the inner offsets are relative (0..n-1); v0 inner 
 Snappy is snappy-java's framing, LZ4 Kafka's frame (for magic 0 with the header checksum Kafka 0.8
 got wrong, which Kafka still reads and writes that way). zstd does not exist below v2.
 
-Conversions are per record in Python: they serve clients older than Kafka 0.11, bounded by the
-request (up) or by the fetch's byte limits (down).
+Conversions are per record in Python: they serve clients older than Kafka 0.11. Each encodes
+records as it reads them, so its memory is the bytes in and out: the request's records or a
+compressed wrapper's inflated ones (up), the fetch's byte limits or one compressed batch's inflated
+records (down); inflation is bounded (the gateway passes `request.max.decoded.bytes`).
 """
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
 from collections.abc import Iterator
@@ -29,8 +32,9 @@ from rdmalog.errors import (
     MessageTooLargeError,
     UnsupportedCompressionTypeError,
 )
-from rdmalog.store.compression import Codec, compress, decompress_chunks
+from rdmalog.store.compression import Codec, compress, decompress_bounded
 from rdmalog.store.records import (
+    BATCH_OVERHEAD,
     CONTROL_BIT,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
@@ -38,8 +42,10 @@ from rdmalog.store.records import (
     NO_TIMESTAMP,
     Record,
     RecordBatch,
-    build_batch,
+    encode_record,
+    frame_batch,
     iter_batches,
+    iter_records,
 )
 
 MAGIC_V0, MAGIC_V1 = 0, 1
@@ -47,7 +53,7 @@ CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
 OVERHEAD_V0 = 14  # crc, magic, attributes, key length, value length
 OVERHEAD_V1 = 22  # ... and the timestamp
-INFLATE_LIMIT = 64 << 20  # decompressed bytes of one produced wrapper message
+INFLATE_LIMIT = 32 << 20  # decompressed bytes of one wrapper or batch (request.max.decoded.bytes)
 
 _OFFSET_SIZE = struct.Struct(">qi")
 _HEAD_V0 = struct.Struct(">Ibb")  # crc, magic, attributes
@@ -129,9 +135,13 @@ def iter_messages(buf: memoryview | bytes, max_size: int | None = None) -> Itera
         pos = stop
 
 
-def _inflate(wrapper: Message) -> bytes:
+def _inner_messages(wrapper: Message, max_inflated: int) -> Iterator[Message]:
+    """The inner messages of a compressed wrapper one by one, as Kafka's deep iteration gives them:
+    (v1) with the wrapper's timestamp when it is LogAppendTime. Their offsets are left as written
+    (v1: relative); up-conversion assigns offsets on append. The wrapper inflates to at most
+    `max_inflated` bytes (MessageTooLargeError past it)."""
     codec = wrapper.codec
-    if codec == Codec.ZSTD or codec > Codec.ZSTD:
+    if codec >= Codec.ZSTD:
         raise InvalidRecordError(
             f"invalid compression codec {codec} in a magic {wrapper.magic} message"
         )
@@ -140,69 +150,66 @@ def _inflate(wrapper: Message) -> bytes:
     data = wrapper.value
     if codec == Codec.LZ4 and wrapper.magic == MAGIC_V0:
         data = _lz4_header_checksum(data, broken=False)
-    out = bytearray()
-    for piece in decompress_chunks(codec, data):
-        out += piece
-        if len(out) > INFLATE_LIMIT:
-            raise MessageTooLargeError(
-                f"compressed message set inflates past {INFLATE_LIMIT} bytes"
-            )
-    return bytes(out)
-
-
-def deep_messages(wrapper: Message) -> list[Message]:
-    """The inner messages of a compressed wrapper, with absolute offsets and (v1) the wrapper's
-    timestamp when it is LogAppendTime, as Kafka's deep iteration gives them."""
-    inner = list(iter_messages(_inflate(wrapper)))
-    if not inner:
-        raise InvalidRecordError("compressed message set with no inner messages")
-    for m in inner:
+    stamped = wrapper.magic == MAGIC_V1 and wrapper.attributes & TIMESTAMP_TYPE_BIT
+    empty = True
+    for m in iter_messages(decompress_bounded(codec, data, max_inflated)):
         if m.magic != wrapper.magic:
             raise InvalidRecordError(
                 f"compressed message magic {m.magic} does not match wrapper magic {wrapper.magic}"
             )
         if m.codec:
             raise InvalidRecordError("inner messages must not be compressed")
-    if wrapper.magic == MAGIC_V0:
-        return inner
-    # v1: relative inner offsets (some old clients write the wrapper's offset as 0)
-    last = inner[-1].offset
-    if wrapper.offset and wrapper.offset < last:
-        raise InvalidRecordError(
-            f"wrapper offset {wrapper.offset} is less than the last inner offset {last}"
-        )
-    base = wrapper.offset - last if wrapper.offset else 0
-    stamped = wrapper.attributes & TIMESTAMP_TYPE_BIT
-    return [
-        m._replace(offset=base + m.offset, timestamp=wrapper.timestamp if stamped else m.timestamp)
-        for m in inner
-    ]
+        empty = False
+        yield m._replace(timestamp=wrapper.timestamp) if stamped else m
+    if empty:
+        raise InvalidRecordError("compressed message set with no inner messages")
 
 
 # --- up-conversion (produce) -----------------------------------------------------------------------
 
 
-def up_convert(buf: memoryview | bytes, max_message_bytes: int | None = None) -> bytearray:
+def up_convert(
+    buf: memoryview | bytes,
+    max_message_bytes: int | None = None,
+    max_inflated: int = INFLATE_LIMIT,
+) -> bytearray:
     """A produced message set (magic 0 or 1) as one v2 batch, as Kafka 3.x's LogValidator converts
     it: the records in order with their keys, values and timestamps (v0: none), compressed with the
-    wrapper's codec (compression.type=producer); offsets are assigned on append."""
-    messages = list(iter_messages(buf, max_message_bytes))
-    magic = messages[0].magic
+    wrapper's codec (compression.type=producer); offsets are assigned on append. Messages are
+    encoded as they are read (no per-message objects kept): the memory taken is the wrapper's
+    inflated records (at most `max_inflated` bytes) and the batch built, both within the request's
+    size or that bound."""
+    outer = iter_messages(buf, max_message_bytes)
+    first = next(outer, None)
+    if first is None:
+        raise CorruptRecordError("empty message set")
+    magic = first.magic
     codec = Codec.NONE
-    records: list[Record] = []
+    if first.codec:
+        if next(outer, None) is not None:
+            raise InvalidRecordError("compressed outer record has more than one batch")
+        codec = Codec(first.codec) if first.codec < Codec.ZSTD else Codec.NONE
+        messages: Iterator[Message] = _inner_messages(first, max_inflated)
+    else:
+        messages = itertools.chain((first,), outer)
+    body = bytearray()
+    count = 0
+    base_ts = max_ts = NO_TIMESTAMP
     for m in messages:
         if m.magic != magic:
             raise InvalidRecordError(
                 f"message magic {m.magic} is not the same as the first message's {magic}"
             )
-        if m.codec:
-            if len(messages) > 1:
-                raise InvalidRecordError("compressed outer record has more than one batch")
-            codec = Codec(m.codec) if m.codec < Codec.ZSTD else Codec.NONE
-            records += (Record(i.key, i.value, [], i.timestamp) for i in deep_messages(m))
-        else:
-            records.append(Record(m.key, m.value, [], m.timestamp))
-    return build_batch(records, compression=codec)
+        if m.codec and not codec:
+            raise InvalidRecordError("compressed outer record has more than one batch")
+        if count == 0:
+            base_ts = max_ts = m.timestamp
+        max_ts = max(max_ts, m.timestamp)
+        body += encode_record(Record(m.key, m.value, [], m.timestamp), count, m.timestamp - base_ts)
+        count += 1
+    if codec != Codec.NONE:
+        body = compress(codec, body)
+    return frame_batch(body, count, base_ts, max_ts, codec)
 
 
 # --- down-conversion (fetch) -----------------------------------------------------------------------
@@ -224,44 +231,51 @@ def encode_message(
     return _OFFSET_SIZE.pack(offset, len(body) + 4) + struct.pack(">I", crc) + body
 
 
-def _convert_batch(batch: RecordBatch, magic: int, fetch_offset: int) -> bytes:
+def _convert_batch(batch: RecordBatch, magic: int, fetch_offset: int, max_inflated: int) -> bytes:
     """One v2 batch as magic-`magic` messages: an uncompressed batch record by record from
-    `fetch_offset`, a compressed one whole as one wrapper of the same codec."""
+    `fetch_offset`, a compressed one whole as one wrapper of the same codec (its records inflated
+    within `max_inflated` bytes). Records are encoded as they are read."""
     stamped = batch.timestamp_type == LOG_APPEND_TIME
     type_bit = TIMESTAMP_TYPE_BIT if stamped and magic == MAGIC_V1 else 0
-    records = batch.records()
+    section = batch.bytes()[BATCH_OVERHEAD:]
     codec = batch.codec
+    out = bytearray()
     if codec == Codec.NONE:
-        return b"".join(
-            encode_message(r.offset, magic, type_bit, r.timestamp, r.key, r.value)
-            for r in records
-            if r.offset >= fetch_offset
-        )
-    first = records[0].offset
-    inner = b"".join(
-        encode_message(
-            r.offset - first if magic == MAGIC_V1 else r.offset,
-            magic,
-            type_bit,
-            r.timestamp,
-            r.key,
-            r.value,
-        )  # fmt: skip
-        for r in records
-    )
-    packed = compress(codec, inner)
+        for r in iter_records(batch, section):
+            if r.offset >= fetch_offset:
+                out += encode_message(r.offset, magic, type_bit, r.timestamp, r.key, r.value)
+        return bytes(out)
+    first = last = None
+    max_ts = NO_TIMESTAMP
+    for r in iter_records(batch, decompress_bounded(codec, section, max_inflated)):
+        if first is None:
+            first = r.offset
+        last = r.offset
+        max_ts = max(max_ts, r.timestamp)
+        inner_offset = r.offset - first if magic == MAGIC_V1 else r.offset
+        out += encode_message(inner_offset, magic, type_bit, r.timestamp, r.key, r.value)
+    if last is None:
+        return b""
+    packed = compress(codec, out)
     if codec == Codec.LZ4 and magic == MAGIC_V0:
         packed = _lz4_header_checksum(packed, broken=True)
-    stamp = batch.max_timestamp if stamped else max(r.timestamp for r in records)
-    return encode_message(records[-1].offset, magic, codec | type_bit, stamp, None, packed)
+    stamp = batch.max_timestamp if stamped else max_ts
+    return encode_message(last, magic, codec | type_bit, stamp, None, packed)
 
 
-def down_convert(data: bytes | memoryview, magic: int, fetch_offset: int, limit: int) -> bytes:
+def down_convert(
+    data: bytes | memoryview,
+    magic: int,
+    fetch_offset: int,
+    limit: int,
+    max_inflated: int = INFLATE_LIMIT,
+) -> bytes:
     """The whole v2 batches in `data` (a fetch's read) as a message set of format `magic`, as
     Kafka's down-conversion makes it: control batches left out, records of an uncompressed batch
     below `fetch_offset` dropped. The first converted batch is always whole; later ones only while
     the total stays within `limit` bytes. A zstd batch cannot be converted: it ends the set, and
-    UnsupportedCompressionTypeError is raised when it comes first."""
+    UnsupportedCompressionTypeError is raised when it comes first. A compressed batch inflating
+    past `max_inflated` bytes ends the set the same way (MessageTooLargeError when first)."""
     out = bytearray()
     for batch in iter_batches(data):
         if batch.attributes & CONTROL_BIT or batch.next_offset <= fetch_offset:
@@ -272,7 +286,12 @@ def down_convert(data: bytes | memoryview, magic: int, fetch_offset: int, limit:
             raise UnsupportedCompressionTypeError(
                 "down-conversion of zstandard-compressed batches is not supported"
             )
-        converted = _convert_batch(batch, magic, fetch_offset)
+        try:
+            converted = _convert_batch(batch, magic, fetch_offset, max_inflated)
+        except MessageTooLargeError:
+            if out:
+                break
+            raise
         if out and len(out) + len(converted) > limit:
             break
         out += converted

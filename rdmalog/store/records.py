@@ -456,10 +456,29 @@ def build_batch(
         body = compress(codec, body, xerial=xerial)
     attrs = codec | (TIMESTAMP_TYPE_BIT if timestamp_type == LOG_APPEND_TIME else 0)
     attrs |= (TRANSACTIONAL_BIT if transactional else 0) | (CONTROL_BIT if control else 0)
+    return frame_batch(
+        body, len(recs), base_ts, max(stamps), attrs, base_offset=base_offset,
+        producer=(producer_id, producer_epoch, base_sequence), leader_epoch=partition_leader_epoch,
+    )  # fmt: skip
+
+
+def frame_batch(
+    body: bytes | bytearray,
+    count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    attributes: int,
+    *,
+    base_offset: int = 0,
+    producer: tuple[int, int, int] = (-1, -1, -1),
+    leader_epoch: int = -1,
+) -> bytearray:
+    """A v2 batch around an encoded (and, per `attributes`, compressed) records section `body`
+    of `count` records; `producer` is (producer id, epoch, base sequence)."""
     out = bytearray(BATCH_OVERHEAD + len(body))
     HEADER.pack_into(
-        out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0, attrs,
-        len(recs) - 1, base_ts, max(stamps), producer_id, producer_epoch, base_sequence, len(recs),
+        out, 0, base_offset, len(out) - LOG_OVERHEAD, leader_epoch, MAGIC, 0, attributes,
+        count - 1, base_timestamp, max_timestamp, *producer, count,
     )  # fmt: skip
     out[BATCH_OVERHEAD:] = body
     _set_crc(out, 0, len(out))
@@ -470,8 +489,12 @@ def decode_records(batch: RecordBatch) -> list[Record]:
     """Decode the records of `batch` (absolute offsets; LogAppendTime batches use maxTimestamp)."""
     body = batch.bytes()[BATCH_OVERHEAD:]
     data = memoryview(decompress(batch.codec, body)) if batch.codec != Codec.NONE else body
+    return list(iter_records(batch, data))
+
+
+def iter_records(batch: RecordBatch, data: memoryview | bytes) -> Iterator[Record]:
+    """The records of `batch` one by one from its (decompressed) records section `data`."""
     log_append = batch.timestamp_type == LOG_APPEND_TIME
-    out: list[Record] = []
     pos = 0
     for _ in range(batch.count):
         length, pos = _read_varint(data, pos)
@@ -492,8 +515,7 @@ def decode_records(batch: RecordBatch) -> list[Record]:
         if pos != end:
             raise CorruptRecordError("record length does not match its fields")
         ts = batch.max_timestamp if log_append else batch.base_timestamp + ts_delta
-        out.append(Record(key, value, headers, ts, batch.base_offset + off_delta))
-    return out
+        yield Record(key, value, headers, ts, batch.base_offset + off_delta)
 
 
 def _read_bytes(data: memoryview | bytes, pos: int) -> tuple[bytes | None, int]:

@@ -295,3 +295,22 @@ def test_acl_apis_v0_are_literal_only(broker_factory) -> None:
         assert [a["resource_name"] for a in deleted["matching_acls"]] == ["t-acl"]
         left = c.call(29, 1, {**any_filter, "pattern_type_filter": 1})["resources"]
         assert [(r["resource_name"], r["pattern_type"]) for r in left] == [("t-", 4)]
+
+
+def test_conversions_inflate_within_request_max_decoded_bytes(broker_factory) -> None:
+    """A compressed message set inflating past request.max.decoded.bytes is refused with
+    MESSAGE_TOO_LARGE before it takes the memory (a 2 KiB gzip of 2 MiB); one within it is
+    up-converted, and both conversions leave the broker serving."""
+    broker = broker_factory({"request.max.decoded.bytes": str(1 << 20)})
+    with RawClient(broker.bootstrap) as c:
+        topic = new_topic(c)
+        b = LegacyRecordBatchBuilder(magic=1, compression_type=1, batch_size=4 << 20)
+        for i in range(32):
+            b.append(i, T0, b"k%d" % i, bytes(64 << 10))
+        bomb = bytes(b.build())
+        assert len(bomb) < 16 << 10
+        refused = produce(c, 2, topic, bomb)
+        assert refused["error_code"] == 10  # MESSAGE_TOO_LARGE
+        assert produce(c, 2, topic, message_set(1, Codec.GZIP, 3))["error_code"] == 0
+        rows = read_message_set(bytes(fetch(c, 3, topic, 0)["records"]), 1)
+        assert [k for _, _, k, _ in rows] == [b"k0", b"k1", b"k2"]

@@ -170,3 +170,21 @@ def test_round_trip_through_both_conversions() -> None:
                 assert [(m.key, m.value) for m in back] == [(k, v) for k, v, _ in ROWS]
             else:
                 assert len(back) == 1 and back[0].codec == codec
+
+
+def test_conversions_inflate_within_their_bound() -> None:
+    """A compressed set or batch inflating past the bound is refused before it takes the memory
+    (MESSAGE_TOO_LARGE), up and down; a later such batch ends a down-converted set."""
+    rows = [(b"k%d" % i, b"\0" * 4096, T0) for i in range(64)]  # 256 KiB, gzips to ~1 KiB
+    bomb = kafka_python_set(MAGIC_V1, Codec.GZIP, rows)
+    assert len(up_convert(bomb, max_inflated=1 << 20)) < 8192
+    with pytest.raises(MessageTooLargeError, match="inflate"):
+        up_convert(bomb, max_inflated=64 << 10)
+    batch = build_batch([Record(k, v, [], ts) for k, v, ts in rows], compression=Codec.GZIP)
+    assert down_convert(bytes(batch), MAGIC_V1, 0, 1 << 20, max_inflated=1 << 20)
+    with pytest.raises(MessageTooLargeError, match="inflate"):
+        down_convert(bytes(batch), MAGIC_V1, 0, 1 << 20, max_inflated=64 << 10)
+    small = build_batch([Record(b"a", b"b", [], T0)])
+    set_base_offset(batch, 0, 1)
+    out = down_convert(bytes(small + batch), MAGIC_V1, 0, 1 << 20, max_inflated=64 << 10)
+    assert [m.offset for m in iter_messages(out)] == [0]
