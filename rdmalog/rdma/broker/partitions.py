@@ -50,6 +50,7 @@ class ProduceFile:
         self.standby_asked = False  # the next head file was asked for (preallocate)
         self.orphaned_below: int | None = None  # orders reserved before a holder's session ended
         self.resident = False  # made resident at the grant: no prefault lead (see grants.py)
+        self.check_at = 0  # a commit ending here or later calls OrderedCommits._committed
 
     def revoke(self) -> None:
         """Withdraw remote access now (flags and deregistration only: safe under the log lock)."""
