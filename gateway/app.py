@@ -27,9 +27,12 @@ def _listen_address(config: BrokerConfig, listen: tuple[str, int] | None) -> tup
 
 
 def open_store(config: BrokerConfig) -> LogStore:
-    """Open the rdmalog store of this broker (recovers every log)."""
+    """Open the rdmalog store of this broker (recovers every log), its descriptor limit raised
+    first: each partition holds a file open."""
+    from rdmalog.store.descriptors import raise_soft_limit
     from rdmalog.store.log_manager import Store
 
+    raise_soft_limit()
     store = Store(Path(config.log_dirs[0]), config)
     store.open()
     return store
