@@ -387,27 +387,9 @@ fail:
     return NULL;
 }
 
-/* ring_pop(buf, nslots, slot_size, head) -> (kind, qp_num, imm, byte_len, payload) of the slot
- * at `head` once published (payload: bytes for a SEND (kind 1), else None), and the ring's head
- * advanced; None when nothing is claimed there, False when it is claimed but not yet published
- * (a push under way, or its producer died mid-push). */
-static PyObject *ring_pop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Py_buffer v;
-    Py_ssize_t nslots, slot_size;
-    unsigned long long h;
-    if (!parse("ring_pop", args, nargs, "wnnK", &v, &nslots, &slot_size, &h)) return NULL;
-    if (!ring_ok(&v, nslots, slot_size)) {
-        PyBuffer_Release(&v);
-        return NULL;
-    }
-    char *base = (char *)v.buf;
-    char *slot = base + RING_HDR + (Py_ssize_t)(h % (uint64_t)nslots) * slot_size;
-    if (__atomic_load_n((uint64_t *)slot, __ATOMIC_ACQUIRE) != h + 1) {
-        int claimed = __atomic_load_n((uint64_t *)base, __ATOMIC_ACQUIRE) != h;
-        PyBuffer_Release(&v);
-        if (claimed) Py_RETURN_FALSE;
-        Py_RETURN_NONE;
-    }
+/* The (kind, qp_num, imm, byte_len, payload) tuple of a published slot (payload: bytes for a
+ * SEND (kind 1), else None). */
+static PyObject *slot_entry(const char *slot, Py_ssize_t slot_size) {
     uint32_t hdr[4];
     memcpy(hdr, slot + 8, sizeof hdr);
     PyObject *payload;
@@ -418,24 +400,80 @@ static PyObject *ring_pop(PyObject *self, PyObject *const *args, Py_ssize_t narg
     } else {
         payload = Py_NewRef(Py_None);
     }
-    __atomic_store_n((uint64_t *)(base + 64), h + 1, __ATOMIC_RELEASE);
-    PyBuffer_Release(&v);
     if (!payload) return NULL;
     PyObject *r = PyTuple_New(5);
     if (!r) {
         Py_DECREF(payload);
         return NULL;
     }
+    PyTuple_SET_ITEM(r, 4, payload);
     for (int i = 0; i < 4; i++) {
         PyObject *x = PyLong_FromUnsignedLong(hdr[i]);
         if (!x) {
             Py_DECREF(r);
-            Py_DECREF(payload);
             return NULL;
         }
         PyTuple_SET_ITEM(r, i, x);
     }
-    PyTuple_SET_ITEM(r, 4, payload);
+    return r;
+}
+
+/* Up to `max` published slots from `head` on, as a list of slot_entry tuples, the ring's head
+ * advanced past them; with none published, None when nothing is claimed at `head`, False when it
+ * is claimed but not yet published (a push under way, or its producer died mid-push). */
+static PyObject *ring_entries(Py_buffer *v, Py_ssize_t nslots, Py_ssize_t slot_size, uint64_t h,
+                              Py_ssize_t max) {
+    char *base = (char *)v->buf;
+    PyObject *out = NULL;
+    uint64_t n = 0;
+    while ((Py_ssize_t)n < max) {
+        char *slot = base + RING_HDR + (Py_ssize_t)((h + n) % (uint64_t)nslots) * slot_size;
+        if (__atomic_load_n((uint64_t *)slot, __ATOMIC_ACQUIRE) != h + n + 1) break;
+        if (!out && !(out = PyList_New(0))) return NULL;
+        PyObject *e = slot_entry(slot, slot_size);
+        if (!e || PyList_Append(out, e) < 0) {
+            Py_XDECREF(e);
+            Py_DECREF(out); /* the slots stay: taken again by the next call */
+            return NULL;
+        }
+        Py_DECREF(e);
+        n++;
+    }
+    if (out) {
+        __atomic_store_n((uint64_t *)(base + 64), h + n, __ATOMIC_RELEASE);
+        return out;
+    }
+    if (__atomic_load_n((uint64_t *)base, __ATOMIC_ACQUIRE) != h) Py_RETURN_FALSE;
+    Py_RETURN_NONE;
+}
+
+/* ring_pop(buf, nslots, slot_size, head) -> the entry at `head` once published (the ring's head
+ * advanced), else None (nothing claimed there) or False (claimed, not yet published). */
+static PyObject *ring_pop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer v;
+    Py_ssize_t nslots, slot_size;
+    unsigned long long h;
+    if (!parse("ring_pop", args, nargs, "wnnK", &v, &nslots, &slot_size, &h)) return NULL;
+    PyObject *r = ring_ok(&v, nslots, slot_size) ? ring_entries(&v, nslots, slot_size, h, 1) : NULL;
+    PyBuffer_Release(&v);
+    if (r && PyList_Check(r)) {
+        PyObject *e = Py_NewRef(PyList_GET_ITEM(r, 0));
+        Py_DECREF(r);
+        return e;
+    }
+    return r;
+}
+
+/* ring_take(buf, nslots, slot_size, head, max) -> a list of up to `max` published entries from
+ * `head` on (the ring's head advanced past them), else None or False as ring_pop: a completion
+ * poll in one call. */
+static PyObject *ring_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_buffer v;
+    Py_ssize_t nslots, slot_size, max;
+    unsigned long long h;
+    if (!parse("ring_take", args, nargs, "wnnKn", &v, &nslots, &slot_size, &h, &max)) return NULL;
+    PyObject *r = ring_ok(&v, nslots, slot_size) ? ring_entries(&v, nslots, slot_size, h, max) : NULL;
+    PyBuffer_Release(&v);
     return r;
 }
 
@@ -491,6 +529,8 @@ static PyMethodDef methods[] = {
     {"ring_pop", (PyCFunction)(void (*)(void))ring_pop, METH_FASTCALL,
      "ring_pop(buf, nslots, slot_size, head) -> (kind, qp_num, imm, byte_len, payload), None "
      "(nothing claimed) or False (claimed, not published)"},
+    {"ring_take", (PyCFunction)(void (*)(void))ring_take, METH_FASTCALL,
+     "ring_take(buf, nslots, slot_size, head, max) -> list of up to max entries, None or False"},
     {"ring_wait", (PyCFunction)(void (*)(void))ring_wait, METH_FASTCALL,
      "ring_wait(buf, nslots, slot_size, head, spin_ns) -> bool: the slot at head published"},
     {NULL, NULL, 0, NULL},

@@ -41,6 +41,7 @@ from rdmalog.rdma.transport._atomic64 import (
     load,
     ring_pop,
     ring_push,
+    ring_take,
     ring_wait,
     store,
 )
@@ -181,15 +182,32 @@ class _Ring:
         if e:
             self.head += 1
             return e
-        if e is False:  # claimed, unpublished: a push under way, or its producer was killed
-            now = time.monotonic()
-            if self._stall[0] != self.head:
-                self._stall = (self.head, now)
-            elif now - self._stall[1] >= RING_STALL_S:  # killed: the slot would block the ring
-                self.head += 1
-                store(self.buf, 64, self.head)
-                return self.pop()
+        if e is False and self._skip_stalled():
+            return self.pop()
         return None
+
+    def take(self, room: int) -> list | tuple:
+        """Up to `room` published slots' entries (as `pop`), oldest first: one C call."""
+        es = ring_take(self.buf, self.nslots, self.slot_size, self.head, room)
+        if es:
+            self.head += len(es)
+            return es
+        if es is False and self._skip_stalled():
+            return self.take(room)
+        return ()
+
+    def _skip_stalled(self) -> bool:
+        """The slot at the head is claimed but not published: a push under way, or its producer
+        was killed mid-push. True once it has been so for RING_STALL_S and was skipped (it would
+        block the ring)."""
+        now = time.monotonic()
+        if self._stall[0] != self.head:
+            self._stall = (self.head, now)
+        elif now - self._stall[1] >= RING_STALL_S:
+            self.head += 1
+            store(self.buf, 64, self.head)
+            return True
+        return False
 
     def stalled(self) -> bool:
         """Whether a slot is claimed at the head but not published (yet)."""
@@ -240,14 +258,12 @@ class ShmCQ:
         local = self._local
         while local and len(out) < max_entries:
             out.append(local.popleft())
-        ring = self.ring
-        while len(out) < max_entries:
-            e = ring.pop()
-            if e is None:
-                break
-            qp = self.device._qps.get(e[1])
-            if qp is not None:
-                qp._incoming(e, out)
+        if len(out) < max_entries:
+            qps = self.device._qps
+            for e in self.ring.take(max_entries - len(out)):
+                qp = qps.get(e[1])
+                if qp is not None:
+                    qp._incoming(e, out)
         return out
 
     def wait(self, timeout: float | None, max_entries: int = 16) -> list[WorkCompletion]:
@@ -260,13 +276,16 @@ class ShmCQ:
         if out:
             self._recent = True
             return out
-        deadline = None if timeout is None else time.monotonic() + timeout
+        spin = 0
         if self._recent:
-            spin = self.spin_ns if timeout is None else min(self.spin_ns, int(timeout * 1e9))
+            spin = self.spin_ns
+            if timeout is not None and timeout * 1e9 < spin:
+                spin = int(timeout * 1e9)
             if spin > 0 and self.ring.spin(spin):
                 out = self.poll(max_entries)
                 if out:
                     return out
+        deadline = None if timeout is None else time.monotonic() + timeout - spin * 1e-9
         ring = self.ring
         while True:
             self._sleeping = True
@@ -419,8 +438,11 @@ class ShmQP:
 
     def _notify(self, kind: int, imm: int, byte_len: int, payload=None) -> bool:
         ring = self._peer_ring
+        qpn = self.peer_qp_num
         with self._lock:
-            r = ring.push(kind, self.peer_qp_num, imm, byte_len, payload)
+            r = ring_push(ring.buf, ring.nslots, ring.slot_size, kind, qpn, imm, byte_len, payload)
+            if r < 0:  # full: the peer is behind; wait for room (ring.push's retries)
+                r = ring.push(kind, qpn, imm, byte_len, payload)
         if r > 0:
             _ring_bell(self._peer_bell)
         return r >= 0
