@@ -77,20 +77,20 @@ class OrderedCommits:
         """Writes that landed (from one poll of the completion queue): each file's run of
         consecutive orders is validated and committed with one `commit_written`, so a producer
         that is ahead of the broker costs one commit per poll rather than one per batch."""
-        now = _monotonic()
         try:
             if len(arrivals) == 1:  # the usual poll: one write
-                self._arrive(arrivals[0][0], arrivals, now)
+                self._arrive(arrivals[0][0], arrivals)
                 return
             by_file: dict[ProduceFile, list[Arrival]] = {}
             for a in arrivals:
                 by_file.setdefault(a[0], []).append(a)
             for f, mine in by_file.items():
-                self._arrive(f, mine, now)
+                self._arrive(f, mine)
         finally:
-            self.send_acks()
+            if self.acks_due:
+                self.send_acks()
 
-    def _arrive(self, f: ProduceFile, mine: list[Arrival], now: float) -> None:
+    def _arrive(self, f: ProduceFile, mine: list[Arrival]) -> None:
         """f's writes that landed: wait for their predecessors, or commit them and every write
         they unblock, in order."""
         with f.lock:
@@ -98,6 +98,7 @@ class OrderedCommits:
             if not pending and len(mine) == 1 and mine[0][1] == f.next_order and not f.revoked:
                 self._process(f, *mine[0][1:])  # the usual write: in order, nothing waits
                 return
+            now = _monotonic()
             for _, order, byte_len, reply in mine:
                 pending[order] = (byte_len, reply, now)
             if f.revoked:

@@ -103,6 +103,9 @@ class RdmaService:
         self.control = ControlServer(self.grants.handle, self._session_closed, host, control_port)
         self.control_address = self.control.address
         self._stop = threading.Event()
+        self._running = (
+            True  # the completion loop's test: a plain attribute (Event.is_set is a call)
+        )
         self._threads: list[threading.Thread] = []
 
     @property
@@ -127,6 +130,7 @@ class RdmaService:
         return self
 
     def stop(self) -> None:
+        self._running = False
         self._stop.set()
         self.control.stop()
         for t in self._threads:
@@ -178,7 +182,7 @@ class RdmaService:
         ordering, acks_due = self.ordering, self.queue_pairs.acks_due
         wait, take = self.recv_cq.wait, self._completion
         last_tick = last_fold = time.monotonic()
-        while not self._stop.is_set():
+        while self._running:
             try:
                 wcs = wait(0.02, 64)
             except Exception:  # keep serving: one bad completion must not stop the broker

@@ -272,19 +272,17 @@ class ShmCQ:
         sleeps on the doorbell, as a KafkaDirect broker polls its CQ: a peer's next push is seen
         at once instead of after a wake-up (tens of microseconds on a VM). A wait that found
         nothing does not spin the next time, so an idle queue costs no CPU."""
+        spin = 0
+        if self._recent and not self._local:  # (returns at once when a slot is published)
+            spin = self.spin_ns
+            if timeout is not None and timeout * 1e9 < spin:
+                spin = int(timeout * 1e9)
+            if spin > 0:
+                self.ring.spin(spin)
         out = self.poll(max_entries)
         if out:
             self._recent = True
             return out
-        spin = 0
-        if self._recent:
-            spin = self.spin_ns
-            if timeout is not None and timeout * 1e9 < spin:
-                spin = int(timeout * 1e9)
-            if spin > 0 and self.ring.spin(spin):
-                out = self.poll(max_entries)
-                if out:
-                    return out
         deadline = None if timeout is None else time.monotonic() + timeout - spin * 1e-9
         ring = self.ring
         while True:
