@@ -37,8 +37,13 @@ from rdmalog.errors import (
     MessageTooLargeError,
     UnsupportedCompressionTypeError,
 )
-from rdmalog.store._records import CHECK_TIMESTAMPS, FIXED_TIMESTAMP, KEYS_REQUIRED, RecordScan
+from rdmalog.store._record_scan import CHECK_TIMESTAMPS, FIXED_TIMESTAMP, KEYS_REQUIRED, RecordScan
 from rdmalog.store.compression import Codec, compress, decompress, decompress_chunks
+
+try:  # validate_batches' loop in C (setup.py builds it; optional)
+    from rdmalog.store._records import validate as _c_validate
+except ImportError:  # pragma: no cover - a source tree without the extension built
+    _c_validate = None
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = HEADER.size  # 61
@@ -118,6 +123,38 @@ def validate_batches(
     `rules`, every record of a client's data batch is checked too (see `check_records`) and the
     infos carry the batches' max timestamps computed from their records.
     """
+    if _c_validate is not None:  # the header checks in one C call; None: a bad batch, said below
+        infos = _c_validate(
+            buf, -1 if max_batch_size is None else max_batch_size, from_client, allow_control,
+            BatchInfo,
+        )  # fmt: skip
+        if infos is not None:
+            return infos if rules is None or not from_client else _with_records(buf, infos, rules)
+    return _validate_batches(buf, max_batch_size, from_client, allow_control, rules)
+
+
+def _with_records(buf: memoryview, infos: list[BatchInfo], rules: RecordRules) -> list[BatchInfo]:
+    """`infos` of header-checked client batches after their record checks (`check_records`), with
+    the max timestamps of their records."""
+    out = []
+    for info in infos:
+        if info.attributes & CONTROL_BIT:
+            out.append(info)
+            continue
+        records_max = check_records(buf, info.position, info.size, rules)
+        stale = records_max != info.max_timestamp or bool(info.attributes & TIMESTAMP_TYPE_BIT)
+        out.append(info._replace(max_timestamp=records_max, stale_max_timestamp=stale))
+    return out
+
+
+def _validate_batches(
+    buf: memoryview,
+    max_batch_size: int | None,
+    from_client: bool,
+    allow_control: bool,
+    rules: RecordRules | None = None,
+) -> list[BatchInfo]:
+    """validate_batches in Python: raises the Kafka error of the first bad batch."""
     out: list[BatchInfo] = []
     end = len(buf)
     pos = 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rdmalog.errors import InvalidRecordError, InvalidTimestampError
-from rdmalog.store._records import CHECK_TIMESTAMPS, KEYS_REQUIRED, RecordScan
+from rdmalog.store._record_scan import CHECK_TIMESTAMPS, KEYS_REQUIRED, RecordScan
 from rdmalog.store.compression import Codec, compress
 from rdmalog.store.records import (
     BATCH_OVERHEAD,
