@@ -1,4 +1,5 @@
-"""Builds the C extensions (64-bit atomics on shared mappings; the native consumer's batch decoder);
+"""Builds the C extensions (64-bit atomics on shared mappings; the log cleaner's offset map and record
+filter, which hashes keys with OpenSSL's MD5 as Kafka does; the native consumer's batch decoder);
 pyproject.toml holds the rest."""
 
 from setuptools import Extension, setup
@@ -9,6 +10,13 @@ setup(
             "rdmalog.rdma.transport._atomic64",
             ["rdmalog/rdma/transport/_atomic64.c"],
             extra_compile_args=["-O2"],
+            optional=False,
+        ),
+        Extension(
+            "rdmalog.store._cleaner",
+            ["rdmalog/store/_cleaner.c"],
+            extra_compile_args=["-O2"],
+            libraries=["crypto"],
             optional=False,
         ),
         Extension(  # optional: rdmalog/rdma/client/consumer.py falls back to Python without it
