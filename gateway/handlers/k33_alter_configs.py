@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from gateway.broker import RequestContext
 from gateway.handlers.registry import api
-from gateway.handlers.resources import alter_resource
+from gateway.handlers.resources import alter_resource, resource_denied
+from rdmalog.security.authorizer import Operation
 
 
 def _alter(broker, res: dict, validate_only: bool) -> dict:
@@ -24,5 +25,8 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     validate_only = bool(request.get("validate_only"))
     return {
         "throttle_time": 0,
-        "responses": [_alter(ctx.broker, r, validate_only) for r in request["resources"]],
+        "responses": [
+            resource_denied(ctx, r, Operation.ALTER_CONFIGS) or _alter(ctx.broker, r, validate_only)
+            for r in request["resources"]
+        ],
     }
