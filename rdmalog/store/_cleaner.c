@@ -691,7 +691,7 @@ static PyObject *OffsetMap_filter_batches(OffsetMap *m, PyObject *args) {
             max_ts = be64(h + 35);
         } else if (mode == 3) {
             int16_t a = attrs & (ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL);
-            write_header(dst, h, wsize, a, fixed_ts, fixed_ts, 0);
+            write_header(dst, h, wsize, a, -1, fixed_ts, 0);  /* writeEmptyHeader: no base time */
         } else if (mode == 2) {
             int64_t records_max;
             encode_kept(m, rb, re, count, base_ts, flags, fixed_ts, new_base, dst + BATCH_OVERHEAD, &records_max);

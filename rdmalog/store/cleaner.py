@@ -49,7 +49,7 @@ from rdmalog.store._cleaner import (
     STATUS_PYTHON,
     OffsetMap,
 )
-from rdmalog.store.compression import compress, decompress
+from rdmalog.store.compression import compress_as_kafka, decompress
 from rdmalog.store.records import (
     BATCH_OVERHEAD,
     CODEC_MASK,
@@ -473,10 +473,10 @@ class Cleaner:
         if kept == 0:
             if not retain_empty:
                 return size, None
-            empty = bytearray(BATCH_OVERHEAD)  # DefaultRecordBatch.writeEmptyHeader
+            empty = bytearray(BATCH_OVERHEAD)  # DefaultRecordBatch.writeEmptyHeader: no base time
             HEADER.pack_into(
                 empty, 0, base, BATCH_OVERHEAD - LOG_OVERHEAD, epoch_ple, MAGIC, 0,
-                attrs & _KEPT_ATTRIBUTES, lod, max_ts, max_ts, pid, epoch, seq, 0,
+                attrs & _KEPT_ATTRIBUTES, lod, -1, max_ts, pid, epoch, seq, 0,
             )  # fmt: skip
             set_crc(empty, 0, BATCH_OVERHEAD)
             stats.bytes_written += BATCH_OVERHEAD
@@ -484,7 +484,7 @@ class Cleaner:
         if records is None:  # every record stays: the batch as it is
             stats.bytes_written += size
             return size, (chunk[i : i + size], last, max_ts)
-        body = compress(codec, records) if codec else records
+        body = compress_as_kafka(codec, records) if codec else records
         new_attrs = codec | attrs & _KEPT_ATTRIBUTES | (DELETE_HORIZON_BIT if horizon else 0)
         new_max = max_ts if attrs & TIMESTAMP_TYPE_BIT else records_max
         batch = bytearray(BATCH_OVERHEAD + len(body))
