@@ -230,6 +230,7 @@ class Cleaner:
         for group in groups:
             self.clean_segments(plog, group, now, stats, txn, first_uncleanable, txn_bases)
         stats.buffer_utilization = self.map.utilization
+        self.map.clear()  # its pages go back until the next round
         stats.end = time.monotonic()
         return end, stats
 

@@ -602,12 +602,20 @@ class LogSegment:
 
     def delete(self) -> None:
         """Rename files to `.deleted`, then unlink; open FileSlices keep reading the unlinked file."""
+        for p in self.mark_deleted():
+            p.unlink(missing_ok=True)
+
+    def mark_deleted(self) -> list[Path]:
+        """Close the segment and rename its files to `.deleted` (what a recovery removes); returns
+        those paths for the caller to unlink, which it may do later, outside a lock."""
         self.deleted = self.closed = True
         self._let_go_of_mapping()
         self._handle = self._handle_ref = None
+        gone = []
         for p in (self.path, self.offset_index.path, self.time_index.path, self.txn_index_path):
             try:
                 os.rename(p, str(p) + ".deleted")
-                os.unlink(str(p) + ".deleted")
+                gone.append(Path(str(p) + ".deleted"))
             except FileNotFoundError:
                 pass
+        return gone

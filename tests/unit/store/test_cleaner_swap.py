@@ -74,21 +74,22 @@ def test_a_crash_during_the_swap_recovers_one_whole_log(
     original = contents(plog)
     deletes, reached = STEPS[at]
     cut = plog.segments[reached].base_offset  # recovered: cleaned below, as it was from here
-    real_delete = LogSegment.delete
+    real_delete = LogSegment.mark_deleted
     calls = []
 
-    def delete(seg: LogSegment) -> None:
+    def delete(seg: LogSegment) -> list:
         if seg.file_suffix:  # the cleaner dropping its copy: the process is already dead
             raise Crash
         calls.append(seg)
         if len(calls) > deletes:
             raise Crash
-        real_delete(seg)
+        return real_delete(seg)
 
     def replace(*args, **kw):
         raise Crash
 
-    monkeypatch.setattr(LogSegment, "delete", delete)
+    monkeypatch.setattr(LogSegment, "mark_deleted", delete)
+    monkeypatch.setattr(LogSegment, "delete", lambda seg: delete(seg))
     if at == "cleaned":
         monkeypatch.setattr(type(plog), "replace_segments", replace)
     if at == "all-old-deleted":  # dies before the .swap files take their names
