@@ -650,8 +650,10 @@ static int in_sorted(const int64_t *a, Py_ssize_t n, int64_t x) {
     Py_ssize_t lo = 0, hi = n - 1;
     while (lo <= hi) {
         Py_ssize_t mid = (lo + hi) / 2;
-        if (a[mid] == x) return 1;
-        if (a[mid] < x) lo = mid + 1; else hi = mid - 1;
+        int64_t v;
+        memcpy(&v, a + mid, sizeof v);  /* the caller's buffer need not be aligned */
+        if (v == x) return 1;
+        if (v < x) lo = mid + 1; else hi = mid - 1;
     }
     return 0;
 }

@@ -184,7 +184,6 @@ class Cleaner:
         offset_map: OffsetMap,
         *,
         io_buffer_size: int = 262144,
-        max_io_buffer_size: int = 1048588,
         load_factor: float = 0.9,
         throttle: Callable[[int], None] = lambda n: None,
         check_done: Callable[[PartitionLog], None] = lambda plog: None,
@@ -197,7 +196,6 @@ class Cleaner:
             )
         self.map = offset_map
         self.io_buffer_size = max(io_buffer_size, BATCH_OVERHEAD)
-        self.max_io_buffer_size = max_io_buffer_size
         self.load_factor = load_factor
         self.throttle = throttle
         self.check_done = check_done

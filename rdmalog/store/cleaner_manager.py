@@ -194,7 +194,6 @@ class LogCleaner:
         return Cleaner(
             OffsetMap(max(memory, ENTRY_SIZE)),
             io_buffer_size=cfg.get("log.cleaner.io.buffer.size") // threads // 2,
-            max_io_buffer_size=cfg.get("message.max.bytes"),
             load_factor=cfg.get("log.cleaner.io.buffer.load.factor"),
             throttle=self.throttler.maybe_throttle,
             check_done=self._check_done,
@@ -249,6 +248,10 @@ class LogCleaner:
         if ltc is None:
             return False
         plog, end = ltc.log, ltc.first_dirty_offset
+        log.info(
+            "cleaning log %s (dirty section from %d, ratio %.2f)",
+            plog.name, end, ltc.cleanable_ratio,
+        )  # fmt: skip
         try:
             end, stats = cleaner.clean(
                 plog, ltc.first_dirty_offset, ltc.first_uncleanable_offset, now
