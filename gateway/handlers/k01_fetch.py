@@ -13,6 +13,7 @@ import asyncio
 
 from gateway.broker import PartitionFields, RequestContext, RequestedPartitions
 from gateway.handlers.registry import api
+from gateway.request_limits import Turns
 from rdmalog.errors import FETCH_SESSION_ID_NOT_FOUND, OFFSET_OUT_OF_RANGE, error_code_of
 from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 from rdmalog.store.interface import Log
@@ -35,14 +36,20 @@ def _requested(ctx: RequestContext, request: dict, by_id: bool) -> RequestedPart
     return RequestedPartitions(ctx.broker, request["topics"], fields, lambda _name: False)
 
 
-def _read_all(ctx: RequestContext, request: dict, by_id: bool) -> tuple[list, int, list[Log], bool]:
-    """One pass over the requested partitions -> (responses, bytes, logs, any error)."""
+async def _read_all(
+    ctx: RequestContext, request: dict, by_id: bool
+) -> tuple[list, int, list[Log], bool]:
+    """One pass over the requested partitions -> (responses, bytes, logs, any error); a request of
+    many partitions gives the event loop its turns meanwhile."""
     budget = request.get("max_bytes", 0x7FFFFFFF)
     total = 0
     logs = []
     errors = False
     requested = _requested(ctx, request, by_id)
+    turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
+        if turns.due():
+            await turns.take()
         index = p["partition"]
         hw = plog.high_watermark
         start = plog.log_start_offset
@@ -89,7 +96,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         # cannot be ours: Kafka answers FETCH_SESSION_ID_NOT_FOUND and the client starts over.
         return {"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "responses": []}
     by_id = ctx.api_version >= 13
-    responses, total, logs, errors = _read_all(ctx, request, by_id)
+    responses, total, logs, errors = await _read_all(ctx, request, by_id)
     min_bytes = request.get("min_bytes", 0)
     wait_ms = request.get("max_wait", 0)
     if total < min_bytes and not errors and wait_ms > 0 and logs:
@@ -100,7 +107,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             if remaining <= 0:
                 break
             woke = await ctx.broker.wait_for_data(logs, remaining)
-            responses, total, logs, errors = _read_all(ctx, request, by_id)
+            responses, total, logs, errors = await _read_all(ctx, request, by_id)
             if total >= min_bytes or errors or not woke or not logs:
                 break
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

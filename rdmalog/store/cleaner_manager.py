@@ -290,7 +290,7 @@ class LogCleaner:
                     or "compact" not in plog.config.cleanup_policy
                     or plog in self._state
                     or plog in self._uncleanable
-                    or getattr(plog, "deletion_suspended", False)  # adopted without its configs
+                    or plog.deletion_suspended  # adopted without its configs
                 ):
                     continue
                 key = (plog.topic, plog.partition)
