@@ -313,3 +313,25 @@ def test_malformed_records_raise_instead_of_reading_past_them() -> None:
     with pytest.raises(ValueError, match="remaining"):
         m.add_records(good + good, 0, 1, 0, 90)  # more bytes than records
     assert m.add_records(good, 0, 1, 0, 90) == (False, 1)
+
+
+def test_reads_find_the_next_batch_across_gaps_and_emptied_segments(tmp_path: Path, clock) -> None:
+    """Kafka's reading rules on a cleaned log: a fetch at an offset the cleaner removed returns
+    the next batch (past segments left empty too), offsets by time skip what is gone, and an
+    in-place reader starts at the next batch as well."""
+    plog = compacted(tmp_path / "t-0", clock, segment_bytes=512)
+    for i in range(60):
+        plog.append(keyed(f"k{i % 3}" if i < 57 else f"last{i}", f"v{i}", T0 + i))
+    plog.roll()
+    clean(plog, new_cleaner(clock))
+    kept = [o for o, _, _ in contents(plog)]
+    assert kept[0] > 20 and any(seg.size == 0 for seg in plog.segments[:-1])
+    for offset in (0, 1, kept[0]):
+        got = RecordBatch(plog.read(offset, 1 << 20).read())
+        assert got.last_offset == kept[0]
+    assert plog.offset_for_timestamp(T0) == (T0 + kept[0], kept[0])
+    with plog.file_for_reading(0) as at:
+        assert at.file.base_offset <= kept[0] < at.file.next_offset and at.file.size
+        head = bytes(at.file.mmap[at.position : at.position + 61])
+        assert RecordBatch(head).base_offset == kept[0]
+    plog.close()
