@@ -15,6 +15,7 @@ setup(
         Extension(
             "rdmalog.store._cleaner",
             ["rdmalog/store/_cleaner.c"],
+            depends=["rdmalog/store/_cleaner_records.h"],
             extra_compile_args=["-O2"],
             libraries=["crypto"],
             optional=False,
