@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from rdmalog.errors import InvalidRecordError, OffsetOutOfRangeError
+from rdmalog.store.record_keys import require_keys
 from rdmalog.store.records import BatchInfo, validate_batches
 from rdmalog.store.segment import LogSegment, log_file_name
 
@@ -168,6 +169,8 @@ class InPlaceAccess:
         """The batches in `mv`, checked as `append` checks them."""
         infos = validate_batches(mv, self.config.max_message_bytes)
         self._check_timestamps(infos)
+        if "compact" in self.config.cleanup_policy:
+            require_keys(mv, infos, self.name)
         return infos
 
     def roll_head(self, head: SegmentFile) -> None:

@@ -57,6 +57,7 @@ from rdmalog.store.log_loader import (
     segment_bases,
 )
 from rdmalog.store.producer_state import ProducerStateTable
+from rdmalog.store.record_keys import require_keys
 from rdmalog.store.records import (
     CONTROL_BIT,
     LOG_APPEND_TIME,
@@ -279,6 +280,8 @@ class PartitionLog(InPlaceAccess, SegmentSwap):
                 f"{len(mv)} bytes of batches exceed segment.bytes={cfg.segment_bytes}"
             )
         self._check_timestamps(infos)
+        if "compact" in cfg.cleanup_policy:
+            require_keys(mv, infos, self.name)
         return self._append(mv, infos, leader_epoch, in_place=False)
 
     def _check_timestamps(self, infos: list[BatchInfo]) -> None:
