@@ -198,25 +198,27 @@ def test_consumer_offsets_are_compacted_and_a_restart_keeps_the_group_offsets(
 
 def test_a_record_without_a_key_is_refused_by_a_compacted_topic(broker_factory) -> None:
     """Kafka's INVALID_RECORD for a keyless record on a compacted topic (confluent-kafka's
-    delivery report, kafka-python's future); keyed records and delete topics are untouched."""
+    delivery report, kafka-python's future); the keyed record before it stays."""
     broker = broker_factory({}, local=True)
     topic = f"compact-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic, 1, {"cleanup.policy": "compact,delete"})
     reports = []
     producer = clients.ck_producer(broker.bootstrap)
-    producer.produce(
-        topic, key=b"k", value=b"kept", partition=0, on_delivery=lambda err, _: reports.append(err)
-    )
-    producer.flush(TIMEOUT_S)
-    producer.produce(
-        topic, value=b"refused", partition=0, on_delivery=lambda err, _: reports.append(err)
-    )
-    assert producer.flush(TIMEOUT_S) == 0
+    try:
+        for key, value in ((b"k", b"kept"), (None, b"refused")):
+            producer.produce(
+                topic, key=key, value=value, partition=0, on_delivery=lambda e, _: reports.append(e)
+            )
+            assert producer.flush(TIMEOUT_S) == 0
+    finally:
+        producer.close()
     assert reports[0] is None
     assert reports[1].code() == KafkaError.INVALID_RECORD, reports[1]
 
     kp = kafka.KafkaProducer(bootstrap_servers=broker.bootstrap, retries=0)
-    with pytest.raises(kafka.errors.InvalidRecordError):
-        kp.send(topic, value=b"refused too", partition=0).get(timeout=TIMEOUT_S)
-    kp.close()
-    assert [(o, k, v) for o, k, v in read_to_end(broker.bootstrap, topic)] == [(0, b"k", b"kept")]
+    try:
+        with pytest.raises(kafka.errors.InvalidRecordError):
+            kp.send(topic, value=b"refused too", partition=0).get(timeout=TIMEOUT_S)
+    finally:
+        kp.close()
+    assert read_to_end(broker.bootstrap, topic) == [(0, b"k", b"kept")]
