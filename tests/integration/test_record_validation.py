@@ -15,7 +15,7 @@ from rawkafka import RawClient, list_offset, produce
 
 from compat_tests import java
 from compat_tests.common import Rec, create_topic
-from rdmalog.store.records import MAX_TIMESTAMP, Record, _set_crc, build_batch
+from rdmalog.store.records import MAX_TIMESTAMP, Record, build_batch, set_crc
 
 HOUR = 3_600_000
 
@@ -102,7 +102,7 @@ def test_a_wrong_max_timestamp_is_found_by_time(bootstrap: str) -> None:
         [Record(b"a", b"1", timestamp=now - 500), Record(b"b", b"2", timestamp=now)]
     )
     batch[MAX_TIMESTAMP : MAX_TIMESTAMP + 8] = (-1).to_bytes(8, "big", signed=True)  # unset...
-    _set_crc(batch, 0, len(batch))  # ...and a CRC that covers it, as a sloppy client would send
+    set_crc(batch, 0, len(batch))  # ...and a CRC that covers it, as a sloppy client would send
     with RawClient(bootstrap) as c:
         assert produce(c, topic, 0, batch)["error_code"] == 0
         assert list_offset(c, topic, 0, now - 100)["offset"] == 1

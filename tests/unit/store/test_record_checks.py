@@ -23,10 +23,10 @@ from rdmalog.store.records import (
     Record,
     RecordBatch,
     RecordRules,
-    _set_crc,
     build_batch,
     decode_all,
     encode_record,
+    set_crc,
     validate_batches,
 )
 from tests.unit.store.helpers import T0, open_log
@@ -56,7 +56,7 @@ def raw_batch(
         out, 0, 0, len(out) - 12, -1, 2, 0, codec | attrs, n - 1, base_ts, top, -1, -1, -1, n
     )
     out[BATCH_OVERHEAD:] = body
-    _set_crc(out, 0, len(out))
+    set_crc(out, 0, len(out))
     return out
 
 
@@ -199,7 +199,7 @@ def test_a_gzip_bomb_is_checked_in_bounded_memory() -> None:
     out = bytearray(BATCH_OVERHEAD + len(packed))
     HEADER.pack_into(out, 0, 0, len(out) - 12, -1, 2, 0, 1, 0, T0, T0, -1, -1, -1, 1)
     out[BATCH_OVERHEAD:] = packed
-    _set_crc(out, 0, len(out))
+    set_crc(out, 0, len(out))
     del body
     tracemalloc.start()
     try:
@@ -256,7 +256,7 @@ def test_malformed_records_are_refused_never_overread() -> None:
 def test_whole_batch_validation_refuses_a_corrupted_record_with_a_good_crc() -> None:
     buf = build_batch([Record(b"k", b"v" * 10) for _ in range(3)])
     buf[RECORDS] = 0x7F  # first record's length: far too long
-    _set_crc(buf, 0, len(buf))
+    set_crc(buf, 0, len(buf))
     with pytest.raises(InvalidRecordError):
         check(buf)
     assert validate_batches(memoryview(buf))  # without rules: header checks only
