@@ -28,7 +28,9 @@ def topic_with(bootstrap: str, config: dict[str, str]) -> str:
 
 def confluent_errors(bootstrap: str, topic: str, codec: str, key, timestamp: int = 0) -> list:
     errors: list = []
-    p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "retries": 0})
+    # linger.ms: both records wait for flush() in one batch however loaded the machine is
+    conf = {"bootstrap.servers": bootstrap, "compression.type": codec, "retries": 0}
+    p = Producer({**conf, "linger.ms": 10000})
     p.produce(topic, key=b"k", value=b"ok")  # same batch: the whole batch fails
     p.produce(topic, key=key, value=b"v", timestamp=timestamp, on_delivery=lambda e, m: errors.append(e))  # fmt: skip
     assert p.flush(20) == 0
