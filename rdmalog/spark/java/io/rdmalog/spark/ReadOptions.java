@@ -73,11 +73,6 @@ public final class ReadOptions implements Serializable {
   public final boolean checkCrcs;
 
   private ReadOptions(Map<String, String> o, boolean streaming) {
-    for (String name : UNSUPPORTED) {
-      if (o.containsKey(name)) {
-        throw new OptionException("option '" + name + "' is not supported by the rdmalog source");
-      }
-    }
     String boot = o.getOrDefault("rdmalog.bootstrap", o.getOrDefault("kafka.bootstrap.servers", ""));
     bootstrap = boot.strip();
     if (bootstrap.isEmpty()) {
@@ -227,6 +222,11 @@ public final class ReadOptions implements Serializable {
 
   /** Validate `options` (any key case) for a batch (`streaming` false) or streaming read. */
   public static ReadOptions parse(Map<String, String> options, boolean streaming) {
+    for (String key : options.keySet()) {
+      if (List.of(UNSUPPORTED).contains(key.toLowerCase(Locale.ROOT))) {
+        throw new OptionException("option '" + key + "' is not supported by the rdmalog source");
+      }
+    }
     return new ReadOptions(lower(options), streaming);
   }
 
