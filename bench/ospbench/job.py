@@ -125,8 +125,11 @@ def spark_session(source: str, mode: str, out: Path):
     )
     if mode == "microbatch":
         (out / "eventlog").mkdir(exist_ok=True)
-        builder = builder.config("spark.eventLog.enabled", "true").config(
-            "spark.eventLog.dir", str(out / "eventlog")
+        builder = (
+            builder.config("spark.eventLog.enabled", "true")
+            .config("spark.eventLog.dir", str(out / "eventlog"))
+            .config("spark.eventLog.compress", "false")
+            .config("spark.eventLog.rolling.enabled", "false")
         )
     if source == "kafka":
         builder = builder.config("spark.jars", ",".join(kafka_classpath()))
