@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.broker import PartitionFields, RequestContext
+from gateway.broker import PartitionFields, RequestContext, RequestedPartitions
 from gateway.handlers.registry import api
+from gateway.request_limits import Turns
 from rdmalog.errors import FETCH_SESSION_ID_NOT_FOUND, OFFSET_OUT_OF_RANGE, error_code_of
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 from rdmalog.store.interface import Log
 
 _EMPTY = b""
@@ -21,14 +23,33 @@ _BY_NAME = PartitionFields(topic="topic", index="partition", missing={"records":
 _BY_ID = _BY_NAME._replace(topic="topic_id")
 
 
-def _read_all(ctx: RequestContext, request: dict, by_id: bool) -> tuple[list, int, list[Log], bool]:
-    """One pass over the requested partitions -> (responses, bytes, logs, any error)."""
+def _requested(ctx: RequestContext, request: dict, by_id: bool) -> RequestedPartitions:
+    """The partitions asked for: a consumer needs READ on each topic, a follower (replica id >= 0)
+    CLUSTER_ACTION on the cluster, or every partition is refused (as Kafka does)."""
+    fields = _BY_ID if by_id else _BY_NAME
+    state = request.get("replica_state")
+    replica = state["replica_id"] if state else request.get("replica_id", -1)
+    if replica < 0:
+        return ctx.partitions(request["topics"], fields, Operation.READ)
+    if ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        return ctx.broker.partitions(request["topics"], fields)
+    return RequestedPartitions(ctx.broker, request["topics"], fields, lambda _name: False)
+
+
+async def _read_all(
+    ctx: RequestContext, request: dict, by_id: bool
+) -> tuple[list, int, list[Log], bool]:
+    """One pass over the requested partitions -> (responses, bytes, logs, any error); a request of
+    many partitions gives the event loop its turns meanwhile."""
     budget = request.get("max_bytes", 0x7FFFFFFF)
     total = 0
     logs = []
     errors = False
-    requested = ctx.broker.partitions(request["topics"], _BY_ID if by_id else _BY_NAME)
+    requested = _requested(ctx, request, by_id)
+    turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
+        if turns.due():
+            await turns.take()
         index = p["partition"]
         hw = plog.high_watermark
         start = plog.log_start_offset
@@ -75,7 +96,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         # cannot be ours: Kafka answers FETCH_SESSION_ID_NOT_FOUND and the client starts over.
         return {"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "responses": []}
     by_id = ctx.api_version >= 13
-    responses, total, logs, errors = _read_all(ctx, request, by_id)
+    responses, total, logs, errors = await _read_all(ctx, request, by_id)
     min_bytes = request.get("min_bytes", 0)
     wait_ms = request.get("max_wait", 0)
     if total < min_bytes and not errors and wait_ms > 0 and logs:
@@ -86,7 +107,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             if remaining <= 0:
                 break
             woke = await ctx.broker.wait_for_data(logs, remaining)
-            responses, total, logs, errors = _read_all(ctx, request, by_id)
+            responses, total, logs, errors = await _read_all(ctx, request, by_id)
             if total >= min_bytes or errors or not woke or not logs:
                 break
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections import Counter
 
 from gateway.broker import RequestContext, topic_name_error
+from gateway.handlers.answers import answer_each, duplicates
 from gateway.handlers.k03_metadata import INTERNAL_TOPICS
 from gateway.handlers.registry import api
 from rdmalog.config import TopicConfig
@@ -16,8 +16,10 @@ from rdmalog.errors import (
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     TOPIC_ALREADY_EXISTS,
+    TOPIC_AUTHORIZATION_FAILED,
     error_code_of,
 )
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 log = logging.getLogger("gateway.create_topics")
 
@@ -39,7 +41,7 @@ def _config_entries(config: TopicConfig) -> list[dict]:
     ]
 
 
-def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
+async def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
     broker = ctx.broker
     name = t["name"]
     bad = topic_name_error(name)
@@ -93,14 +95,16 @@ def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
         )
     configs = {c["name"]: c["value"] for c in t.get("configs") or [] if c["value"] is not None}
     try:
-        config = broker.validate_new_topic(name, count, configs)
+        config = await broker.in_admin_thread(broker.validate_new_topic, name, count, configs)
     except Exception as exc:
         code = error_code_of(exc)
         return _fail(name, INVALID_CONFIG if code == -1 else code, str(exc) or None)
     topic_id = None
     if not validate_only:
         try:
-            topic = broker.create_topic(name, count, configs)
+            # the files of every partition, in the admin thread (the store publishes the topic
+            # once all its partitions exist)
+            topic = await broker.in_admin_thread(broker.create_topic, name, count, configs)
         except Exception as exc:
             code = error_code_of(exc)
             if code == -1:
@@ -114,25 +118,37 @@ def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
         "error_message": None,
         "num_partitions": count,
         "replication_factor": rf,
-        "configs": _config_entries(config),
+        **_configs(ctx, name, config),
     }
+
+
+def _configs(ctx: RequestContext, name: str, config: TopicConfig) -> dict:
+    """The new topic's configs, when the sender may describe them (Kafka's DESCRIBE_CONFIGS)."""
+    if ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name):
+        return {"configs": _config_entries(config)}
+    return {"configs": None, "topic_config_error_code": TOPIC_AUTHORIZATION_FAILED}
 
 
 @api(19, 2, 7, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Create every requested topic (or only validate); one result per topic."""
     topics = request["topics"]
-    dup = {n for n, c in Counter(t["name"] for t in topics).items() if c > 1}
-    results = []
-    for t in topics:
+    dup = duplicates(t["name"] for t in topics)
+    validate_only = bool(request.get("validate_only"))
+    cluster_create = ctx.authorize(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    async def create(t: dict) -> dict:
+        if not cluster_create and not ctx.authorize(
+            Operation.CREATE, ResourceType.TOPIC, t["name"]
+        ):
+            return _fail(t["name"], TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
         if t["name"] in dup:
-            results.append(
-                _fail(
-                    t["name"],
-                    INVALID_REQUEST,
-                    "Create topics request from client contains duplicate topic name.",
-                )
+            return _fail(
+                t["name"],
+                INVALID_REQUEST,
+                "Create topics request from client contains duplicate topic name.",
             )
-            continue
-        results.append(_create_one(ctx, t, bool(request.get("validate_only"))))
+        return await _create_one(ctx, t, validate_only)
+
+    results = await answer_each(ctx, ("topics",), topics, create)
     return {"throttle_time": 0, "topics": results}
