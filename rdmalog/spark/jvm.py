@@ -28,17 +28,21 @@ PYTHON_NAME = "rdmalog-python"  # the Python source's name when the JVM reader i
 
 
 class BuildError(RuntimeError):
-    """The jar cannot be built here (no JDK, no pyspark, or javac refused the sources)."""
+    """The jar could not be built (javac or jar refused the sources)."""
+
+
+class Unavailable(BuildError):
+    """The jar cannot be built on this machine: no JDK, or no pyspark with its jars."""
 
 
 def _pyspark_jars() -> Path:
     try:
         import pyspark
     except ImportError as exc:
-        raise BuildError(f"pyspark is not installed: {exc}") from None
+        raise Unavailable(f"pyspark is not installed: {exc}") from None
     jars = Path(pyspark.__file__).resolve().parent / "jars"
     if not jars.is_dir():
-        raise BuildError(f"pyspark has no jars directory at {jars}")
+        raise Unavailable(f"pyspark has no jars directory at {jars}")
     return jars
 
 
@@ -60,7 +64,7 @@ def _stamp() -> str:
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        raise BuildError(
+        raise Unavailable(
             f"`{name}` is not on PATH: the JVM reader needs a JDK 17 "
             "(Debian: apt-get install openjdk-17-jdk-headless)"
         )
@@ -69,12 +73,13 @@ def _tool(name: str) -> str:
 
 def build(force: bool = False) -> Path:
     """Compile the sources against pyspark's jars into JAR (unless it is up to date)."""
+    pyspark_jars = _pyspark_jars()  # first: _stamp() needs pyspark
     stamp = _stamp()
     stamp_file = BUILD / "sources.sha256"
     if not force and JAR.is_file() and stamp_file.is_file() and stamp_file.read_text() == stamp:
         return JAR
     javac, jar_tool = _tool("javac"), _tool("jar")
-    classpath = str(_pyspark_jars() / "*")
+    classpath = str(pyspark_jars / "*")
     java_files = [str(p) for p in _inputs() if p.suffix == ".java"]
     BUILD.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
