@@ -227,6 +227,16 @@ class RowFiles:
         self.f.close()
 
 
+def arrived(spark, mode: str, rows_dir: Path) -> tuple[int, int]:
+    """Rows the real-time or continuous query wrote so far, and how many of them are events (the
+    warm-up rows have no lane and no generation time)."""
+    if mode == "realtime":
+        lines = [line for p in rows_dir.glob("*.jsonl") for line in p.read_text().splitlines()]
+        return len(lines), sum(", null, null, " not in line for line in lines)
+    counts = spark.sql("SELECT count(*), count(gen_ms) FROM ospbench").collect()[0]
+    return counts[0], counts[1]
+
+
 def rows_written(directory: Path) -> pd.DataFrame:
     """The rows RowFiles wrote (a line cut short by a stop is skipped)."""
     rows = []
@@ -316,12 +326,9 @@ def main(argv: list[str] | None = None) -> int:
             if query.exception() is not None:
                 raise RuntimeError(str(query.exception()))
             if args.mode != "microbatch":  # count what arrived, for the runner
-                if args.mode == "realtime":
-                    seen = sum(1 for p in rows_dir.glob("*.jsonl") for _ in open(p))  # noqa: SIM115
-                else:
-                    seen = spark.sql("SELECT count(*) FROM ospbench").collect()[0][0]
-                (out / "progress").write_text(str(seen))
-                if seen:
+                rows, events = arrived(spark, args.mode, rows_dir)
+                (out / "progress").write_text(str(events))
+                if rows:
                     (out / "ready").touch()
             time.sleep(0.2)
     finally:
