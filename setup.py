@@ -1,5 +1,6 @@
-"""Builds the C extensions (64-bit atomics on shared mappings; the native consumer's batch decoder);
-pyproject.toml holds the rest."""
+"""Builds the C extensions (64-bit atomics on shared mappings; the log cleaner's offset map and record
+filter, which hashes keys with OpenSSL's MD5 as Kafka does; the store's batch check; the native
+clients' batch codec); pyproject.toml holds the rest."""
 
 from setuptools import Extension, setup
 
@@ -11,9 +12,25 @@ setup(
             extra_compile_args=["-O2"],
             optional=False,
         ),
+        Extension(
+            "rdmalog.store._cleaner",
+            ["rdmalog/store/_cleaner.c"],
+            depends=["rdmalog/store/_cleaner_records.h"],
+            extra_compile_args=["-O2"],
+            libraries=["crypto"],
+            optional=False,
+        ),
+        Extension(  # optional: rdmalog/store/records.py falls back to Python without it
+            "rdmalog.store._records",
+            ["rdmalog/store/_records.c"],
+            depends=["rdmalog/store/crc32c.h"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
         Extension(  # optional: rdmalog/rdma/client/consumer.py falls back to Python without it
             "rdmalog.rdma.client._batch",
             ["rdmalog/rdma/client/_batch.c"],
+            depends=["rdmalog/store/crc32c.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

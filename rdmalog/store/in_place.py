@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from rdmalog.errors import InvalidRecordError, OffsetOutOfRangeError
+from rdmalog.store.record_keys import require_keys
 from rdmalog.store.records import BatchInfo, validate_batches
 from rdmalog.store.segment import LogSegment, log_file_name
 
@@ -117,7 +118,8 @@ class InPlaceAccess:
         """Validate the bytes written at [position, end) of `head` as a produce request's batches;
         raises HeadMovedError (see the class) or the Kafka error of invalid bytes."""
         with self.lock:
-            return self._validate(self._head_at(head, position), position, end)
+            with self._written(self._head_at(head, position), position, end) as mv:
+                return self._validate(mv)
 
     def commit_written(
         self,
@@ -143,9 +145,9 @@ class InPlaceAccess:
                     f"{self.name}: written batches start at offset {expected_base_offset}, "
                     f"the log ends at {self.log_end_offset}"
                 )
-            if infos is None:
-                infos = self._validate(seg, position, end)
-            with memoryview(seg.mmap)[position:end] as mv:
+            with self._written(seg, position, end) as mv:  # one view: validated, then patched
+                if infos is None:
+                    infos = self._validate(mv)
                 return self._append(mv, infos, leader_epoch, in_place=True)
 
     def _head_at(self, head: SegmentFile, position: int) -> LogSegment:
@@ -155,13 +157,20 @@ class InPlaceAccess:
             raise HeadMovedError(f"{self.name}: the head moved past the written bytes")
         return seg
 
-    def _validate(self, seg: LogSegment, position: int, end: int) -> list[BatchInfo]:
-        """The batches at [position, end) of seg's mapping, checked as `append` checks them."""
-        if seg.mmap is None or not position <= end <= seg.capacity:
+    @staticmethod
+    def _written(seg: LogSegment, position: int, end: int) -> memoryview:
+        """A view of [position, end) of seg's mapping (release it: `with`)."""
+        mm = seg.mmap
+        if mm is None or not 0 <= position <= end <= seg.capacity:
             raise InvalidRecordError("written region is outside the active segment")
-        with memoryview(seg.mmap)[position:end] as mv:
-            infos = validate_batches(mv, self.config.max_message_bytes)
+        return memoryview(mm)[position:end]
+
+    def _validate(self, mv: memoryview) -> list[BatchInfo]:
+        """The batches in `mv`, checked as `append` checks them."""
+        infos = validate_batches(mv, self.config.max_message_bytes)
         self._check_timestamps(infos)
+        if "compact" in self.config.cleanup_policy:
+            require_keys(mv, infos, self.name)
         return infos
 
     def roll_head(self, head: SegmentFile) -> None:
@@ -187,9 +196,9 @@ class InPlaceAccess:
                     f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]"
                 )
             seg, start = self.segments[-1], self.segments[-1].size
-            for cand in self.segments:
-                if cand.base_offset > offset:
-                    break
+            for cand in self.segments:  # cleaned logs have gaps: the batch may start past it
+                if cand.next_offset <= offset:
+                    continue
                 found = cand.find_position(offset)
                 if found is not None:
                     seg, start = cand, found[0]
@@ -198,11 +207,16 @@ class InPlaceAccess:
 
     @contextmanager
     def next_file(self, base_offset: int) -> Iterator[SegmentFile | None]:
-        """The file after the one starting at `base_offset`; None while that one is not readable
-        to its end or no file follows. The log's lock is held until the block ends."""
+        """The file after the one starting at `base_offset` (sealed files left empty by the
+        cleaner skipped); None while that one is not readable to its end or no file follows. The
+        log's lock is held until the block ends."""
         with self.lock:
             current = [seg for seg in self.segments if seg.base_offset == base_offset]
-            later = [seg for seg in self.segments if seg.base_offset > base_offset]
+            later = [
+                seg
+                for seg in self.segments
+                if seg.base_offset > base_offset and (seg.size or seg is self.segments[-1])
+            ]
             if not later or (current and not self.readable_end(current[0])[2]):
                 yield None
             else:

@@ -32,6 +32,11 @@ from rdmalog.errors import (
 )
 from rdmalog.store.compression import Codec, compress, decompress
 
+try:  # validate_batches' loop in C (setup.py builds it; optional)
+    from rdmalog.store._records import validate as _c_validate
+except ImportError:  # pragma: no cover - a source tree without the extension built
+    _c_validate = None
+
 HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
@@ -91,6 +96,20 @@ def validate_batches(
     `allow_control`, which the broker's own transaction markers need); recovery and imports relax
     them, as Kafka does for replicated or compacted batches.
     """
+    if _c_validate is not None:  # the same checks in one C call; None: a bad batch, said below
+        infos = _c_validate(
+            buf, -1 if max_batch_size is None else max_batch_size, from_client, allow_control,
+            BatchInfo,
+        )  # fmt: skip
+        if infos is not None:
+            return infos
+    return _validate_batches(buf, max_batch_size, from_client, allow_control)
+
+
+def _validate_batches(
+    buf: memoryview, max_batch_size: int | None, from_client: bool, allow_control: bool
+) -> list[BatchInfo]:
+    """validate_batches in Python: raises the Kafka error of the first bad batch."""
     out: list[BatchInfo] = []
     end = len(buf)
     pos = 0
@@ -158,7 +177,7 @@ def set_log_append_time(buf: memoryview | bytearray, pos: int, size: int, timest
     attrs = _H.unpack_from(buf, pos + ATTRIBUTES)[0]
     _H.pack_into(buf, pos + ATTRIBUTES, attrs | TIMESTAMP_TYPE_BIT)
     _Q.pack_into(buf, pos + MAX_TIMESTAMP, timestamp)
-    _set_crc(buf, pos, size)
+    set_crc(buf, pos, size)
 
 
 _PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
@@ -170,11 +189,11 @@ def stamp_producer(
     """Make the batch at `pos` an idempotent producer's: its id, epoch and first sequence, then
     the CRC again. Returns how many sequence numbers its records take."""
     _PRODUCER.pack_into(buf, pos + PRODUCER_ID, pid, epoch, seq)
-    _set_crc(buf, pos, size)
+    set_crc(buf, pos, size)
     return _I.unpack_from(buf, pos + LAST_OFFSET_DELTA)[0] + 1
 
 
-def _set_crc(buf: memoryview | bytearray, pos: int, size: int) -> None:
+def set_crc(buf: memoryview | bytearray, pos: int, size: int) -> None:
     """The CRC-32C of the batch at `pos` (of `size` bytes), over attributes to its end."""
     _UI.pack_into(
         buf, pos + CRC_POS, _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES : pos + size])
@@ -358,7 +377,7 @@ def build_batch(
         len(recs) - 1, base_ts, max(stamps), producer_id, producer_epoch, base_sequence, len(recs),
     )  # fmt: skip
     out[BATCH_OVERHEAD:] = body
-    _set_crc(out, 0, len(out))
+    set_crc(out, 0, len(out))
     return out
 
 
