@@ -8,7 +8,7 @@ within each partition's [earliest, latest] range."""
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gateway.cli.common import CliError, add_connection_options, admin_client, out, split_list
@@ -177,7 +177,7 @@ def parse_datetime(text: str) -> int:
         raise CliError(f"--to-datetime expects YYYY-MM-DDTHH:mm:SS.sss, got {text!r}", 2) from None
     if when.tzinfo is None:
         when = when.astimezone()  # local time, as Kafka's tool reads it
-    return int(when.astimezone(timezone.utc).timestamp() * 1000)
+    return int(when.astimezone(UTC).timestamp() * 1000)
 
 
 def _topic_partitions(admin: Any, args: argparse.Namespace, group: str) -> list[Any]:
