@@ -46,7 +46,6 @@ def test_read_now_again_and_after_deregistration(pair):
     assert local.buf[0] == ord("x")
     assert qp.read_now(local, 0, 8, r.addr + 4092, r.rkey) == Status.REM_ACCESS_ERR
     assert qp.read_now(local, 60, 8, r.addr, r.rkey) != Status.SUCCESS
-    assert qp.read_now(local, 0, 8, r.addr - 8, r.rkey) != Status.SUCCESS
     write_only = srv.alloc_mr(64, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
     w = write_only.remote()
     assert qp.read_now(local, 0, 8, w.addr, w.rkey) == Status.REM_ACCESS_ERR
@@ -57,6 +56,10 @@ def test_read_now_again_and_after_deregistration(pair):
     assert qp.read_now(local, 0, 8, a.addr, a.rkey) == Status.SUCCESS
     local.deregister()
     assert qp.read_now(local, 0, 8, a.addr, a.rkey) != Status.SUCCESS
+    # last: on shm an address below a region names another table entry, whose key this is not
+    # (a guess: the queue pair goes to the error state)
+    fresh = cli.alloc_mr(64, Access.LOCAL_WRITE)
+    assert qp.read_now(fresh, 0, 8, a.addr - 8, a.rkey) != Status.SUCCESS
 
 
 def test_write_again_and_after_deregistration(pair):

@@ -21,7 +21,7 @@ from typing import NamedTuple
 from rdmalog.errors import CorruptRecordError, KafkaError
 from rdmalog.rdma import commit_words
 from rdmalog.rdma.client.commit_results import PendingCommits
-from rdmalog.rdma.client.endpoint import Endpoint
+from rdmalog.rdma.client.endpoint import Endpoint, SaslCredentials
 from rdmalog.rdma.client.offsets import OffsetCommitError
 from rdmalog.rdma.commit_words import MAX_OFFSET, SLOT_BYTES, add_for, next_word
 from rdmalog.rdma.control import ControlError
@@ -139,6 +139,7 @@ class Consumer(Endpoint):
         bootstrap: str | None = None,
         auto_offset_reset: str = "earliest",
         check_crcs: bool = False,
+        sasl: SaslCredentials | None = None,
     ):
         if group_id is not None and not bootstrap:
             raise ValueError("group_id needs bootstrap: offsets live in the group coordinator")
@@ -148,7 +149,7 @@ class Consumer(Endpoint):
             raise ValueError(
                 f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
             )
-        super().__init__(control_address, transport, timeout)
+        super().__init__(control_address, transport, timeout, sasl)
         self.fetch_size = fetch_size
         self.reset = _RESETS[auto_offset_reset]  # None: an offset outside the log is an error
         self.check_crcs = check_crcs

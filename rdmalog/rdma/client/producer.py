@@ -29,7 +29,12 @@ from rdmalog.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from rdmalog.rdma.client.endpoint import BrokerDisconnected, ClientClosedError, Endpoint
+from rdmalog.rdma.client.endpoint import (
+    BrokerDisconnected,
+    ClientClosedError,
+    Endpoint,
+    SaslCredentials,
+)
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport.interface import Access, Opcode, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import (
@@ -183,8 +188,9 @@ class Producer(Endpoint):
         timeout: float = 10.0,
         compression: int = Codec.NONE,
         idempotent: bool = False,
+        sasl: SaslCredentials | None = None,
     ):
-        super().__init__(control_address, transport, timeout)
+        super().__init__(control_address, transport, timeout, sasl)
         self.idempotent = idempotent
         self.producer_id, self.producer_epoch = -1, -1
         self._next_sequence: dict[tuple[str, int], int] = {}
@@ -548,8 +554,8 @@ class Producer(Endpoint):
                 raise
             self._fail(d, e)
             return
-        except ControlError as e:
-            self._fail(d, ProduceError(str(e)))
+        except (ControlError, KafkaError) as e:  # a Kafka error: the authorizer's refusal
+            self._fail(d, e if isinstance(e, KafkaError) else ProduceError(str(e)))
             self._partition_counts.pop(d.topic, None)  # the topic may have changed: ask again
             return
         n = d.length

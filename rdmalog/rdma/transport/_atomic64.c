@@ -281,31 +281,49 @@ static PyObject *sync_words(PyObject *self, PyObject *const *args, Py_ssize_t na
     return PyBool_FromLong(changed);
 }
 
-/* copy_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n) -> bool: a shm READ or
- * WRITE of a peer region already mapped, in one call: the peer's region table word at entry_off
- * still holds rkey (acquire: a deregistered region fails as a revoked RNIC key does), both
+/* Where a shm region table entry keeps a memory window's start, end and bound queue pair (0: a
+ * region, any queue pair); see shm.py's entry layout. */
+#define E_START 224
+#define E_END 232
+#define E_QP 240
+#define MR_ENTRY 256
+
+/* copy_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n, qp, remote_off) -> bool:
+ * a shm READ or WRITE of a peer region already mapped, in one call: the peer's region table
+ * word at entry_off still holds rkey (acquire: a deregistered region fails as a revoked RNIC key
+ * does), a window entry is bound to queue pair qp and holds [remote_off, remote_off + n), both
  * ranges lie in their buffers, and the copy did not fault. False for any of those; the caller's
  * general path tells them apart. */
 static PyObject *copy_checked(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError,
-                        "copy_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n)");
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "copy_checked(table, entry_off, rkey, dst, dst_off, src, "
+                                         "src_off, n, qp, remote_off)");
         return NULL;
     }
     Py_ssize_t eoff = PyLong_AsSsize_t(args[1]), doff = PyLong_AsSsize_t(args[4]);
     Py_ssize_t soff = PyLong_AsSsize_t(args[6]), n = PyLong_AsSsize_t(args[7]);
+    Py_ssize_t roff = PyLong_AsSsize_t(args[9]);
     unsigned long long rkey = PyLong_AsUnsignedLongLong(args[2]);
+    unsigned long long qp = PyLong_AsUnsignedLongLong(args[8]);
     if (PyErr_Occurred()) return NULL;
     PyObject *objs[3] = {args[0], args[3], args[5]};
     Py_buffer v[3];
     static const int writable[3] = {0, 1, 0};
     if (get_buffers(objs, v, writable, 3) < 0) return NULL;
     int ok = 0;
-    uint64_t *w = eoff >= 0 && eoff + 8 <= v[0].len && !(((uintptr_t)v[0].buf + eoff) & 7)
+    uint64_t *w = eoff >= 0 && eoff + MR_ENTRY <= v[0].len && !(((uintptr_t)v[0].buf + eoff) & 7)
                       ? (uint64_t *)((char *)v[0].buf + eoff)
                       : NULL;
-    if (w && rkey && __atomic_load_n(w, __ATOMIC_ACQUIRE) == rkey && n >= 0 && doff >= 0 &&
-        soff >= 0 && doff + n <= v[1].len && soff + n <= v[2].len) {
+    int window_ok = 0;
+    if (w && rkey && __atomic_load_n(w, __ATOMIC_ACQUIRE) == rkey) {
+        uint64_t bound = __atomic_load_n(w + E_QP / 8, __ATOMIC_ACQUIRE);
+        uint64_t lo = __atomic_load_n(w + E_START / 8, __ATOMIC_ACQUIRE);
+        uint64_t hi = __atomic_load_n(w + E_END / 8, __ATOMIC_ACQUIRE);
+        window_ok = bound == 0 || (bound == qp && roff >= 0 && n >= 0 && (uint64_t)roff >= lo &&
+                                   (uint64_t)(roff + n) <= hi);
+    }
+    if (window_ok && n >= 0 && doff >= 0 && soff >= 0 && doff + n <= v[1].len &&
+        soff + n <= v[2].len) {
         if (!bus_installed) install_bus();
         char *d = (char *)v[1].buf + doff;
         const char *s = (const char *)v[2].buf + soff;
@@ -452,7 +470,7 @@ static PyMethodDef methods[] = {
     {"sync_words", (PyCFunction)(void (*)(void))sync_words, METH_FASTCALL,
      "sync_words(src, dst, start, end) -> bool: copy words, True if any differed"},
     {"copy_checked", (PyCFunction)(void (*)(void))copy_checked, METH_FASTCALL,
-     "copy_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n) -> bool"},
+     "copy_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n, qp, remote_off) -> bool"},
     {"ring_pop", (PyCFunction)(void (*)(void))ring_pop, METH_FASTCALL,
      "ring_pop(buf, nslots, slot_size, head) -> (kind, qp_num, imm, byte_len, payload) or None"},
     {NULL, NULL, 0, NULL},
