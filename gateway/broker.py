@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from gateway.metrics import BrokerMetrics
 from rdmalog.config import BrokerConfig, TopicConfig
 from rdmalog.errors import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, KafkaError
 from rdmalog.store.interface import Log, LogStore, LogTopic
@@ -140,6 +141,7 @@ class Broker:
         self.num_partitions: int = config.get("num.partitions")
         self.groups: GroupService | None = None  # started by the app (gateway/app.py)
         self.rdma: SharedAppends | None = None  # the RDMA service when rdma.transport is set
+        self.metrics = BrokerMetrics()
 
     # --- cluster view ------------------------------------------------------------------------
 
@@ -196,12 +198,15 @@ class Broker:
         off the loop)."""
         rdma = self.rdma
         if rdma is None:
-            return plog.append(records)
-        res = rdma.try_append(plog.topic, plog.partition, records)
-        if res is None:
-            res = await asyncio.get_running_loop().run_in_executor(
-                None, rdma.append, plog.topic, plog.partition, records
-            )
+            res = plog.append(records)
+        else:
+            res = rdma.try_append(plog.topic, plog.partition, records)
+            if res is None:
+                res = await asyncio.get_running_loop().run_in_executor(
+                    None, rdma.append, plog.topic, plog.partition, records
+                )
+        if not res.duplicate:
+            self.metrics.produced(plog.topic, len(records), res.last_offset - res.base_offset + 1)
         return res
 
     def topic(self, name: str) -> LogTopic | None:

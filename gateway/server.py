@@ -24,6 +24,7 @@ import os
 import socket
 import time
 import types
+from typing import Any
 
 from gateway.acceptor import Acceptor, ConnectionLimits, listening_sockets
 from gateway.broker import Broker, RequestContext
@@ -277,6 +278,7 @@ class Connection(asyncio.BufferedProtocol):
     # --- one request ---------------------------------------------------------------------------
 
     async def _handle(self, frame: bytearray) -> None:
+        began = time.perf_counter()
         mv = memoryview(frame)
         try:
             hdr = parse_request_header(mv)
@@ -319,10 +321,12 @@ class Connection(asyncio.BufferedProtocol):
             if response is None:
                 self.abort()
                 return
-        if response is None or self.closed:
+        if response is None or self.closed:  # acks=0 produce: no answer
+            self.broker.metrics.request_done(hdr.api_key, (time.perf_counter() - began) * 1000)
             return
         buf, parts = encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, response)
         await self.send(buf, parts)
+        self.broker.metrics.request_done(hdr.api_key, (time.perf_counter() - began) * 1000)
 
     async def _unsupported(self, hdr: RequestHeader, entry: ApiEntry | None) -> None:
         if hdr.api_key == API_VERSIONS:
@@ -508,6 +512,7 @@ class Gateway:
         self.acceptor: Acceptor | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self.address: tuple[str, int] = ("", 0)
+        self.metrics_server: Any = None  # the /metrics endpoint, when gateway/app.py starts one
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on host:port (port 0 picks a free one); return the bound address."""

@@ -195,6 +195,9 @@ BROKER_DEFS = _defs(
     ("rdma.order.timeout.ms", "int", 1000, _at_least(1)),
     ("rdma.commit.interval.ms", "int", 100, _at_least(1)),
     ("rdma.consumer.slots", "int", 1024, _at_least(1, at_most=4096)),
+    # rdmalog's own: the Prometheus endpoint (gateway/metrics_http.py), off unless a port is set
+    ("metrics.port", "int", -1, _minus_one_or_at_least(0)),
+    ("metrics.host", "string", None),
     ("zookeeper.connect", "string", None),
     ("zookeeper.session.timeout.ms", "int", 18000),
     ("zookeeper.connection.timeout.ms", "int", None),

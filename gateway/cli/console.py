@@ -188,4 +188,6 @@ def _seek(consumer: Any, tp: Any, offset: str | None, from_beginning: bool) -> N
         try:
             consumer.seek(tp, int(offset))
         except ValueError:
-            raise CliError(f"--offset expects earliest, latest or a number, got {offset!r}", 2) from None
+            raise CliError(
+                f"--offset expects earliest, latest or a number, got {offset!r}", 2
+            ) from None

@@ -23,7 +23,9 @@ from rdmalog.store.verify import (
 
 
 def register(sub) -> list[argparse.ArgumentParser]:
-    dump = sub.add_parser("dump-log", help="print and check log and index files", description=__doc__)
+    dump = sub.add_parser(
+        "dump-log", help="print and check log and index files", description=__doc__
+    )
     dump.add_argument("--files", action="append", required=True, metavar="FILE[,FILE]")
     dump.add_argument("--print-data-log", action="store_true", help="records' keys and values")
     dump.add_argument("--deep-iteration", action="store_true", help="every record of each batch")

@@ -1,4 +1,5 @@
 """stub"""
 
+
 def register(sub):
     return []

@@ -21,12 +21,16 @@ _BY_NAME = PartitionFields(topic="topic", index="partition", missing={"records":
 _BY_ID = _BY_NAME._replace(topic="topic_id")
 
 
-def _read_all(ctx: RequestContext, request: dict, by_id: bool) -> tuple[list, int, list[Log], bool]:
-    """One pass over the requested partitions -> (responses, bytes, logs, any error)."""
+def _read_all(
+    ctx: RequestContext, request: dict, by_id: bool
+) -> tuple[list, int, list[Log], bool, dict[str, int]]:
+    """One pass over the requested partitions -> (responses, bytes, logs, any error, bytes per
+    topic)."""
     budget = request.get("max_bytes", 0x7FFFFFFF)
     total = 0
     logs = []
     errors = False
+    by_topic: dict[str, int] = {}
     requested = ctx.broker.partitions(request["topics"], _BY_ID if by_id else _BY_NAME)
     for p, plog, parts in requested:
         index = p["partition"]
@@ -64,7 +68,8 @@ def _read_all(ctx: RequestContext, request: dict, by_id: bool) -> tuple[list, in
             continue  # only the first non-empty partition may exceed the limits
         entry["records"] = sl
         total += sl.length
-    return requested.topics, total, logs, errors or requested.missing > 0
+        by_topic[plog.topic] = by_topic.get(plog.topic, 0) + sl.length
+    return requested.topics, total, logs, errors or requested.missing > 0, by_topic
 
 
 @api(1, 4, 16, eager=True)
@@ -75,7 +80,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         # cannot be ours: Kafka answers FETCH_SESSION_ID_NOT_FOUND and the client starts over.
         return {"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "responses": []}
     by_id = ctx.api_version >= 13
-    responses, total, logs, errors = _read_all(ctx, request, by_id)
+    responses, total, logs, errors, by_topic = _read_all(ctx, request, by_id)
     min_bytes = request.get("min_bytes", 0)
     wait_ms = request.get("max_wait", 0)
     if total < min_bytes and not errors and wait_ms > 0 and logs:
@@ -86,7 +91,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             if remaining <= 0:
                 break
             woke = await ctx.broker.wait_for_data(logs, remaining)
-            responses, total, logs, errors = _read_all(ctx, request, by_id)
+            responses, total, logs, errors, by_topic = _read_all(ctx, request, by_id)
             if total >= min_bytes or errors or not woke or not logs:
                 break
+    if by_topic:
+        ctx.broker.metrics.fetched(by_topic)
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

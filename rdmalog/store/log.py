@@ -63,6 +63,7 @@ from rdmalog.store.records import (
     validate_batches,
 )
 from rdmalog.store.segment import FileSlice, LogSegment
+from rdmalog.store.stats import LOG_STATS
 
 log = logging.getLogger(__name__)
 
@@ -591,6 +592,12 @@ class PartitionLog(InPlaceAccess):
             deleted += self._delete_oldest(
                 lambda seg, upper: upper <= self.log_start_offset, roll_active=False
             )
+            after = self.log_start_offset
+        if deleted:
+            log.info(
+                "%s: retention deleted %d segment(s), log start offset %d -> %d",
+                self.name, deleted, before, after,
+            )  # fmt: skip
         self._start_moved(before)
         return deleted
 
@@ -636,6 +643,7 @@ class PartitionLog(InPlaceAccess):
                 if epochs:
                     self.leader_epochs.save(sync=False)
                     fds.append(os.open(self.leader_epochs.path, os.O_RDONLY))
+        began = time.perf_counter()
         try:
             for fd in fds:
                 os.fsync(fd)
@@ -645,6 +653,8 @@ class PartitionLog(InPlaceAccess):
         finally:
             for fd in fds:
                 os.close(fd)
+        if fds:
+            LOG_STATS.flush.observe((time.perf_counter() - began) * 1000)
         with self.lock:
             self.recovery_point = max(self.recovery_point, target)
             self.last_flush_ms = self.clock()

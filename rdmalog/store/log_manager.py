@@ -471,6 +471,10 @@ class Store:
                 raise
             self.topics[name] = topic
             self._by_id[topic.topic_id] = topic
+            log.info(
+                "created topic %s (id %s, %d partitions, configs %s)",
+                name, topic.topic_id, count, cfg.overrides or "(defaults)",
+            )  # fmt: skip
             return topic
 
     def validate_new_partitions(self, name: str, total: int) -> Topic:
@@ -527,6 +531,7 @@ class Store:
                 log.warning("topic %s is deleted; removing its files failed: %s", name, failed[0])
             else:
                 self._topic_file(topic.topic_id).unlink(missing_ok=True)
+            log.info("deleted topic %s (id %s)", name, topic.topic_id)
 
     def alter_topic_config(
         self, name: str, configs: Mapping[str, Any], replace: bool = False

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections import Counter
 
 from rdmalog.errors import OffsetOutOfRangeError
 from rdmalog.rdma.broker.access_control import AccessControl
@@ -59,6 +60,7 @@ class Grants:
         slots_per_consumer: int,
         hello_reply: dict,
         access: AccessControl,
+        counters: Counter | None = None,
     ):
         self.store = store
         self.device = device
@@ -72,6 +74,7 @@ class Grants:
         self.slots_per_consumer = slots_per_consumer
         self.hello_reply = hello_reply
         self.access = access
+        self.counters = Counter() if counters is None else counters  # the service's, for metrics
         self._file_ids = itertools.count(1)
 
     def handle(self, s: Session, req: dict) -> dict:
@@ -197,6 +200,7 @@ class Grants:
             ps.produce = f
             s.state.setdefault("grants", set()).add(f.file_id)
             reply = self._grant_reply(f, s)
+            self.counters["produce_grants"] += 1
         # Outside the locks: a preallocated head file is made resident, as registering it with
         # an RNIC would pin it (its first megabytes before the producer hears of it, the rest in
         # the background). Then nothing is left to allocate, and the prefaulter's writable lead
@@ -256,6 +260,7 @@ class Grants:
                 mr = self.device.reg_mr(seg.mmap, Access.REMOTE_READ, path=str(seg.path))
                 rf = ps.readers[seg.base_offset] = ReadFile(key, seg, mr)
             rf.refs.add(s.id)
+            self.counters["read_grants"] += 1
             lrb, mutable, to_end = ps.log.readable_end(seg)
             slot = -1
             region = s.state.get("slots")

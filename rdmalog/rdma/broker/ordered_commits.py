@@ -19,6 +19,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from rdmalog.errors import KafkaError, PolicyViolationError, error_for_code
@@ -56,6 +57,7 @@ class OrderedCommits:
         prefault: Prefaulter,
         part: Callable[[str, int], PartState],
         order_timeout: float,
+        counters: Counter | None = None,
     ):
         self.lock = lock
         self.files = files
@@ -63,6 +65,7 @@ class OrderedCommits:
         self.prefault = prefault
         self.part = part
         self.order_timeout = order_timeout
+        self.counters = Counter() if counters is None else counters  # the service's, for metrics
 
     # -- writes that landed ------------------------------------------------------------------------
     def arrive(self, f: ProduceFile, order: int, byte_len: int, reply: Reply) -> None:
@@ -152,6 +155,8 @@ class OrderedCommits:
         except (HeadMovedError, KafkaError):
             return False
         f.expect_pos = end
+        self.counters["writes_committed"] += len(run)
+        self.counters["bytes_committed"] += end - start
         if res.flush_needed:  # the flush policy: durable before acknowledged, as Kafka
             plog.flush()
         base = res.base_offset
@@ -187,6 +192,8 @@ class OrderedCommits:
         else:
             if not res.duplicate:
                 f.expect_pos = start + byte_len
+                self.counters["writes_committed"] += 1
+                self.counters["bytes_committed"] += byte_len
                 if res.flush_needed:  # durable before acknowledged
                     plog.flush()
                 t = res.log_append_time
@@ -218,6 +225,8 @@ class OrderedCommits:
         """Withdraw f's access now. f stays in `files` until nothing waits in it: writes already
         pending (a successor that arrived before its predecessor) or still arriving are answered
         REVOKED by `_process` and `check_timeouts`, which then forgets f (freeing its id)."""
+        if not f.revoked:
+            self.counters["revocations"] += 1
         f.revoke()
         self.prefault.forget(f.file_id)
         with self.lock:

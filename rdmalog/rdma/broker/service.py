@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 
 from rdmalog.rdma.broker.access_control import AccessControl
 from rdmalog.rdma.broker.commit_slots import CommitSink, CommitSlots
@@ -84,6 +85,7 @@ class RdmaService:
         self.queue_pairs = QueuePairs(self.device, self.lock)
         self.qps = self.queue_pairs.by_num
         self.prefault = Prefaulter()
+        self.counters: Counter = Counter()  # grants, commits, revocations (gateway/metrics.py)
         self.ordering = OrderedCommits(
             self.lock,
             self.files,
@@ -91,6 +93,7 @@ class RdmaService:
             self.prefault,
             self.partitions.get,
             order_timeout,
+            self.counters,
         )
         self.grants = Grants(
             store=store,
@@ -105,6 +108,7 @@ class RdmaService:
             slots_per_consumer=slots_per_consumer,
             hello_reply={"rdma_address": self.rdma_address, "transport": transport},
             access=AccessControl(credentials, authorizer),
+            counters=self.counters,
         )
         self.control = ControlServer(self.grants.handle, self._session_closed, host, control_port)
         self.control_address = self.control.address
