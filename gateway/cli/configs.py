@@ -88,7 +88,8 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
     )
     found = answer.get(kind.name.lower(), {})
     if args.entity_type == "topics":
-        missing = [n for n in names if n not in found]
+        existing = set(admin.list_topics())
+        missing = [n for n in names if n not in found or n not in existing]
         if missing:
             raise CliError(f"Topic '{missing[0]}' does not exist.")
     if args.json:
