@@ -31,15 +31,17 @@ from gateway.broker import Broker, RequestContext
 from gateway.handlers.registry import REGISTRY, ApiEntry, load_all, supported_apis
 from gateway.log_limit import RateLimitedLog
 from gateway.protocol import (
+    DecodeBudgetExceeded,
     DecodeError,
     RequestHeader,
-    decode_request,
     encode_response,
     has_schema,
     parse_request_header,
+    part_length,
 )
 from gateway.protocol.framing import FrameBudget, FrameReader, Stage
 from gateway.protocol.schema import entity_spec, message_class
+from gateway.request_limits import RequestLimits
 from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION
 
 log = logging.getLogger("gateway.server")
@@ -290,19 +292,33 @@ class Connection(asyncio.BufferedProtocol):
         if entry is None or not entry.min_version <= hdr.api_version <= entry.max_version:
             await self._unsupported(hdr, entry)
             return
+        limits = self.gateway.requests
         try:
-            body = decode_request(hdr, mv)
+            body = limits.decode_on_loop(hdr, mv)
+            if body is None:  # heavy: decoded in a thread, handled while no other heavy one is
+                async with limits.heavy:
+                    body = await limits.decode_heavy(hdr, mv)
+                    await self._answer(hdr, entry, body, began)
+                return
         except DecodeError as exc:
             self._log(
                 logging.WARNING,
-                "closing %s: cannot decode %s v%d request: %s",
+                "closing %s: cannot decode %s v%d request: %s%s",
                 self.peer,
                 entry.name.rsplit(".", 1)[-1],
                 hdr.api_version,
                 exc,
+                f" (request.max.decoded.bytes={limits.max_decoded_bytes})"
+                if isinstance(exc, DecodeBudgetExceeded)
+                else "",
             )
             self.abort()
             return
+        await self._answer(hdr, entry, body, began)
+
+    async def _answer(self, hdr: RequestHeader, entry: ApiEntry, body: dict, began: float) -> None:
+        """Run the handler of a decoded request and send its answer; its time from `began`
+        (perf_counter at arrival) goes to the request metrics."""
         ctx = RequestContext(
             self.broker, hdr.api_key, hdr.api_version, hdr.correlation_id, hdr.client_id, self
         )
@@ -375,9 +391,13 @@ class Connection(asyncio.BufferedProtocol):
         if self.closed or t is None or t.is_closing():
             return
         if not parts:
-            self._out.append(buf)
-            if len(self._out) == 1:
-                asyncio.get_running_loop().call_soon(self._flush_out)
+            if len(buf) <= _COPY_CHUNK:
+                self._out.append(buf)
+                if len(self._out) == 1:
+                    asyncio.get_running_loop().call_soon(self._flush_out)
+            else:
+                self._flush_out()  # what was answered before goes first
+                await self._write_paced(buf)
             return
         self._flush_out()
         mv = memoryview(buf)
@@ -386,17 +406,20 @@ class Connection(asyncio.BufferedProtocol):
         cork = (
             CORK_FILE_RESPONSES
             and self._sock is not None
-            and len(buf) + sum(sl.length for _, sl in parts) <= _CORK_MAX
+            and len(buf) + sum(part_length(part) for _, part in parts) <= _CORK_MAX
             and t.get_write_buffer_size() == 0
         )
         try:
             if cork:
                 self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-            for at, sl in parts:
+            for at, part in parts:
                 if at > pos:
                     t.write(mv[pos:at])
                     pos = at
-                await self._send_slice(sl)
+                if isinstance(part, bytes | bytearray):  # a large answer's pre-encoded array
+                    await self._write_paced(part)
+                else:
+                    await self._send_slice(part)
                 if self.closed:
                     return
             if pos < len(buf):
@@ -417,6 +440,19 @@ class Connection(asyncio.BufferedProtocol):
         t = self.transport
         if out and t is not None and not t.is_closing():
             t.write(out[0] if len(out) == 1 else b"".join(out))
+
+    async def _write_paced(self, buf: bytearray) -> None:
+        """Write a large answer a chunk at a time as the socket takes it: the transport copies
+        what it cannot send at once, so this keeps that copy to about one chunk."""
+        loop = asyncio.get_running_loop()
+        with memoryview(buf) as mv:
+            for at in range(0, len(mv), _COPY_CHUNK):
+                if self.closed:
+                    return
+                self.transport.write(mv[at : at + _COPY_CHUNK])
+                if self._write_paused:
+                    self._drained = loop.create_future()
+                    await self._drained
 
     async def _send_slice(self, sl) -> None:
         count = sl.length
@@ -500,6 +536,7 @@ class Gateway:
         config = broker.config
         self.broker = broker
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
+        self.requests = RequestLimits(config.get("request.max.decoded.bytes"))
         self.connections: set[Connection] = set()
         self.stage = Stage()
         self.budget = FrameBudget(config.get("queued.max.request.bytes"))

@@ -238,9 +238,12 @@ class InconsistentTopicIdError(KafkaError):
 
 
 def error_code_of(exc: BaseException) -> int:
-    """The Kafka error code an exception carries (UNKNOWN_SERVER_ERROR when it carries none)."""
+    """The Kafka error code an exception carries; an OSError is KAFKA_STORAGE_ERROR (what Kafka
+    answers for an I/O error in a log dir); UNKNOWN_SERVER_ERROR for anything else."""
     code = getattr(exc, "error_code", None)
-    return code if isinstance(code, int) else UNKNOWN_SERVER_ERROR
+    if isinstance(code, int):
+        return code
+    return KAFKA_STORAGE_ERROR if isinstance(exc, OSError) else UNKNOWN_SERVER_ERROR
 
 
 def error_for_code(code: int) -> type[KafkaError]:

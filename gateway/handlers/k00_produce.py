@@ -13,6 +13,7 @@ import logging
 
 from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
+from gateway.request_limits import Turns
 from rdmalog.errors import CORRUPT_MESSAGE, INVALID_REQUIRED_ACKS, error_code_of
 
 log = logging.getLogger("gateway.produce")
@@ -47,7 +48,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
         return _refuse_all(request, INVALID_REQUIRED_ACKS)
     to_flush = []
     requested = broker.partitions(request["topic_data"], FIELDS)
+    turns = Turns()  # a request may name a hundred thousand partitions
     for pd, plog, answers in requested:
+        if turns.due():
+            await turns.take()
         index = pd["index"]
         records = pd["records"]
         if not records:

@@ -13,6 +13,7 @@ import asyncio
 
 from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
+from gateway.request_limits import Turns
 from rdmalog.errors import FETCH_SESSION_ID_NOT_FOUND, OFFSET_OUT_OF_RANGE, error_code_of
 from rdmalog.store.interface import Log
 
@@ -21,18 +22,21 @@ _BY_NAME = PartitionFields(topic="topic", index="partition", missing={"records":
 _BY_ID = _BY_NAME._replace(topic="topic_id")
 
 
-def _read_all(
+async def _read_all(
     ctx: RequestContext, request: dict, by_id: bool
 ) -> tuple[list, int, list[Log], bool, dict[str, int]]:
     """One pass over the requested partitions -> (responses, bytes, logs, any error, bytes per
-    topic)."""
+    topic); a request of many partitions gives the event loop its turns meanwhile."""
     budget = request.get("max_bytes", 0x7FFFFFFF)
     total = 0
     logs = []
     errors = False
     by_topic: dict[str, int] = {}
     requested = ctx.broker.partitions(request["topics"], _BY_ID if by_id else _BY_NAME)
+    turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
+        if turns.due():
+            await turns.take()
         index = p["partition"]
         hw = plog.high_watermark
         start = plog.log_start_offset
@@ -80,7 +84,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         # cannot be ours: Kafka answers FETCH_SESSION_ID_NOT_FOUND and the client starts over.
         return {"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "responses": []}
     by_id = ctx.api_version >= 13
-    responses, total, logs, errors, by_topic = _read_all(ctx, request, by_id)
+    responses, total, logs, errors, by_topic = await _read_all(ctx, request, by_id)
     min_bytes = request.get("min_bytes", 0)
     wait_ms = request.get("max_wait", 0)
     if total < min_bytes and not errors and wait_ms > 0 and logs:
@@ -91,7 +95,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             if remaining <= 0:
                 break
             woke = await ctx.broker.wait_for_data(logs, remaining)
-            responses, total, logs, errors, by_topic = _read_all(ctx, request, by_id)
+            responses, total, logs, errors, by_topic = await _read_all(ctx, request, by_id)
             if total >= min_bytes or errors or not woke or not logs:
                 break
     if by_topic:

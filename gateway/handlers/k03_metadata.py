@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from gateway.broker import RequestContext, topic_name_error
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from rdmalog.errors import (
     INVALID_TOPIC_EXCEPTION,
@@ -44,14 +47,16 @@ def topic_entry(ctx: RequestContext, topic: LogTopic) -> dict:
     }
 
 
-def _missing(ctx: RequestContext, name: str, allow_create: bool) -> dict:
+async def _missing(ctx: RequestContext, name: str, allow_create: bool) -> dict:
+    """The entry of a topic not found: auto-created (in the admin thread), or an error."""
     broker = ctx.broker
     bad = topic_name_error(name)
     if bad is not None:
         return {"error_code": INVALID_TOPIC_EXCEPTION, "name": name, "partitions": []}
     if allow_create and broker.auto_create and name not in INTERNAL_TOPICS:
         try:
-            return topic_entry(ctx, broker.auto_create_topic(name))
+            topic = await broker.in_admin_thread(broker.auto_create_topic, name)
+            return topic_entry(ctx, topic)
         except Exception as exc:  # a concurrent create, or a store refusal
             topic = broker.topic(name)
             if topic is not None:
@@ -61,33 +66,40 @@ def _missing(ctx: RequestContext, name: str, allow_create: bool) -> dict:
     return {"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []}
 
 
+def _distinct(wanted: list[dict]) -> list[dict]:
+    """The requested topics, each once (Kafka answers a set of topics), by name or else by id."""
+    seen: dict[object, dict] = {}
+    for item in wanted:
+        name = item.get("name")
+        seen.setdefault(("id", item.get("topic_id")) if name is None else name, item)
+    return list(seen.values())
+
+
 @api(3, 0, 12, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Describe the requested topics (all when `topics` is null, or empty at v0)."""
     broker = ctx.broker
     wanted = request.get("topics")
     allow_create = request.get("allow_auto_topic_creation", True) if ctx.api_version >= 4 else True
-    topics = []
+
+    def describe(item: dict) -> dict | Coroutine[Any, Any, dict]:
+        name = item.get("name")
+        if name is None:
+            topic = broker.topic_by_id(item.get("topic_id"))
+            if topic is None:
+                return {
+                    "error_code": UNKNOWN_TOPIC_ID,
+                    "topic_id": item.get("topic_id"),
+                    "partitions": [],
+                }
+            return topic_entry(ctx, topic)
+        topic = broker.topic(name)
+        return topic_entry(ctx, topic) if topic else _missing(ctx, name, allow_create)
+
     if wanted is None or (ctx.api_version == 0 and not wanted):
-        topics = [topic_entry(ctx, t) for t in broker.topics()]
+        topics = await answer_each(ctx, ("topics",), broker.topics(), lambda t: topic_entry(ctx, t))
     else:
-        for item in wanted:
-            name = item.get("name")
-            if name is None:
-                topic = broker.topic_by_id(item.get("topic_id"))
-                if topic is None:
-                    topics.append(
-                        {
-                            "error_code": UNKNOWN_TOPIC_ID,
-                            "topic_id": item.get("topic_id"),
-                            "partitions": [],
-                        }
-                    )
-                else:
-                    topics.append(topic_entry(ctx, topic))
-                continue
-            topic = broker.topic(name)
-            topics.append(topic_entry(ctx, topic) if topic else _missing(ctx, name, allow_create))
+        topics = await answer_each(ctx, ("topics",), _distinct(wanted), describe)
     return {
         "throttle_time": 0,
         "brokers": broker.brokers(),

@@ -5,46 +5,46 @@ while no transaction coordinator can serve it."""
 
 from __future__ import annotations
 
-import asyncio
+import logging
 
 from gateway.broker import RequestContext
 from gateway.groups.schema import OFFSETS_TOPIC
 from gateway.groups.service import group_service
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from rdmalog import errors as E
+
+log = logging.getLogger("gateway.find_coordinator")
 
 KEY_GROUP, KEY_TRANSACTION = 0, 1
 
 
-def _answer(ctx: RequestContext, key: str, key_type: int) -> dict:
+def _refusal(key: str, code: int, message: str) -> dict:
+    return {
+        "key": key,
+        "error_code": code,
+        "error_message": message,
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+    }
+
+
+def _answer(ctx: RequestContext, key: str, key_type: int, unavailable: str | None) -> dict:
+    """One key's coordinator; `unavailable` says why the group coordinator cannot serve now."""
     broker = ctx.broker
     if key_type not in (KEY_GROUP, KEY_TRANSACTION):
-        return {
-            "key": key,
-            "error_code": E.INVALID_REQUEST,
-            "error_message": f"unsupported coordinator key type {key_type}",
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-        }
+        return _refusal(key, E.INVALID_REQUEST, f"unsupported coordinator key type {key_type}")
     if key_type == KEY_TRANSACTION:
-        return {
-            "key": key,
-            "error_code": E.COORDINATOR_NOT_AVAILABLE,
-            "error_message": "transactions are not supported by this broker yet",
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-        }
-    if key_type == KEY_GROUP and not key:
-        return {
-            "key": key,
-            "error_code": E.INVALID_GROUP_ID,
-            "error_message": "the group id must not be empty",
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-        }
+        return _refusal(
+            key,
+            E.COORDINATOR_NOT_AVAILABLE,
+            "transactions are not supported by this broker yet",
+        )
+    if not key:
+        return _refusal(key, E.INVALID_GROUP_ID, "the group id must not be empty")
+    if unavailable is not None:
+        return _refusal(key, E.COORDINATOR_NOT_AVAILABLE, unavailable)
     return {
         "key": key,
         "error_code": E.NONE,
@@ -55,19 +55,38 @@ def _answer(ctx: RequestContext, key: str, key_type: int) -> dict:
     }
 
 
+async def _offsets_topic_problem(ctx: RequestContext) -> str | None:
+    """Create `__consumer_offsets` when missing; why it cannot be, or None."""
+    if ctx.broker.topic(OFFSETS_TOPIC) is not None:
+        return None
+    # Kafka creates __consumer_offsets here. Its 50 partitions are tens to hundreds of ms of file
+    # work: done in the admin thread so other connections are served meanwhile (the store
+    # publishes the topic only once all its partitions exist).
+    try:
+        await ctx.broker.in_admin_thread(group_service(ctx.broker).offsets.ensure)
+    except Exception as exc:  # a full disk, too few descriptors: Kafka's answer is "not yet"
+        log.error("cannot create %s, so no group has a coordinator: %s", OFFSETS_TOPIC, exc)
+        return f"the offsets topic cannot be created: {exc}"
+    return None
+
+
 @api(10, 0, 6)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Point every key at this broker (creating and loading `__consumer_offsets` on first use)."""
     key_type = request.get("key_type", KEY_GROUP) if ctx.api_version >= 1 else KEY_GROUP
-    if key_type == KEY_GROUP and ctx.broker.topic(OFFSETS_TOPIC) is None:
-        # Kafka creates __consumer_offsets here. Its 50 partitions are tens to hundreds of ms of
-        # file work: done in a thread so other connections are served meanwhile (the store
-        # publishes the topic only once all its partitions exist).
-        await asyncio.to_thread(group_service(ctx.broker).offsets.ensure)
+    unavailable = await _offsets_topic_problem(ctx) if key_type == KEY_GROUP else None
     if ctx.api_version >= 4:
         keys = request.get("coordinator_keys") or []
-        return {"throttle_time": 0, "coordinators": [_answer(ctx, k, key_type) for k in keys]}
-    answer = _answer(ctx, request.get("key") or "", key_type)
+
+        def batched(key: str) -> dict:
+            answer = _answer(ctx, key, key_type, unavailable)
+            answer["error_message"] = None  # Kafka's batched answers carry codes only
+            return answer
+
+        # every key is answered, duplicates too (as Kafka does)
+        coordinators = await answer_each(ctx, ("coordinators",), keys, batched)
+        return {"throttle_time": 0, "coordinators": coordinators}
+    answer = _answer(ctx, request.get("key") or "", key_type, unavailable)
     del answer["key"]
     answer["throttle_time"] = 0
     return answer

@@ -10,7 +10,12 @@ import asyncio
 
 from gateway.broker import RequestContext
 from gateway.handlers.registry import api
-from rdmalog.errors import COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST
+from rdmalog.errors import (
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    INVALID_REQUEST,
+    KafkaStorageError,
+)
 
 
 @api(22, 0, 5)
@@ -26,5 +31,13 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         }
     # a new block of ids is fsync'ed before use: never on the event loop
     allocate = ctx.broker.allocate_producer_id
-    producer_id = await asyncio.get_running_loop().run_in_executor(None, allocate)
+    try:
+        producer_id = await asyncio.get_running_loop().run_in_executor(None, allocate)
+    except KafkaStorageError:  # a full disk (logged): a retriable answer, clients ask again
+        return {
+            "throttle_time": 0,
+            "error_code": COORDINATOR_LOAD_IN_PROGRESS,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
     return {"throttle_time": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": 0}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from gateway.broker import RequestContext
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from gateway.handlers.resources import alter_resource
 
 
-def _alter(broker, res: dict, validate_only: bool) -> dict:
-    return alter_resource(
+async def _alter(broker, res: dict, validate_only: bool) -> dict:
+    return await alter_resource(
         broker,
         res,
         validate_only,
@@ -22,7 +23,7 @@ def _alter(broker, res: dict, validate_only: bool) -> dict:
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Set each topic's overrides to exactly the given configs (unlisted keys revert to defaults)."""
     validate_only = bool(request.get("validate_only"))
-    return {
-        "throttle_time": 0,
-        "responses": [_alter(ctx.broker, r, validate_only) for r in request["resources"]],
-    }
+    responses = await answer_each(
+        ctx, ("responses",), request["resources"], lambda r: _alter(ctx.broker, r, validate_only)
+    )
+    return {"throttle_time": 0, "responses": responses}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gateway.broker import RequestContext
 from gateway.groups.service import group_service
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 
 
@@ -13,7 +14,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     names = list(request.get("groups_names") or ())
     results = service.coordinator.delete_groups(names)
     await service.durable()
-    return {
-        "throttle_time": 0,
-        "results": [{"group_id": g, "error_code": results[g]} for g in dict.fromkeys(names)],
-    }
+    answers = await answer_each(
+        ctx,
+        ("results",),
+        list(dict.fromkeys(names)),  # each group once, as Kafka answers
+        lambda g: {"group_id": g, "error_code": results[g]},
+    )
+    return {"throttle_time": 0, "results": answers}

@@ -76,7 +76,7 @@ def request_error(names: list[str], values: list[str | None], null_ok: list[bool
     return None
 
 
-def alter_resource(
+async def alter_resource(
     broker: Broker,
     res: dict,
     validate_only: bool,
@@ -110,7 +110,7 @@ def alter_resource(
         if validate_only:
             topic.config.altered(changes, replace=replace)
         else:
-            broker.alter_topic_config(name, changes, replace=replace)
+            await broker.in_admin_thread(broker.alter_topic_config, name, changes, replace)
     except Exception as exc:  # store errors carry their Kafka code
         out.update(error_code=error_code_of(exc), error_message=str(exc))
     return out
