@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gateway.broker import Broker, SharedAppends
 from gateway.groups.service import GroupService
+from gateway.mirror.service import MirrorService
 from gateway.server import Gateway
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import KafkaError
@@ -128,6 +129,7 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
         gateway.broker.rdma = start_rdma(store, config, gateway.broker.groups)
         host, port = _listen_address(config, listen)
         log_start_up(config, store, (host, port))
+        gateway.broker.mirror = MirrorService(gateway.broker).start()
         gateway.metrics_server = await start_metrics(gateway, config, host)
         await gateway.start(host, port)
     except BaseException:
@@ -142,6 +144,8 @@ async def shutdown(gateway: Gateway) -> None:
     metrics_server = gateway.metrics_server
     if metrics_server is not None:
         metrics_server.stopping = True  # /health answers 503 from here on
+    if gateway.broker.mirror is not None:
+        await gateway.broker.mirror.stop()
     await gateway.stop()
     if gateway.broker.rdma is not None:
         gateway.broker.rdma.stop()  # hands the last RDMA commits to the coordinator ...

@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from gateway.metrics import BrokerMetrics
 from rdmalog.config import BrokerConfig, TopicConfig
-from rdmalog.errors import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, KafkaError
+from rdmalog.errors import (
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    InvalidRequestError,
+    KafkaError,
+)
 from rdmalog.store.interface import Log, LogStore, LogTopic
 from rdmalog.store.log import AppendResult
 
@@ -147,6 +152,7 @@ class Broker:
         self.groups: GroupService | None = None  # started by the app (gateway/app.py)
         self.rdma: SharedAppends | None = None  # the RDMA service when rdma.transport is set
         self.metrics = BrokerMetrics()
+        self.mirror: Any = None  # the mirror topics' links (gateway/mirror), started by the app
 
     # --- cluster view ------------------------------------------------------------------------
 
@@ -201,6 +207,11 @@ class Broker:
         """Append to a partition's log, or through the RDMA service when native producers may share
         its head file (a shared grant orders this append with their RDMA writes, which may wait: then
         off the loop)."""
+        if plog.config.rdmalog_mirror_source:
+            raise InvalidRequestError(
+                f"{plog.topic} is a mirror of {plog.config.rdmalog_mirror_source} and read-only "
+                "until promoted (rdmalog mirror promote)"
+            )
         rdma = self.rdma
         if rdma is None:
             res = plog.append(records)

@@ -141,6 +141,7 @@ class BrokerCollector:
         yield from self._partitions(b)
         yield from self._groups(b)
         yield from self._rdma(b)
+        yield from self._mirror(b)
 
     def _per_topic(self, m: BrokerMetrics, live: set[str]) -> Iterator[Metric]:
         for attr, name, doc in (
@@ -233,6 +234,9 @@ class BrokerCollector:
         yield lag
         yield current
 
+    def _mirror(self, b: Broker) -> Iterator[Metric]:
+        yield from _mirror_lag(b)
+
     def _rdma(self, b: Broker) -> Iterator[Metric]:
         counters = getattr(b.rdma, "counters", None)
         if counters is None:
@@ -250,6 +254,18 @@ RDMA_COUNTERS = {
     "bytes_committed": "bytes of RDMA writes committed in place",
     "revocations": "produce grants withdrawn (roll, timeout, a dead predecessor, leadership)",
 }
+
+
+def _mirror_lag(b: Broker) -> Iterator[Metric]:
+    mirror = getattr(b, "mirror", None)
+    lag = GaugeMetricFamily(
+        "rdmalog_mirror_lag",
+        "records a mirror topic's partition lacks of its source's high watermark",
+        labels=["topic", "partition"],
+    )
+    for (topic, partition), n in sorted(getattr(mirror, "lag", {}).items()):
+        lag.add_metric([topic, str(partition)], n)
+    yield lag
 
 
 def _state_name(group: Any) -> str:

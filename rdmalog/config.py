@@ -200,6 +200,8 @@ BROKER_DEFS = _defs(
     # rdmalog's own: the Prometheus endpoint (gateway/metrics_http.py), off unless a port is set
     ("metrics.port", "int", -1, _minus_one_or_at_least(0)),
     ("metrics.host", "string", None),
+    # rdmalog's own: how often mirror links copy source groups' committed offsets (gateway/mirror)
+    ("mirror.offsets.sync.interval.ms", "int", 5000, _at_least(100)),
     ("zookeeper.connect", "string", None),
     ("zookeeper.session.timeout.ms", "int", 18000),
     ("zookeeper.connection.timeout.ms", "int", None),
@@ -518,6 +520,8 @@ _TOPIC_ROWS: list[tuple[tuple, str | None]] = [
     (("local.retention.ms", "long", -2, _at_least(-2)), None),
     (("local.retention.bytes", "long", -2, _at_least(-2)), None),
     (("remote.storage.enable", "boolean", False), None),
+    # rdmalog's own: a mirror topic's source cluster (bootstrap servers; gateway/mirror)
+    (("rdmalog.mirror.source", "string", ""), None),
 ]
 TOPIC_DEFS = _defs(*(row for row, _ in _TOPIC_ROWS))
 _TOPIC_BROKER_DEFAULT = {row[0]: src for row, src in _TOPIC_ROWS}

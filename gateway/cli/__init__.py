@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     # a tool prints its results; the client library's INFO chatter is not output
     level = args.log_level or ("INFO" if serving else "WARNING")
     configure_logging(level, args.log_format)
-    if not serving and level != "DEBUG":
-        logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    if level != "DEBUG":  # kafka-python's chatter (the tools' clients, the broker's mirror links)
+        logging.getLogger("kafka").setLevel(logging.WARNING if serving else logging.CRITICAL)
     try:
         return args.func(args) or 0
     except CliError as e:

@@ -172,6 +172,8 @@ class Grants:
         if mode not in ("exclusive", "shared"):
             raise ControlError("invalid_request", f"unknown mode {mode!r}")
         ps = self.partitions.get(topic, partition)
+        if ps.log.config.rdmalog_mirror_source:  # a mirror topic (gateway/mirror): read-only
+            raise ControlError("invalid_request", f"{topic} is a read-only mirror topic")
         with self.lock:
             f = ps.produce
             if f is not None and not f.revoked:
