@@ -154,6 +154,26 @@ def _end_offsets(admin: Any, partitions: list[Any]) -> dict[Any, int]:
     return {tp: r.offset for tp, r in answer.items()}
 
 
+def _source_ends(bootstrap: str, topics: list[str], ours: dict[Any, int]) -> dict[Any, int]:
+    """The source's high watermarks, from Fetch answers (as the mirror sees them)."""
+    from kafka import TopicPartition
+
+    from gateway.mirror.digest import high_watermarks
+    from gateway.mirror.source import SourceCluster
+
+    async def read() -> dict[tuple[str, int], int]:
+        source = SourceCluster(bootstrap, "rdmalog-mirror-cli")
+        try:
+            await source.refresh(topics)
+            return await high_watermarks(
+                source, {(tp.topic, tp.partition): o for tp, o in ours.items()}
+            )
+        finally:
+            await source.close()
+
+    return {TopicPartition(*key): hw for key, hw in asyncio.run(read()).items()}
+
+
 def _group_offsets(admin: Any, topics: set[str]) -> dict[tuple[str, Any], int]:
     out_: dict[tuple[str, Any], int] = {}
     for g in admin.list_groups():
@@ -174,7 +194,8 @@ def _snapshot(target: Any, mirrors: dict[str, str]) -> tuple[list, list]:
         source = _source_admin(source_bootstrap)
         try:
             parts = _partitions(target, topics)
-            theirs, ours = _end_offsets(source, parts), _end_offsets(target, parts)
+            ours = _end_offsets(target, parts)
+            theirs = _source_ends(source_bootstrap, topics, ours)
             for tp in parts:
                 rows.append((tp.topic, tp.partition, theirs.get(tp), ours.get(tp)))
             source_groups = _group_offsets(source, set(topics))

@@ -44,8 +44,12 @@ async def digest_partition(
         raise RuntimeError(f"{topic}-{partition}: ListOffsets error {code}")
     offset = max(from_offset, start)
     while True:
-        answer = await cluster.fetch(node, [(topic, partition, offset)], 0)
-        p = answer["responses"][0]["partitions"][0]
+        answer = await cluster.fetch(node, [(topic, partition, offset)], 100)
+        parts = [p for t in answer["responses"] for p in t["partitions"]]
+        if not parts:  # nothing readable within the wait (some brokers answer so)
+            d.end = offset
+            return d
+        p = parts[0]
         if p["error_code"]:
             raise RuntimeError(f"{topic}-{partition}: Fetch error {p['error_code']}")
         hw = p["high_watermark"]
@@ -65,3 +69,23 @@ async def digest_partition(
         if offset >= hw or not moved:  # read to the high watermark (or nothing more comes)
             d.end = offset
             return d
+
+
+async def high_watermarks(
+    cluster: SourceCluster, at: dict[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """The high watermark of each partition, from Fetch answers at the given offsets (what a
+    consumer is told it can read up to; some brokers' ListOffsets disagree with it)."""
+    by_leader: dict[int, list[tuple[str, int, int]]] = {}
+    for (topic, partition), offset in at.items():
+        node = cluster.leaders.get((topic, partition))
+        if node is not None:
+            by_leader.setdefault(node, []).append((topic, partition, offset))
+    found: dict[tuple[str, int], int] = {}
+    for node, wants in by_leader.items():
+        answer = await cluster.fetch(node, wants, 100)
+        for t in answer["responses"]:
+            for p in t["partitions"]:
+                if not p["error_code"]:
+                    found[(t["topic"], p["partition_index"])] = p["high_watermark"]
+    return found

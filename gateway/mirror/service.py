@@ -43,13 +43,15 @@ def mirror_source(plog_or_topic: Any) -> str:
     return plog_or_topic.config.rdmalog_mirror_source or ""
 
 
-def whole_batches(records: Any) -> memoryview | None:
-    """The whole batches at the start of fetched records (a fetch may end inside one)."""
+def whole_batches(records: Any) -> tuple[memoryview | None, int]:
+    """The whole batches at the start of fetched records (a fetch may end inside one), and the
+    largest producer id among them (-1: none)."""
     mv = memoryview(records) if records is not None else memoryview(b"")
-    end = 0
+    end, pid = 0, -1
     for batch in iter_batches(mv):
         end = batch.pos + batch.size
-    return mv[:end] if end else None
+        pid = max(pid, batch.producer_id)
+    return (mv[:end] if end else None), pid
 
 
 class MirrorService:
@@ -170,10 +172,12 @@ class MirrorService:
                 plog = self.broker.partition(*key)
                 if isinstance(plog, int):
                     continue
-                records = whole_batches(p["records"])
+                records, producer_id = whole_batches(p["records"])
                 if records is not None:
                     end = plog.append_replicated(records)
                     plog.set_high_watermark(end)
+                    if producer_id >= 0:  # new producers here must not get the source's ids
+                        self.broker.store.producer_ids.reserve_past(producer_id)
                 self.lag[key] = max(p["high_watermark"] - plog.log_end_offset, 0)
         if out_of_range:
             await self._restart_at_source_start(source, node, out_of_range)

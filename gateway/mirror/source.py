@@ -139,7 +139,7 @@ class SourceCluster:
             )
         body = {
             "replica_id": -1,
-            "max_wait_ms": max_wait_ms,
+            "max_wait": max_wait_ms,
             "min_bytes": 1,
             "max_bytes": FETCH_MAX_BYTES,
             "isolation_level": 0,

@@ -211,6 +211,10 @@ class Store:
                 )
             self.topics[topic.name] = topic
             self._by_id[topic.topic_id] = topic
+        # logs copied in (an imported Kafka log dir, mirrored topics) hold other allocators' ids
+        self.producer_ids.reserve_past(
+            max((pid for plog in self.logs() for pid in plog.producer_state.producers), default=-1)
+        )
         marker.unlink(missing_ok=True)
         self.opened = True
         try:
