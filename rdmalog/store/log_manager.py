@@ -62,7 +62,7 @@ from rdmalog.store import checkpoints as ck
 from rdmalog.store import descriptors
 from rdmalog.store.adoption import adopt
 from rdmalog.store.disk import recovered, storage_error
-from rdmalog.store.kraft_metadata import read_cluster_metadata
+from rdmalog.store.kraft_metadata import ClusterMetadata, read_cluster_metadata
 from rdmalog.store.log import PartitionLog, parse_partition_dir, wall_clock_ms
 from rdmalog.store.producer_ids import FILE_NAME as PRODUCER_ID_FILE
 from rdmalog.store.producer_ids import ProducerIdAllocator
@@ -133,8 +133,13 @@ class Store:
         config: BrokerConfig,
         *,
         clock: Callable[[], int] = wall_clock_ms,
+        adoption_metadata: ClusterMetadata | None = None,
     ) -> None:
+        """`adoption_metadata`: the topic ids and configs of partition directories to adopt, in
+        place of the log dir's KRaft metadata log (`rdmalog import` passes what the operator gave:
+        a configs file, or a source cluster's answers)."""
         self.dir = Path(data_dir) if data_dir is not None else config.log_dirs[0]
+        self._adoption_metadata = adoption_metadata
         self.config = config
         self.clock = clock
         self.topics: dict[str, Topic] = {}
@@ -405,6 +410,8 @@ class Store:
 
     def _read_cluster_metadata(self) -> tuple:
         """(the metadata log's content or None, why it could not be read or None)."""
+        if self._adoption_metadata is not None:
+            return self._adoption_metadata, None
         try:
             return read_cluster_metadata(self.dir), None
         except (OSError, ValueError, KafkaError) as e:

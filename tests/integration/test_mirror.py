@@ -43,7 +43,9 @@ class Writer(threading.Thread):
         try:
             producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=5)
             for i in range(self.total):
-                producer.send(self.topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % PARTITIONS)
+                producer.send(
+                    self.topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % PARTITIONS
+                )
                 self.sent += 1
                 if i % 100 == 99:
                     producer.flush()
@@ -69,7 +71,8 @@ def _commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.alter_group_offsets(
-            group, {TopicPartition(topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()}
+            group,
+            {TopicPartition(topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()},
         )
     finally:
         admin.close()
