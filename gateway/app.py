@@ -1,10 +1,12 @@
-"""A running broker composed of its parts: the store, the group coordinator, the RDMA datapaths
-and the gateway's server, started and stopped in order (`start`/`shutdown`, `serve`, and `run`, the
-blocking entry point of `rdmalog serve`)."""
+"""A running broker composed of its parts: the listeners and their security, the store, the
+authorizer and the users' settings, the group coordinator, the RDMA datapaths and the gateway's
+server, started and stopped in order (`start`/`shutdown`, `serve`, and `run`, the blocking entry
+point of `rdmalog serve`)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 from importlib import metadata
@@ -13,19 +15,34 @@ from pathlib import Path
 from gateway.broker import Broker, SharedAppends
 from gateway.groups.service import GroupService
 from gateway.mirror.service import MirrorService
+from gateway.quotas import QuotaManager
 from gateway.server import Gateway
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import KafkaError
+from rdmalog.security.acls import authorizer_from_config
+from rdmalog.security.authorizer import Authorizer
+from rdmalog.security.entity_configs import EntityConfigs, ScramCredentials
+from rdmalog.security.inter_broker import client_security
+from rdmalog.security.listeners import ListenerSecurity, listener_specs, secure
+from rdmalog.security.sasl import Credentials
 from rdmalog.store.interface import LogStore
 
 log = logging.getLogger("gateway.app")
 
 
-def _listen_address(config: BrokerConfig, listen: tuple[str, int] | None) -> tuple[str, int]:
+def secure_listeners(
+    config: BrokerConfig, listen: tuple[str, int] | None = None
+) -> list[ListenerSecurity]:
+    """Every listener with what it needs to serve its protocol (`listen` replaces the first one's
+    address); InvalidConfigError, naming the key, when one cannot be served as configured."""
+    specs = listener_specs(config)
+    if not specs:
+        specs = listener_specs(BrokerConfig.from_sources(None, {"listeners": "PLAINTEXT://:9092"}))
     if listen is not None:
-        return listen
-    first = config.listeners[0] if config.listeners else None
-    return (first.host, first.port) if first else ("0.0.0.0", 9092)
+        specs[0] = dataclasses.replace(specs[0], host=listen[0], port=listen[1])
+    if config.get("zookeeper.connect"):
+        client_security(config)  # brokers must be able to log in to each other
+    return [secure(config, spec) for spec in specs]
 
 
 def open_store(config: BrokerConfig) -> LogStore:
@@ -41,10 +58,16 @@ def open_store(config: BrokerConfig) -> LogStore:
 
 
 def start_rdma(
-    store: LogStore, config: BrokerConfig, groups: GroupService | None = None
+    store: LogStore,
+    config: BrokerConfig,
+    groups: GroupService | None = None,
+    credentials: Credentials | None = None,
+    authorizer: Authorizer | None = None,
 ) -> SharedAppends | None:
     """Start KafkaDirect's datapaths for native clients when `rdma.transport` names one; offsets
-    native consumers commit through commit slots go to `groups`' coordinator."""
+    native consumers commit through commit slots go to `groups`' coordinator. With `credentials`
+    control sessions must authenticate (SASL, the Kafka listeners' SCRAM users); every grant is
+    checked by `authorizer` (the Kafka listeners' ACLs)."""
     transport = config.get("rdma.transport")
     if transport == "none":
         return None
@@ -59,6 +82,8 @@ def start_rdma(
         commit_sink=None if groups is None else _commit_sink(groups),
         commit_interval=config.get("rdma.commit.interval.ms") / 1000,
         slots_per_consumer=config.get("rdma.consumer.slots"),
+        credentials=credentials,
+        authorizer=authorizer,
     ).start()
     log.info("RDMA datapaths on %s, control requests at %s", transport, service.control_address)
     return service
@@ -90,15 +115,17 @@ def version() -> str:
         return "unknown"
 
 
-def log_start_up(config: BrokerConfig, store: LogStore, listen: tuple[str, int]) -> None:
+def log_start_up(config: BrokerConfig, store: LogStore, listeners: list[ListenerSecurity]) -> None:
     """What an operator checks first: version, cluster id, listeners, non-default configs."""
     log.info(
         "rdmalog %s starting: cluster id %s, node %s, log dir %s",
         version(), getattr(store, "cluster_id", "?"), getattr(store, "node_id", config.node_id),
         config.log_dirs[0],
     )  # fmt: skip
-    listeners = ", ".join(f"{x.name}://{x.host}:{x.port}" for x in config.listeners)
-    log.info("listeners: %s (serving %s:%d)", listeners or "(none)", *listen)
+    shown = ", ".join(
+        f"{x.spec.name}://{x.spec.host}:{x.spec.port} ({x.spec.protocol})" for x in listeners
+    )
+    log.info("listeners: %s", shown or "(none)")
     changed = [
         f"{e.name}={'[hidden]' if 'password' in e.name else e.value}"
         for e in config.describe()
@@ -115,23 +142,45 @@ async def start_metrics(gateway: Gateway, config: BrokerConfig, listen_host: str
     from gateway.metrics_http import MetricsServer
 
     server = MetricsServer(gateway.broker, version())
-    await server.start(config.get("metrics.host") or listen_host, port)
+    await server.start(config.get("metrics.host") or listen_host or "0.0.0.0", port)
     return server
 
 
 async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
-    """Open the store and start a gateway on `listen` (or the first listener); return it running."""
+    """Open the store and start a gateway on its listeners (`listen` replaces the first one's
+    address); return it running. Security that cannot be served as configured stops start-up
+    before anything is opened."""
+    listeners = secure_listeners(config, listen)
     store = open_store(config)
-    gateway = Gateway(Broker(config, store))
+    try:
+        entity_configs = EntityConfigs.in_data_dir(config.log_dirs[0])
+        authorizer = authorizer_from_config(config, config.log_dirs[0])
+    except BaseException:
+        store.close()
+        raise
+    gateway = Gateway(Broker(config, store), ScramCredentials(entity_configs))
+    gateway.broker.authorizer = authorizer
+    gateway.broker.entity_configs = entity_configs
+    gateway.quotas = QuotaManager(
+        entity_configs, config.get("quota.window.num"), config.get("quota.window.size.seconds")
+    )
     try:
         # groups are loaded from __consumer_offsets before the first client can ask for them
         gateway.broker.groups = GroupService(store, config, asyncio.get_running_loop()).start()
-        gateway.broker.rdma = start_rdma(store, config, gateway.broker.groups)
-        host, port = _listen_address(config, listen)
-        log_start_up(config, store, (host, port))
+        # native clients: the same users and ACLs; SASL on the control port as soon as any Kafka
+        # listener asks for security (the control port has no TLS to name a principal by)
+        secured = any(listener.spec.protocol != "PLAINTEXT" for listener in listeners)
+        gateway.broker.rdma = start_rdma(
+            store,
+            config,
+            gateway.broker.groups,
+            credentials=gateway.credentials if secured else None,
+            authorizer=authorizer,
+        )
+        log_start_up(config, store, listeners)
         gateway.broker.mirror = MirrorService(gateway.broker).start()
-        gateway.metrics_server = await start_metrics(gateway, config, host)
-        await gateway.start(host, port)
+        gateway.metrics_server = await start_metrics(gateway, config, listeners[0].spec.host)
+        await gateway.start(listeners)
     except BaseException:
         await gateway.stop()
         store.close()

@@ -1,6 +1,6 @@
 """The `rdmalog` command: `serve` runs a broker; the other subcommands do the jobs of Kafka's tools
 against a running one (`topics`, `configs`, `groups`, `offsets`, `produce`, `consume`, `cluster`), on
-files (`dump-log`), or move data in and out (`import`, `export`, `mirror`). One module per subcommand;
+files (`dump-log`, `scram`), or move data in and out (`import`, `export`, `mirror`). One module per subcommand;
 each registers its parser and the function that runs it."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from gateway.cli import (
     migrate_import,
     mirror,
     offsets,
+    scram,
     serve,
     topics,
 )
@@ -38,6 +39,7 @@ SUBCOMMANDS = (
     migrate_import,
     export,
     mirror,
+    scram,
 )
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 

@@ -14,7 +14,13 @@ import logging
 from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
 from gateway.request_limits import Turns
-from rdmalog.errors import CORRUPT_MESSAGE, INVALID_REQUIRED_ACKS, error_code_of
+from rdmalog.errors import (
+    CORRUPT_MESSAGE,
+    INVALID_REQUIRED_ACKS,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    error_code_of,
+)
+from rdmalog.security.authorizer import Operation, ResourceType
 
 log = logging.getLogger("gateway.produce")
 
@@ -46,8 +52,11 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
     acks = request["acks"]
     if acks not in (0, 1, -1):
         return _refuse_all(request, INVALID_REQUIRED_ACKS)
+    txn = request.get("transactional_id")
+    if txn is not None and not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
+        return _refuse_all(request, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     to_flush = []
-    requested = broker.partitions(request["topic_data"], FIELDS)
+    requested = ctx.partitions(request["topic_data"], FIELDS, Operation.WRITE)
     turns = Turns()  # a request may name a hundred thousand partitions
     for pd, plog, answers in requested:
         if turns.due():
@@ -83,5 +92,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in to_flush))
     if acks == 0:
+        if requested.denied and ctx.connection is not None:
+            ctx.connection.abort()  # no answer to carry the error: Kafka closes the connection
         return None
     return {"responses": requested.topics, "throttle_time": 0}

@@ -11,15 +11,29 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.broker import PartitionFields, RequestContext
+from gateway.broker import PartitionFields, RequestContext, RequestedPartitions
 from gateway.handlers.registry import api
 from gateway.request_limits import Turns
 from rdmalog.errors import FETCH_SESSION_ID_NOT_FOUND, OFFSET_OUT_OF_RANGE, error_code_of
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 from rdmalog.store.interface import Log
 
 _EMPTY = b""
 _BY_NAME = PartitionFields(topic="topic", index="partition", missing={"records": _EMPTY})
 _BY_ID = _BY_NAME._replace(topic="topic_id")
+
+
+def _requested(ctx: RequestContext, request: dict, by_id: bool) -> RequestedPartitions:
+    """The partitions asked for: a consumer needs READ on each topic, a follower (replica id >= 0)
+    CLUSTER_ACTION on the cluster, or every partition is refused (as Kafka does)."""
+    fields = _BY_ID if by_id else _BY_NAME
+    state = request.get("replica_state")
+    replica = state["replica_id"] if state else request.get("replica_id", -1)
+    if replica < 0:
+        return ctx.partitions(request["topics"], fields, Operation.READ)
+    if ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        return ctx.broker.partitions(request["topics"], fields)
+    return RequestedPartitions(ctx.broker, request["topics"], fields, lambda _name: False)
 
 
 async def _read_all(
@@ -32,7 +46,7 @@ async def _read_all(
     logs = []
     errors = False
     by_topic: dict[str, int] = {}
-    requested = ctx.broker.partitions(request["topics"], _BY_ID if by_id else _BY_NAME)
+    requested = _requested(ctx, request, by_id)
     turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
         if turns.due():

@@ -7,6 +7,7 @@ from gateway.handlers.answers import duplicates
 from gateway.handlers.registry import api
 from gateway.request_limits import Turns
 from rdmalog.errors import INVALID_REQUEST, error_code_of
+from rdmalog.security.authorizer import Operation
 from rdmalog.store.interface import Log
 
 LATEST = -1
@@ -46,7 +47,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     twice = duplicates(
         (t["name"], p["partition_index"]) for t in request["topics"] for p in t["partitions"]
     )
-    requested = ctx.broker.partitions(request["topics"], PartitionFields())
+    requested = ctx.partitions(request["topics"], PartitionFields(), Operation.DESCRIBE)
     turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
         if turns.due():

@@ -11,16 +11,19 @@ from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from rdmalog.errors import (
     INVALID_TOPIC_EXCEPTION,
+    TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     error_code_of,
 )
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 from rdmalog.store.interface import LogTopic
 
 log = logging.getLogger("gateway.metadata")
 
 # Created by their coordinators with their own settings, never by Metadata auto-creation.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 def topic_entry(ctx: RequestContext, topic: LogTopic) -> dict:
@@ -28,6 +31,9 @@ def topic_entry(ctx: RequestContext, topic: LogTopic) -> dict:
     node = ctx.broker.node_id
     replicas = [node]
     return {
+        "topic_authorized_operations": ctx.authorized_operations(ResourceType.TOPIC, topic.name)
+        if ctx.extra.get("include_topic_authorized_operations")
+        else AUTHORIZED_OPERATIONS_OMITTED,
         "error_code": 0,
         "name": topic.name,
         "topic_id": topic.topic_id,
@@ -54,6 +60,11 @@ async def _missing(ctx: RequestContext, name: str, allow_create: bool) -> dict:
     if bad is not None:
         return {"error_code": INVALID_TOPIC_EXCEPTION, "name": name, "partitions": []}
     if allow_create and broker.auto_create and name not in INTERNAL_TOPICS:
+        if not (
+            ctx.authorize(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+            or ctx.authorize(Operation.CREATE, ResourceType.TOPIC, name)
+        ):
+            return _denied(name)
         try:
             topic = await broker.in_admin_thread(broker.auto_create_topic, name)
             return topic_entry(ctx, topic)
@@ -75,36 +86,52 @@ def _distinct(wanted: list[dict]) -> list[dict]:
     return list(seen.values())
 
 
+def _denied(name: str) -> dict:
+    return {"error_code": TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []}
+
+
 @api(3, 0, 12, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Describe the requested topics (all when `topics` is null, or empty at v0)."""
     broker = ctx.broker
     wanted = request.get("topics")
     allow_create = request.get("allow_auto_topic_creation", True) if ctx.api_version >= 4 else True
+    ctx.extra["include_topic_authorized_operations"] = request.get(
+        "include_topic_authorized_operations", False
+    )
+    describable = ctx.topic_check(Operation.DESCRIBE) or (lambda _name: True)
 
     def describe(item: dict) -> dict | Coroutine[Any, Any, dict]:
         name = item.get("name")
         if name is None:
             topic = broker.topic_by_id(item.get("topic_id"))
-            if topic is None:
+            if topic is None or not describable(topic.name):
                 return {
                     "error_code": UNKNOWN_TOPIC_ID,
                     "topic_id": item.get("topic_id"),
                     "partitions": [],
                 }
             return topic_entry(ctx, topic)
+        if not describable(name):
+            return _denied(name)
         topic = broker.topic(name)
         return topic_entry(ctx, topic) if topic else _missing(ctx, name, allow_create)
 
     if wanted is None or (ctx.api_version == 0 and not wanted):
-        topics = await answer_each(ctx, ("topics",), broker.topics(), lambda t: topic_entry(ctx, t))
+        # all topics: those the sender may not describe are left out
+        visible = [t for t in broker.topics() if describable(t.name)]
+        topics = await answer_each(ctx, ("topics",), visible, lambda t: topic_entry(ctx, t))
     else:
         topics = await answer_each(ctx, ("topics",), _distinct(wanted), describe)
     return {
         "throttle_time": 0,
-        "brokers": broker.brokers(),
+        "brokers": broker.brokers(ctx.listener),
         "cluster_id": broker.cluster_id,
         "controller_id": broker.node_id,
         "topics": topics,
-        "cluster_authorized_operations": -2147483648,
+        "cluster_authorized_operations": ctx.authorized_operations(
+            ResourceType.CLUSTER, CLUSTER_NAME
+        )
+        if request.get("include_cluster_authorized_operations")
+        else AUTHORIZED_OPERATIONS_OMITTED,
     }

@@ -12,12 +12,16 @@ from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from gateway.request_limits import Turns
 from rdmalog import errors as E
+from rdmalog.security.authorizer import Operation, ResourceType
 
 
 @api(8, 2, 10)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     service = group_service(ctx.broker)
     by_id = ctx.api_version >= 10
+    group_denied = not ctx.authorize(Operation.READ, ResourceType.GROUP, request["group_id"])
+    readable = ctx.topic_check(Operation.READ) or (lambda _name: True)
+    denied: set[str] = set()
     entries: list[CommitEntry] = []
     unknown_ids: set = set()
     # (response topic key, topic name or None, partitions) in request order
@@ -35,9 +39,11 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         else:
             name = key = t["name"]
         parts = []
+        if name is not None and not group_denied and not readable(name):
+            denied.add(name)
         for p in t.get("partitions") or ():
             parts.append(p["partition_index"])
-            if name is not None:
+            if name is not None and not group_denied and name not in denied:
                 entries.append(
                     CommitEntry(
                         name,
@@ -49,20 +55,31 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                 )
         layout.append((key, name, parts))
     retention = request.get("retention_time", -1) if ctx.api_version <= 4 else -1
-    results = service.coordinator.commit_offsets(
-        request["group_id"],
-        request.get("generation_id_or_member_epoch", -1),
-        request.get("member_id") or "",
-        entries,
-        group_instance_id=request.get("group_instance_id"),
-        retention_ms=retention,
+    results = (
+        {}
+        if group_denied
+        else service.coordinator.commit_offsets(
+            request["group_id"],
+            request.get("generation_id_or_member_epoch", -1),
+            request.get("member_id") or "",
+            entries,
+            group_instance_id=request.get("group_instance_id"),
+            retention_ms=retention,
+        )
     )
     await service.durable()
 
     def topic_answer(item: tuple[object, str | None, list[int]]) -> dict:
         key, name, parts = item
         codes = [
-            E.UNKNOWN_TOPIC_ID if name is None else results.get((name, p), E.NONE) for p in parts
+            E.GROUP_AUTHORIZATION_FAILED
+            if group_denied
+            else E.UNKNOWN_TOPIC_ID
+            if name is None
+            else E.TOPIC_AUTHORIZATION_FAILED
+            if name in denied
+            else results.get((name, p), E.NONE)
+            for p in parts
         ]
         entry = {"topic_id": key} if by_id else {"name": key}
         entry["partitions"] = [

@@ -13,6 +13,7 @@ from gateway.groups.service import group_service
 from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from rdmalog import errors as E
+from rdmalog.security.authorizer import Operation, ResourceType
 
 log = logging.getLogger("gateway.find_coordinator")
 
@@ -35,6 +36,14 @@ def _answer(ctx: RequestContext, key: str, key_type: int, unavailable: str | Non
     broker = ctx.broker
     if key_type not in (KEY_GROUP, KEY_TRANSACTION):
         return _refusal(key, E.INVALID_REQUEST, f"unsupported coordinator key type {key_type}")
+    kind = ResourceType.GROUP if key_type == KEY_GROUP else ResourceType.TRANSACTIONAL_ID
+    if not ctx.authorize(Operation.DESCRIBE, kind, key):
+        denied = (
+            E.GROUP_AUTHORIZATION_FAILED
+            if key_type == KEY_GROUP
+            else E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        )
+        return {**_refusal(key, denied, ""), "error_message": None}
     if key_type == KEY_TRANSACTION:
         return _refusal(
             key,
@@ -45,13 +54,14 @@ def _answer(ctx: RequestContext, key: str, key_type: int, unavailable: str | Non
         return _refusal(key, E.INVALID_GROUP_ID, "the group id must not be empty")
     if unavailable is not None:
         return _refusal(key, E.COORDINATOR_NOT_AVAILABLE, unavailable)
+    host, port = broker.endpoint(ctx.listener)
     return {
         "key": key,
         "error_code": E.NONE,
         "error_message": None,
         "node_id": broker.node_id,
-        "host": broker.host,
-        "port": broker.port,
+        "host": host,
+        "port": port,
     }
 
 

@@ -11,10 +11,10 @@ from gateway.groups.service import group_service
 from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from rdmalog import errors as E
+from rdmalog.security.authorizer import Operation, ResourceType
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 # READ, DESCRIBE, DELETE (Kafka's AclOperation codes 3, 8 and 6) as a bit field.
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
 @api(15, 0, 6)
@@ -36,6 +36,8 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                 "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
             }
         seen.add(group_id)
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            return {"error_code": E.GROUP_AUTHORIZATION_FAILED, "group_id": group_id}
         d = coordinator.describe(group_id)
         error, message = d.error, None
         if ctx.api_version >= 6 and error == E.NONE and d.state == "Dead":
@@ -58,7 +60,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                 }
                 for m in d.members
             ],
-            "authorized_operations": GROUP_OPERATIONS
+            "authorized_operations": ctx.authorized_operations(ResourceType.GROUP, group_id)
             if include_ops
             else AUTHORIZED_OPERATIONS_OMITTED,
         }

@@ -16,8 +16,10 @@ from rdmalog.errors import (
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     TOPIC_ALREADY_EXISTS,
+    TOPIC_AUTHORIZATION_FAILED,
     error_code_of,
 )
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 log = logging.getLogger("gateway.create_topics")
 
@@ -116,8 +118,15 @@ async def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict
         "error_message": None,
         "num_partitions": count,
         "replication_factor": rf,
-        "configs": _config_entries(config),
+        **_configs(ctx, name, config),
     }
+
+
+def _configs(ctx: RequestContext, name: str, config: TopicConfig) -> dict:
+    """The new topic's configs, when the sender may describe them (Kafka's DESCRIBE_CONFIGS)."""
+    if ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name):
+        return {"configs": _config_entries(config)}
+    return {"configs": None, "topic_config_error_code": TOPIC_AUTHORIZATION_FAILED}
 
 
 @api(19, 2, 7, eager=True)
@@ -126,8 +135,13 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     topics = request["topics"]
     dup = duplicates(t["name"] for t in topics)
     validate_only = bool(request.get("validate_only"))
+    cluster_create = ctx.authorize(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
 
     async def create(t: dict) -> dict:
+        if not cluster_create and not ctx.authorize(
+            Operation.CREATE, ResourceType.TOPIC, t["name"]
+        ):
+            return _fail(t["name"], TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
         if t["name"] in dup:
             return _fail(
                 t["name"],

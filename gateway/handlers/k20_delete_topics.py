@@ -17,11 +17,13 @@ from gateway.handlers.k03_metadata import INTERNAL_TOPICS
 from gateway.handlers.registry import api
 from rdmalog.errors import (
     INVALID_REQUEST,
+    TOPIC_AUTHORIZATION_FAILED,
     TOPIC_DELETION_DISABLED,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     error_code_of,
 )
+from rdmalog.security.authorizer import Operation, ResourceType
 
 log = logging.getLogger("gateway.delete_topics")
 
@@ -35,6 +37,14 @@ def _fail(name: str | None, topic_id, code: int, message: str) -> dict:
 async def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
     broker = ctx.broker
     topic = broker.topic(name) if name is not None else broker.topic_by_id(topic_id)
+    if name is not None and not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, name):
+        return {"name": name, "topic_id": topic_id, "error_code": TOPIC_AUTHORIZATION_FAILED}
+    if topic is not None and name is None:
+        # by id: Kafka answers TOPIC_AUTHORIZATION_FAILED only to who may describe the topic
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
+            topic = None
+        elif not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, topic.name):
+            return {"name": None, "topic_id": topic_id, "error_code": TOPIC_AUTHORIZATION_FAILED}
     if topic is None:
         code = UNKNOWN_TOPIC_OR_PARTITION if name is not None else UNKNOWN_TOPIC_ID
         return _fail(name, topic_id, code, "This server does not host this topic.")

@@ -19,6 +19,7 @@ from rdmalog.errors import (
     KafkaStorageError,
     error_code_of,
 )
+from rdmalog.security.authorizer import Operation
 
 log = logging.getLogger("gateway.delete_records")
 
@@ -30,7 +31,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     """Delete records before each given offset; answer the new low watermark per partition."""
     broker = ctx.broker
     moved = []
-    requested = broker.partitions(request["topics"], FIELDS)
+    requested = ctx.partitions(request["topics"], FIELDS, Operation.DELETE)
     turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
         if turns.due():

@@ -6,6 +6,7 @@ from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
 from gateway.request_limits import Turns
 from rdmalog.errors import FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
+from rdmalog.security.authorizer import Operation
 from rdmalog.store.interface import Log
 
 FIELDS = PartitionFields(topic="topic", index="partition", answer_index="partition")
@@ -26,7 +27,7 @@ def _answer(plog: Log, p: dict) -> dict:
 @api(23, 2, 4)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Answer each partition from its leader epoch cache."""
-    requested = ctx.broker.partitions(request["topics"], FIELDS)
+    requested = ctx.partitions(request["topics"], FIELDS, Operation.DESCRIBE)
     turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
         if turns.due():

@@ -13,9 +13,11 @@ from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from gateway.handlers.resources import (
     BROKER,
+    PASSWORD,
     TOPIC,
     broker_resource_error,
     config_type,
+    resource_denied,
     unknown_resource,
 )
 from rdmalog.config import (
@@ -27,6 +29,7 @@ from rdmalog.config import (
     _to_str,
 )
 from rdmalog.errors import INVALID_REQUEST, error_code_of
+from rdmalog.security.authorizer import Operation
 from rdmalog.store.adoption import SUSPENDED_CONFIG, SUSPENDED_DOC
 
 
@@ -54,17 +57,19 @@ def _entries(config: Any, keys: list[str] | None, synonyms: bool, read_only: boo
     for row in config.describe():
         if wanted is not None and row.name not in wanted:
             continue
+        kind = config_type(config, row.name)
+        sensitive = kind == PASSWORD  # never shown, as Kafka hides passwords, keys and JAAS
         out.append(
             {
                 "name": row.name,
-                "value": row.value,
+                "value": None if sensitive else row.value,
                 "read_only": read_only,
                 "is_default": row.is_default,
                 "config_source": int(row.source),
-                "is_sensitive": False,
-                "config_type": config_type(config, row.name),
+                "is_sensitive": sensitive,
+                "config_type": kind,
                 "documentation": None,
-                "synonyms": _synonyms(config, row) if synonyms else [],
+                "synonyms": [] if sensitive or not synonyms else _synonyms(config, row),
             }
         )
     return out
@@ -132,6 +137,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                 "configs": [],
             }
         seen.add(key)
+        denied = resource_denied(ctx, res, Operation.DESCRIBE_CONFIGS)
+        if denied is not None:
+            return denied
         return _describe(ctx.broker, res, synonyms)
 
     results = await answer_each(ctx, ("results",), resources, describe)

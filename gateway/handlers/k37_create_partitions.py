@@ -16,9 +16,11 @@ from rdmalog.errors import (
     INVALID_PARTITIONS,
     INVALID_REPLICA_ASSIGNMENT,
     INVALID_REQUEST,
+    TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
     error_code_of,
 )
+from rdmalog.security.authorizer import Operation, ResourceType
 
 
 async def _grow(broker: Broker, t: dict, validate_only: bool) -> dict:
@@ -71,6 +73,12 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     dup = duplicates(t["name"] for t in request["topics"])
 
     async def grow(t: dict) -> dict:
+        if not ctx.authorize(Operation.ALTER, ResourceType.TOPIC, t["name"]):
+            return {
+                "name": t["name"],
+                "error_code": TOPIC_AUTHORIZATION_FAILED,
+                "error_message": None,
+            }
         if t["name"] in dup:
             return {
                 "name": t["name"],

@@ -5,8 +5,9 @@ from __future__ import annotations
 from gateway.broker import RequestContext
 from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
-from gateway.handlers.resources import alter_resource
+from gateway.handlers.resources import alter_resource, resource_denied
 from rdmalog.errors import InvalidConfigError
+from rdmalog.security.authorizer import Operation
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -45,6 +46,11 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     """Apply each resource's operations atomically per resource."""
     validate_only = bool(request.get("validate_only"))
     responses = await answer_each(
-        ctx, ("responses",), request["resources"], lambda r: _alter(ctx.broker, r, validate_only)
+        ctx,
+        ("responses",),
+        request["resources"],
+        lambda r: (
+            resource_denied(ctx, r, Operation.ALTER_CONFIGS) or _alter(ctx.broker, r, validate_only)
+        ),
     )
     return {"throttle_time": 0, "responses": responses}
