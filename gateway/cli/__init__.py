@@ -1,7 +1,9 @@
-"""The `rdmalog` command: `serve` runs a broker; the other subcommands do the jobs of Kafka's tools
-against a running one (`topics`, `configs`, `groups`, `offsets`, `produce`, `consume`, `cluster`), on
-files (`dump-log`, `scram`), or move data in and out (`import`, `export`, `mirror`). One module per subcommand;
-each registers its parser and the function that runs it."""
+"""The `rdmalog` command: run a broker, do the jobs of Kafka's tools, move data in and out.
+
+`serve` runs a broker; the other subcommands work against a running one (`topics`, `configs`,
+`groups`, `offsets`, `produce`, `consume`, `cluster`), on files (`dump-log`, `scram`), or move data
+in and out (`import`, `export`, `mirror`). One module per subcommand; each registers its parser and
+the function that runs it."""
 
 from __future__ import annotations
 
