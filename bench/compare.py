@@ -306,7 +306,7 @@ def _finish(args: argparse.Namespace, a: Checkout, b: Checkout, rounds: list[dic
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from plots import ratio_chart
 
-        title = f"B = {b.rev} ({b.sha[:10]}) / A = {a.rev} ({a.sha[:10]}), {len(rounds)} rounds"
+        title = f"B = {b.rev[:24]} / A = {a.rev[:24]}, {len(rounds)} rounds"
         ratio_chart(args.plot, title, ratios(rounds))
         print(f"figure: {args.plot}")
 

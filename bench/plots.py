@@ -19,16 +19,28 @@ def ratio_chart(path: Path, title: str, rows: list[tuple[str, float, float, floa
     """B/A per metric as horizontal bars, each round's spread as a whisker, 1.0 marked.
     `rows`: (metric, median ratio, lowest round, highest round)."""
     plt = _pyplot()
-    rows = [r for r in rows if r[1] == r[1]]  # no NaN
-    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.4))
+    rows = [r for r in rows if r[1] == r[1] and r[1] > 0]  # no NaN, no zero
+    fig, ax = plt.subplots(figsize=(9, 0.22 * len(rows) + 1.4))
+    clip = (0.25, 4.0)  # a log scale, clipped: one wild round must not flatten the rest
+
+    def c(x: float) -> float:
+        return min(max(x, clip[0]), clip[1])
+
     names = [r[0] for r in rows]
-    ratios = [r[1] for r in rows]
-    lo = [r[1] - r[2] for r in rows]
-    hi = [r[3] - r[1] for r in rows]
+    ratios = [c(r[1]) for r in rows]
+    lo = [c(r[1]) - c(r[2]) for r in rows]
+    hi = [c(r[3]) - c(r[1]) for r in rows]
     colors = ["#4c72b0" if abs(r - 1) <= 0.05 else "#dd8452" for r in ratios]
-    ax.barh(names, ratios, xerr=[lo, hi], color=colors, capsize=2)
+    ax.scatter(ratios, names, color=colors, zorder=3)
+    ax.errorbar(ratios, names, xerr=[lo, hi], fmt="none", ecolor="gray", capsize=2)
+    ax.set_xscale("log")
+    ax.set_xlim(*clip)
+    ax.set_xticks([0.25, 0.5, 1, 2, 4], ["1/4", "1/2", "1", "2", "4"])
+    ax.minorticks_off()
     ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_xlabel("B / A (median of rounds; whiskers: lowest and highest round)")
+    ax.set_xlabel(
+        "B / A, log scale clipped to [1/4, 4] (median of rounds; bars: lowest to highest round)"
+    )
     ax.set_title(title, fontsize=10)
     ax.invert_yaxis()
     ax.tick_params(axis="y", labelsize=7)
