@@ -65,6 +65,11 @@ def _minus_one_or_at_least(lo: int) -> Callable[[Any], str | None]:
     return lambda v: None if v is None or v == -1 or v >= lo else f"must be -1 or at least {lo}"
 
 
+def _port_or_off(v: Any) -> str | None:
+    """A TCP port, or -1 for none."""
+    return None if v is None or v == -1 or 0 <= v <= 65535 else "must be -1 (off) or 0 to 65535"
+
+
 def _one_of(*choices: str) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
         vals = v if isinstance(v, list) else [v]
@@ -203,7 +208,7 @@ BROKER_DEFS = _defs(
     ("rdma.commit.interval.ms", "int", 100, _at_least(1)),
     ("rdma.consumer.slots", "int", 1024, _at_least(1, at_most=4096)),
     # rdmalog's own: the Prometheus endpoint (gateway/metrics_http.py), off unless a port is set
-    ("metrics.port", "int", -1, _minus_one_or_at_least(0)),
+    ("metrics.port", "int", -1, _port_or_off),
     ("metrics.host", "string", None),
     # rdmalog's own: how often mirror links copy source groups' committed offsets (gateway/mirror)
     ("mirror.offsets.sync.interval.ms", "int", 5000, _at_least(100)),

@@ -244,7 +244,8 @@ def test_dump_log_checks_crcs_and_indexes(broker_factory, tmp_path: Path) -> Non
 
     bad = tmp_path / "00000000000000000000.log"
     data = bytearray(Path(f"{seg}.log").read_bytes())
-    data[80] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
+    first_batch_end = 12 + int.from_bytes(data[8:12], "big")  # offset, length, then the batch
+    data[first_batch_end - 1] ^= 0xFF  # its records' last byte: its CRC no longer matches
     bad.write_bytes(bytes(data))
     res = rdmalog("dump-log", "--files", str(bad))
     assert res.returncode == 1 and "isvalid: false" in res.stdout, res.stdout

@@ -156,3 +156,84 @@ def test_import_configs_from_kafka_configs_output_and_crc_refusal(broker_factory
     res = rdmalog("import", str(kafka_dir), "--data-dir", str(tmp_path / f"t-{uuid.uuid4().hex}"))
     assert res.returncode == 1 and "fail their CRC" in res.stderr, (res.stdout, res.stderr)
     assert "audit-0/00000000000000000000.log" in res.stdout
+
+
+def _add_kafka_only_files(kafka_dir: Path) -> None:
+    """What a stopped KRaft broker leaves in its log dir besides the partitions an export writes:
+    its clean-shutdown marker, the cleaner's and the bootstrap checkpoints, producer snapshots,
+    the metadata log's quorum state and a partition directory deleted but not yet removed."""
+    (kafka_dir / ".kafka_cleanshutdown").write_text('{"version":0,"brokerEpoch":7}')
+    ck.write_offset_checkpoint(kafka_dir / "cleaner-offset-checkpoint", {("orders", 0): 0})
+    (kafka_dir / "bootstrap.checkpoint").write_bytes(b"\x00\x01bootstrap-records")
+    for part in kafka_dir.glob("orders-*"):
+        end = ck.read_offset_checkpoint(kafka_dir / ck.REPLICATION_CHECKPOINT)[
+            ("orders", int(part.name.rsplit("-", 1)[1]))
+        ]
+        (part / f"{end:020d}.snapshot").write_bytes(b"\x00\x01" + b"\x00" * 30)
+    (kafka_dir / "__cluster_metadata-0" / "quorum-state").write_text(
+        '{"clusterId":"","leaderId":1,"leaderEpoch":3,"votedId":-1,"appliedOffset":0,'
+        '"currentVoters":[{"voterId":1}],"data_version":0}'
+    )
+    gone = kafka_dir / f"orders-0.{uuid.uuid4().hex}-delete"
+    gone.mkdir()
+    (gone / "00000000000000000000.log").write_bytes(b"")
+
+
+def test_import_in_place_a_log_dir_as_kafka_leaves_it(broker_factory, tmp_path: Path) -> None:
+    """`rdmalog import DIR` without --data-dir: the Kafka log directory, with the files only Kafka
+    writes, becomes rdmalog's data dir where it lies and a broker serves it unchanged."""
+    source = broker_factory(local=True)
+    _fill(source.bootstrap)
+    before = _contents(source.bootstrap)
+    source.stop()
+    kafka_dir = tmp_path / "kafka-logs"
+    ok(rdmalog("export", str(kafka_dir), "--data-dir", str(source.data_dir)))
+    orders_id = ck.read_partition_metadata(kafka_dir / "orders-0")
+    audit_id = ck.read_partition_metadata(kafka_dir / "audit-0")
+    write_metadata_log(kafka_dir, [
+        topic_record("orders", orders_id),
+        topic_record("audit", audit_id),
+        config_record(2, "orders", "cleanup.policy", "compact"),
+    ])  # fmt: skip
+    _add_kafka_only_files(kafka_dir)
+    segments = {
+        p.relative_to(kafka_dir): p.read_bytes()
+        for p in kafka_dir.glob("*-*/*.log")
+        if not p.parent.name.endswith("-delete")  # removed at start-up, as Kafka does
+    }
+
+    report = ok(rdmalog("import", str(kafka_dir)))
+    assert "orders: cleanup.policy=compact" in report and "audit: (defaults)" in report, report
+    assert "-delete" not in report.split("Topic configs")[0], report  # not taken for a partition
+    # the batches are adopted as they lie, byte for byte
+    assert {p: (kafka_dir / p).read_bytes() for p in segments} == segments
+
+    served = broker_factory(local=True)
+    served.stop()
+    served.data_dir = kafka_dir
+    served.start()
+    assert _contents(served.bootstrap) == before
+    assert _group(served.bootstrap) == {0: 10, 1: 11, 2: 12}
+    assert _topic_configs(served.bootstrap, "orders")["cleanup.policy"] == "compact"
+    # and it starts again after a stop, with the same records
+    served.restart()
+    assert _contents(served.bootstrap) == before
+
+
+def test_import_refusals_are_one_line(broker_factory, tmp_path: Path) -> None:
+    """A directory a running broker holds, a missing one, a target that is not empty: exit 1 and
+    one line saying so (after the progress lines), nothing copied."""
+    broker = broker_factory(local=True)
+    in_use = rdmalog("import", str(broker.data_dir), "--dry-run")
+    broker.stop()
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "something").write_text("x")
+    for res, words in (
+        (in_use, "stop it first"),
+        (rdmalog("import", str(tmp_path / "nowhere")), "not a directory"),
+        (rdmalog("import", str(broker.data_dir), "--data-dir", str(full)), "not empty"),
+    ):
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        assert words in res.stderr.strip().splitlines()[-1], res.stderr
+    assert [p.name for p in full.iterdir()] == ["something"]

@@ -141,3 +141,25 @@ def _traffic(bs: str) -> None:
         "lagging", {TopicPartition("signals", p): OffsetAndMetadata(10, "", -1) for p in (0, 1)}
     )
     admin.close()
+
+
+def test_metrics_port_refusals_are_one_line(tmp_path: Path) -> None:
+    """A metrics.port no socket can have is a configuration error before anything opens; one in
+    use stops the start with a line naming it."""
+    import socket
+
+    listen = f"127.0.0.1:{free_port()}"
+    serve = [*serve_command()[:-1], "serve", "--listen", listen, "--data-dir", str(tmp_path / "d")]
+    for value in ("70000", "-2", "nine"):
+        res = subprocess.run([*serve, "--override", f"metrics.port={value}"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.count("\n") == 1 and "metrics.port" in res.stderr, res.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        res = subprocess.run([*serve, "--override", f"metrics.port={busy}"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "address already in use" in res.stderr.lower().splitlines()[-1], res.stderr

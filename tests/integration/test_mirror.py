@@ -157,3 +157,41 @@ def test_mirror_from_tansu(broker_factory) -> None:
                        "--bootstrap-server", tansu.bootstrap))  # fmt: skip
 
         _migrate(tansu.bootstrap, target.bootstrap, create)
+
+
+def test_mirror_goes_on_after_either_end_restarts(broker_factory) -> None:
+    """The mirror is the target broker's work, kept in its topic config: stopped and started
+    again, it copies what the source took meanwhile; a source that stops and starts again is
+    fetched from again. Offsets and records end up equal."""
+    source = broker_factory(local=True)
+    target = broker_factory(local=True)
+    topic = f"restarts-{uuid.uuid4().hex[:6]}"
+    ok(rdmalog("topics", "create", topic, "--partitions", str(PARTITIONS),
+               "--bootstrap-server", source.bootstrap))  # fmt: skip
+
+    def write(n: int) -> None:
+        writer = Writer(source.bootstrap, topic, n)
+        writer.run()
+        assert writer.error is None, writer.error
+
+    def caught_up() -> None:
+        ok(rdmalog("mirror", "status", "--wait-for-zero-lag", "--timeout", "90",
+                   "--bootstrap-server", target.bootstrap))  # fmt: skip
+
+    write(300)
+    ok(rdmalog("mirror", "start", "--topic", topic, "--source-bootstrap-server", source.bootstrap,
+               "--bootstrap-server", target.bootstrap))  # fmt: skip
+    caught_up()
+    target.stop()
+    write(300)  # while the mirror is down
+    target.start()
+    caught_up()
+    source.restart()
+    write(300)
+    caught_up()
+    verified = ok(rdmalog("mirror", "verify", "--topic", topic, "--bootstrap-server",
+                          target.bootstrap))  # fmt: skip
+    assert verified.count(": OK ") == PARTITIONS, verified
+    copied = _read_all(target.bootstrap, topic)
+    assert copied == _read_all(source.bootstrap, topic)
+    assert sum(len(v) for v in copied.values()) == 900
