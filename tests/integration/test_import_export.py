@@ -148,6 +148,17 @@ def test_import_configs_from_kafka_configs_output_and_crc_refusal(broker_factory
     assert "segment.bytes" not in dry.split("Topic configs")[1].split("Consumer groups")[0]
     assert not (kafka_dir / "__rdmalog_metadata").exists()  # a dry run changes nothing
 
+    # or from the source cluster while it still runs (here: the exporting broker, started again)
+    source.start()
+    ok(rdmalog("configs", "alter", "--entity-type", "topics", "--entity-name", "orders",
+               "--add-config", "retention.ms=3600000", "--bootstrap-server", source.bootstrap))  # fmt: skip
+    asked = ok(rdmalog("import", str(kafka_dir), "--source-bootstrap-server", source.bootstrap,
+                       "--dry-run"))  # fmt: skip
+    assert f"Topic configs (from {source.bootstrap})" in asked, asked
+    orders_line = next(line for line in asked.splitlines() if line.startswith("  orders: "))
+    assert "retention.ms=3600000" in orders_line, orders_line
+    source.stop()
+
     # a batch whose CRC fails stops the import, naming it
     seg = kafka_dir / "audit-0" / "00000000000000000000.log"
     data = bytearray(seg.read_bytes())
