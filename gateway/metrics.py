@@ -18,7 +18,7 @@ Names follow what Prometheus' JMX exporter makes of Kafka's MBeans with its Kafk
 | `kafka_server_replicamanager_partitioncount`, `..._leadercount` | ReplicaManager |
 | `kafka_coordinator_group_groupmetadatamanager_numgroups{state}` | GroupMetadataManager NumGroups* |
 | `kafka_log_logflushstats_logflushrateandtimems` (histogram, ms) | LogFlushStats LogFlushRateAndTimeMs |
-| `kafka_log_log_size`, `..._logendoffset`, `..._logstartoffset` `{topic,partition}` | Log |
+| `kafka_log_log_size`, `..._logendoffset`, `..._logstartoffset`, `..._numlogsegments` `{topic,partition}` | Log |
 
 Kafka's brokers do not export consumer lag; `kafka_consumergroup_lag{consumergroup,topic,partition}`
 and `kafka_consumergroup_current_offset` are kafka-exporter's names for it. rdmalog's own:
@@ -167,6 +167,9 @@ class BrokerCollector:
         start = GaugeMetricFamily(
             "kafka_log_log_logstartoffset", "log start offset", labels=["topic", "partition"]
         )
+        segments = GaugeMetricFamily(
+            "kafka_log_log_numlogsegments", "segments", labels=["topic", "partition"]
+        )
         count = 0
         for topic in b.topics():
             for plog in topic.partitions:
@@ -174,10 +177,9 @@ class BrokerCollector:
                 size.add_metric(labels, plog.size_in_bytes)
                 end.add_metric(labels, plog.log_end_offset)
                 start.add_metric(labels, plog.log_start_offset)
+                segments.add_metric(labels, len(plog.segments))
                 count += 1
-        yield size
-        yield end
-        yield start
+        yield from (size, end, start, segments)
         replication = getattr(b, "replication_state", None)
         under, offline, leaders = (0, 0, count) if replication is None else replication()
         yield _gauge(

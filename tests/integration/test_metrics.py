@@ -21,7 +21,7 @@ from compat_tests.brokers import free_port, port_open, serve_command
 class Served:
     """`rdmalog serve` with the metrics endpoint, DEBUG and JSON logs, stderr kept."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, overrides: dict[str, str] | None = None) -> None:
         self.port, self.metrics_port = free_port(), free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.stderr_path = tmp / "broker.stderr"
@@ -31,6 +31,8 @@ class Served:
             "--override", f"metrics.port={self.metrics_port}",
             "--override", "log.flush.interval.messages=1",
         ]  # fmt: skip
+        for key, value in (overrides or {}).items():
+            cmd += ["--override", f"{key}={value}"]
         self.stderr = open(self.stderr_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=self.stderr, stderr=self.stderr)
         deadline = time.monotonic() + 30
@@ -163,3 +165,47 @@ def test_metrics_port_refusals_are_one_line(tmp_path: Path) -> None:
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     assert "address already in use" in res.stderr.lower().splitlines()[-1], res.stderr
+
+
+def test_rdma_datapath_counters(tmp_path: Path) -> None:
+    """Native (shm) produce and consume through a served broker show in its RDMA counters: grants
+    for producers and readers, writes and bytes committed, and the revocations its rolls made."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from rdmalog.rdma import Consumer, Producer
+
+    control_port = free_port()
+    served = Served(tmp_path, {"rdma.transport": "shm", "rdma.control.port": str(control_port)})
+    control = f"127.0.0.1:{control_port}"
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=served.bootstrap)
+        admin.create_topics([NewTopic("native", 1, 1, topic_configs={"segment.bytes": "4096"})])
+        admin.close()
+        producer = Producer(control, "shm")
+        values = [b"v%03d" % i + b"." * 60 for i in range(200)]
+        for value in values:
+            producer.send("native", 0, value)
+        producer.flush()
+        producer.close()
+        consumer = Consumer(control, "shm")
+        consumer.assign([("native", 0)])
+        got: list[bytes] = []
+        for _ in range(300):
+            got += [r.value for r in consumer.poll(0.1)]
+            if len(got) >= len(values):
+                break
+        consumer.close()
+        assert got == values
+        m = served.scrape()
+    finally:
+        assert served.stop() == 0
+    count = {k: m[f"rdmalog_rdma_{k}_total"][()] for k in (
+        "produce_grants", "read_grants", "writes_committed", "bytes_committed", "revocations"
+    )}  # fmt: skip
+    rolls = m["kafka_log_log_numlogsegments"][(("partition", "0"), ("topic", "native"))] - 1
+    assert rolls >= 2, m["kafka_log_log_numlogsegments"]
+    # a roll withdraws the head file's grant; the producer is granted the new head
+    assert count["revocations"] >= rolls and count["produce_grants"] >= rolls + 1, count
+    assert 1 <= count["writes_committed"] <= len(values), count
+    assert count["bytes_committed"] > sum(map(len, values)), count
+    assert count["read_grants"] >= rolls + 1, count  # every segment read

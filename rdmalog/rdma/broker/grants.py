@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import Counter
 
 from rdmalog.errors import OffsetOutOfRangeError
 from rdmalog.rdma.broker.access_control import AccessControl
@@ -28,6 +27,7 @@ from rdmalog.rdma.broker.partitions import (
     ProduceFile,
     ReadFile,
     SlotRegion,
+    datapath_counters,
 )
 from rdmalog.rdma.broker.prefault import Prefaulter
 from rdmalog.rdma.broker.queue_pairs import QueuePairs
@@ -60,7 +60,7 @@ class Grants:
         slots_per_consumer: int,
         hello_reply: dict,
         access: AccessControl,
-        counters: Counter | None = None,
+        counters: dict[str, int] | None = None,
     ):
         self.store = store
         self.device = device
@@ -74,7 +74,9 @@ class Grants:
         self.slots_per_consumer = slots_per_consumer
         self.hello_reply = hello_reply
         self.access = access
-        self.counters = Counter() if counters is None else counters  # the service's, for metrics
+        self.counters = (
+            datapath_counters() if counters is None else counters
+        )  # the service's, for metrics
         self._file_ids = itertools.count(1)
 
     def handle(self, s: Session, req: dict) -> dict:
@@ -196,7 +198,9 @@ class Grants:
                         8, Access.LOCAL_WRITE | Access.REMOTE_ATOMIC | Access.REMOTE_READ
                     )
                     store(word.buf, 0, word_encode(0, position))
-                f = ProduceFile(self._new_file_id(), ps, head, position, mode, mr, word)
+                f = ProduceFile(
+                    self._new_file_id(), ps, head, position, mode, mr, word, self.counters
+                )
             f.sessions.add(s.id)
             self.files[f.file_id] = f
             ps.produce = f

@@ -19,11 +19,10 @@ import contextlib
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 
 from rdmalog.errors import KafkaError, PolicyViolationError, error_for_code
-from rdmalog.rdma.broker.partitions import PartState, ProduceFile, Reply
+from rdmalog.rdma.broker.partitions import PartState, ProduceFile, Reply, datapath_counters
 from rdmalog.rdma.broker.prefault import Prefaulter
 from rdmalog.rdma.transport._atomic64 import copy, fetch_add, load
 from rdmalog.rdma.wire import ORDER_MASK, AckStatus, reservation_add, word_decode
@@ -61,7 +60,7 @@ class OrderedCommits:
         prefault: Prefaulter,
         part: Callable[[str, int], PartState],
         order_timeout: float,
-        counters: Counter | None = None,
+        counters: dict[str, int] | None = None,
     ):
         self.lock = lock
         self.files = files
@@ -69,7 +68,9 @@ class OrderedCommits:
         self.prefault = prefault
         self.part = part
         self.order_timeout = order_timeout
-        self.counters = Counter() if counters is None else counters  # the service's, for metrics
+        self.counters = (
+            datapath_counters() if counters is None else counters
+        )  # the service's, for metrics
 
     # -- writes that landed ------------------------------------------------------------------------
     def arrive(self, f: ProduceFile, order: int, byte_len: int, reply: Reply) -> None:
@@ -247,8 +248,6 @@ class OrderedCommits:
         """Withdraw f's access now. f stays in `files` until nothing waits in it: writes already
         pending (a successor that arrived before its predecessor) or still arriving are answered
         REVOKED by `_process` and `check_timeouts`, which then forgets f (freeing its id)."""
-        if not f.revoked:
-            self.counters["revocations"] += 1
         f.revoke()
         self.prefault.forget(f.file_id)
         with self.lock:

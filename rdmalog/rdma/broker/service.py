@@ -25,13 +25,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 
 from rdmalog.rdma.broker.access_control import AccessControl
 from rdmalog.rdma.broker.commit_slots import CommitSink, CommitSlots
 from rdmalog.rdma.broker.grants import Grants
 from rdmalog.rdma.broker.ordered_commits import Arrival, OrderedCommits
-from rdmalog.rdma.broker.partitions import Partitions, ProduceFile
+from rdmalog.rdma.broker.partitions import Partitions, ProduceFile, datapath_counters
 from rdmalog.rdma.broker.prefault import Prefaulter
 from rdmalog.rdma.broker.queue_pairs import QueuePairs
 from rdmalog.rdma.control import ControlServer, Session
@@ -87,7 +86,7 @@ class RdmaService:
         self.queue_pairs = QueuePairs(self.device, self.lock)
         self.qps = self.queue_pairs.by_num
         self.prefault = Prefaulter()
-        self.counters: Counter = Counter()  # grants, commits, revocations (gateway/metrics.py)
+        self.counters = datapath_counters()  # grants, commits, revocations (gateway/metrics.py)
         self.ordering = OrderedCommits(
             self.lock,
             self.files,
