@@ -41,7 +41,7 @@ def register(sub) -> list[argparse.ArgumentParser]:
         p.add_argument(
             "--entity-default",
             action="store_true",
-            help="brokers: the cluster-wide dynamic defaults",
+            help="brokers: cluster-wide dynamic defaults (rdmalog has none: refused)",
         )
         parsers.append(p)
     describe, alter = parsers[1], parsers[2]
@@ -65,11 +65,14 @@ def _names(admin: Any, args: argparse.Namespace) -> list[str]:
     if args.entity_default:
         if args.entity_type != "brokers":
             raise CliError("--entity-default applies to --entity-type brokers", code=2)
-        names.append("")
+        raise CliError(
+            "--entity-default: rdmalog has no cluster-wide dynamic broker configs (set them in "
+            "each broker's properties file or with --override)"
+        )
     if names:
         return names
     if args.action == "alter":
-        raise CliError("alter: name the entity (--entity-name or --entity-default)", code=2)
+        raise CliError("alter: name the entity (--entity-name)", code=2)
     if args.entity_type == "topics":
         return sorted(admin.list_topics())
     return [str(b["broker_id"]) for b in admin.describe_cluster()["brokers"]]
@@ -98,10 +101,7 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
         return 0
     for name in names:
         what = "topic" if args.entity_type == "topics" else "broker"
-        if name == "":
-            out("Default configs for brokers in the cluster are:")
-        else:
-            out(f"{'All' if args.all else 'Dynamic'} configs for {what} {name} are:")
+        out(f"{'All' if args.all else 'Dynamic'} configs for {what} {name} are:")
         for key, config in sorted(found.get(name, {}).items()):
             out(f"  {key}={_shown_value(config)} {_details(config)}")
     return 0
@@ -149,5 +149,5 @@ def _alter(admin: Any, args: argparse.Namespace) -> int:
         resource = ConfigResource(kind, name, configs=changes)
         check_alter_result(admin.alter_configs([resource], raise_on_unknown=False))
         what = "topic" if args.entity_type == "topics" else "broker"
-        out(f"Completed updating config for {what} {name or '<default>'}.")
+        out(f"Completed updating config for {what} {name}.")
     return 0

@@ -104,6 +104,12 @@ def test_configs_describe_alter(broker) -> None:
     everything = ok(rdmalog("configs", "describe", "--entity-type", "brokers", "--all",
                             "--bootstrap-server", bs))  # fmt: skip
     assert "All configs for broker" in everything and "log.segment.bytes=" in everything
+    # broker configs are static: altering them says so, and where to set them
+    one_line_error(rdmalog("configs", "alter", "--entity-type", "brokers", "--entity-name", "0",
+                           "--add-config", "log.retention.ms=1000", "--bootstrap-server", bs),
+                   "properties file")  # fmt: skip
+    one_line_error(rdmalog("configs", "describe", "--entity-type", "brokers", "--entity-default",
+                           "--bootstrap-server", bs), "--override")  # fmt: skip
     one_line_error(rdmalog("configs", "describe", "--entity-type", "topics", "--entity-name",
                            "nope-" + topic, "--bootstrap-server", bs), "does not exist")  # fmt: skip
 
