@@ -123,3 +123,19 @@ def test_bootstrap_before_or_after_the_action(argv: list[str]) -> None:
 def test_serve_takes_log_options_after_the_subcommand() -> None:
     args = build_parser().parse_args(["serve", "--log-level", "DEBUG", "--log-format", "json"])
     assert (args.log_level, args.log_format) == ("DEBUG", "json")
+
+
+def test_bench_figures_are_png_files(tmp_path: Path) -> None:
+    """bench/plots.py draws without a display; a NaN or zero ratio is left out, not drawn."""
+    pytest.importorskip("matplotlib", reason="the bench figures need matplotlib (bench extra)")
+    from bench.plots import grouped_bars, ratio_chart
+
+    ratios = tmp_path / "ratios.png"
+    ratio_chart(ratios, "B / A", [("produce rec/s", 1.02, 0.9, 1.1), ("consume rec/s", 9.0, 0.1, 12.0),
+                                  ("broken", float("nan"), 0.0, 0.0), ("none", 0.0, 0.0, 0.0)])  # fmt: skip
+    bars = tmp_path / "bars.png"
+    grouped_bars(bars, "rec/s", ["produce", "consume"], {"rdmalog": [3.0, 5.0], "tansu": [1.0, 2.0]},
+                 "records/s")  # fmt: skip
+    for path in (ratios, bars):
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, path
