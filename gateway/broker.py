@@ -219,6 +219,7 @@ class Broker:
         self.auto_create: bool = config.get("auto.create.topics.enable")
         self.num_partitions: int = config.get("num.partitions")
         self._admin: ThreadPoolExecutor | None = None  # topic operations (in_admin_thread)
+        self._convert: ThreadPoolExecutor | None = None  # message format conversions
         self.groups: GroupService | None = None  # started by the app (gateway/app.py)
         self.rdma: SharedAppends | None = None  # the RDMA service when rdma.transport is set
         self.metrics = BrokerMetrics()
@@ -351,10 +352,22 @@ class Broker:
             self._admin, functools.partial(fn, *args)
         )
 
+    async def in_conversion_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` in the broker's conversion thread: message format conversions for clients
+        older than Kafka 0.11 are per-record Python work of up to `request.max.decoded.bytes` each,
+        done there one at a time, so the event loop keeps serving and together they hold about
+        one such budget."""
+        if self._convert is None:
+            self._convert = ThreadPoolExecutor(1, thread_name_prefix="rdmalog-convert")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._convert, functools.partial(fn, *args)
+        )
+
     def close(self) -> None:
-        """Let the admin thread go (after what it runs now)."""
-        if self._admin is not None:
-            self._admin.shutdown(wait=False, cancel_futures=True)
+        """Let the admin and conversion threads go (after what they run now)."""
+        for pool in (self._admin, self._convert):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
     async def delete_topic(self, name: str) -> None:
         """Delete topic `name` and its data; fetches waiting on its partitions return. The files of

@@ -41,11 +41,11 @@ from gateway.protocol import (
     RequestHeader,
     encode_response,
     has_schema,
+    message_spec,
     parse_request_header,
     part_length,
 )
 from gateway.protocol.framing import FrameBudget, FrameReader, Stage
-from gateway.protocol.schema import entity_spec, message_class
 from gateway.quotas import QuotaManager
 from gateway.request_limits import RequestLimits
 from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION
@@ -629,13 +629,13 @@ async def _resume(coro, pending) -> None:
 @functools.cache
 def _fields(api_key: int, version: int) -> frozenset[str]:
     """The top-level field names of a response."""
-    return frozenset(f.name for f in entity_spec(message_class(api_key, version, False)).fields)
+    return frozenset(f.name for f in message_spec(api_key, version, False).fields)
 
 
 def _error_body(api_key: int, version: int, code: int) -> dict | None:
     """A response carrying `code` in its top-level error_code, or None if it has none."""
     try:
-        spec = entity_spec(message_class(api_key, version, False))
+        spec = message_spec(api_key, version, False)
     except KeyError:
         return None
     if any(f.name == "error_code" and f.tag is None for f in spec.fields):
