@@ -861,6 +861,23 @@ def table(results: list[dict[str, Any]], brokers: list[str]) -> str:
     return "\n".join(rows)
 
 
+def plot(path: Path, results: list[dict[str, Any]], brokers: list[str]) -> None:
+    """Throughput steps as grouped bars per broker (rec/s), and broker CPU per million records."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from plots import grouped_bars
+
+    by = {(r["broker"], r["test"]): r for r in results}
+    tests = [t for t in dict.fromkeys(r["test"] for r in results) if t != "start"]
+    tput = [t for t in tests if any("records_per_s" in by.get((b, t), {}) for b in brokers)]
+    series = {b: [by.get((b, t), {}).get("records_per_s", 0) or 0 for t in tput] for b in brokers}
+    grouped_bars(path, "Kafka protocol: records per second", tput, series, "records/s")
+    cpu = path.with_name(path.stem + "_cpu" + path.suffix)
+    series = {
+        b: [by.get((b, t), {}).get("broker_cpu_s_per_M", 0) or 0 for t in tput] for b in brokers
+    }
+    grouped_bars(cpu, "Broker CPU per million records", tput, series, "CPU seconds / M records")
+
+
 def write_section(out: Path, body: str) -> None:
     """Replace (or append) the '## Kafka protocol: rdmalog vs Tansu' section of out."""
     text = out.read_text() if out.exists() else "# Performance\n"
@@ -895,6 +912,9 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, help="markdown file to write the section to")
     ap.add_argument(
+        "--plot", type=Path, help="draw rec/s (and broker CPU, NAME_cpu.png) per step to this PNG"
+    )
+    ap.add_argument(
         "--profile", type=Path, help="py-spy the rdmalog broker per step into this directory"
     )
     ap.add_argument(
@@ -926,6 +946,9 @@ def main() -> None:
     md = table(results, brokers)
     print()
     print(md)
+    if args.plot:
+        plot(args.plot, results, brokers)
+        print(f"figures: {args.plot}, {args.plot.with_name(args.plot.stem + '_cpu.png')}")
     if args.out:
         argv = " ".join(a if " " not in a else repr(a) for a in sys.argv[1:])
         body = "\n".join(

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
+from gateway.metrics import BrokerMetrics
 from rdmalog.config import BrokerConfig, TopicConfig
 from rdmalog.errors import (
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
+    InvalidRequestError,
     KafkaError,
 )
 from rdmalog.security.acls import OPERATION_CODES, RESOURCE_OPERATIONS
@@ -220,6 +222,8 @@ class Broker:
         self._convert: ThreadPoolExecutor | None = None  # message format conversions
         self.groups: GroupService | None = None  # started by the app (gateway/app.py)
         self.rdma: SharedAppends | None = None  # the RDMA service when rdma.transport is set
+        self.metrics = BrokerMetrics()
+        self.mirror: Any = None  # the mirror topics' links (gateway/mirror), started by the app
 
     # --- cluster view ------------------------------------------------------------------------
 
@@ -279,14 +283,22 @@ class Broker:
         """Append to a partition's log, or through the RDMA service when native producers may share
         its head file (a shared grant orders this append with their RDMA writes, which may wait: then
         off the loop)."""
+        if plog.config.rdmalog_mirror_source:
+            raise InvalidRequestError(
+                f"{plog.topic} is a mirror of {plog.config.rdmalog_mirror_source} and read-only "
+                "until promoted (rdmalog mirror promote)"
+            )
         rdma = self.rdma
         if rdma is None:
-            return plog.append(records)
-        res = rdma.try_append(plog.topic, plog.partition, records)
-        if res is None:
-            res = await asyncio.get_running_loop().run_in_executor(
-                None, rdma.append, plog.topic, plog.partition, records
-            )
+            res = plog.append(records)
+        else:
+            res = rdma.try_append(plog.topic, plog.partition, records)
+            if res is None:
+                res = await asyncio.get_running_loop().run_in_executor(
+                    None, rdma.append, plog.topic, plog.partition, records
+                )
+        if not res.duplicate:
+            self.metrics.produced(plog.topic, len(records), res.last_offset - res.base_offset + 1)
         return res
 
     def topic(self, name: str) -> LogTopic | None:

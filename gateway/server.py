@@ -28,6 +28,7 @@ import os
 import socket
 import time
 import types
+from typing import Any
 
 from gateway.acceptor import Acceptor, ConnectionLimits, listening_sockets
 from gateway.authentication import Session
@@ -408,13 +409,16 @@ class Connection(asyncio.BufferedProtocol):
             if response is None:
                 self.abort()
                 return
-        if response is None or self.closed:
+        metrics = self.broker.metrics
+        if response is None or self.closed:  # acks=0 produce: no answer
+            metrics.request_done(hdr.api_key, (time.monotonic() - started) * 1000)
             return
         buf, parts = encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, response)
         quotas = self.gateway.quotas
         if quotas is not None and quotas.enabled:
             buf, parts = self._throttle(hdr, request_bytes, buf, parts, response, started)
         await self.send(buf, parts)
+        metrics.request_done(hdr.api_key, (time.monotonic() - started) * 1000)
         if self.session.close_after_response:
             self.abort()
 
@@ -660,6 +664,7 @@ class Gateway:
         self.credentials = credentials  # SCRAM credentials (rdmalog/security/entity_configs.py)
         self.quotas: QuotaManager | None = None  # client quotas (gateway/quotas.py)
         self.acceptors: list[Acceptor] = []
+        self.metrics_server: Any = None  # the /metrics endpoint, when gateway/app.py starts one
         self._sweeper: asyncio.TimerHandle | None = None
         self.address: tuple[str, int] = ("", 0)  # the first listener's bound address
         self.addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound address

@@ -69,6 +69,11 @@ def _minus_one_or_at_least(lo: int) -> Callable[[Any], str | None]:
     return lambda v: None if v is None or v == -1 or v >= lo else f"must be -1 or at least {lo}"
 
 
+def _port_or_off(v: Any) -> str | None:
+    """A TCP port, or -1 for none."""
+    return None if v is None or v == -1 or 0 <= v <= 65535 else "must be -1 (off) or 0 to 65535"
+
+
 def _one_of(*choices: str) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
         vals = v if isinstance(v, list) else [v]
@@ -223,6 +228,11 @@ BROKER_DEFS = _defs(
     ("rdma.order.timeout.ms", "int", 1000, _at_least(1)),
     ("rdma.commit.interval.ms", "int", 100, _at_least(1)),
     ("rdma.consumer.slots", "int", 1024, _at_least(1, at_most=4096)),
+    # rdmalog's own: the Prometheus endpoint (gateway/metrics_http.py), off unless a port is set
+    ("metrics.port", "int", -1, _port_or_off),
+    ("metrics.host", "string", None),
+    # rdmalog's own: how often mirror links copy source groups' committed offsets (gateway/mirror)
+    ("mirror.offsets.sync.interval.ms", "int", 5000, _at_least(100)),
     # security: listeners and their protocols, TLS, SASL, ACLs (rdmalog/security), quotas
     ("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP),
     ("inter.broker.listener.name", "string", None),
@@ -618,6 +628,8 @@ _TOPIC_ROWS: list[tuple[tuple, str | None]] = [
     (("local.retention.ms", "long", -2, _at_least(-2)), None),
     (("local.retention.bytes", "long", -2, _at_least(-2)), None),
     (("remote.storage.enable", "boolean", False), None),
+    # rdmalog's own: a mirror topic's source cluster (bootstrap servers; gateway/mirror)
+    (("rdmalog.mirror.source", "string", ""), None),
 ]
 TOPIC_DEFS = _defs(*(row for row, _ in _TOPIC_ROWS))
 _TOPIC_BROKER_DEFAULT = {row[0]: src for row, src in _TOPIC_ROWS}

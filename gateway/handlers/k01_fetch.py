@@ -80,14 +80,15 @@ def _requested(ctx: RequestContext, request: dict, by_id: bool) -> RequestedPart
 
 async def _read_all(
     ctx: RequestContext, request: dict, by_id: bool
-) -> tuple[list, int, list[Log], bool]:
-    """One pass over the requested partitions -> (responses, bytes, logs, any error); a request of
-    many partitions gives the event loop its turns meanwhile."""
+) -> tuple[list, int, list[Log], bool, dict[str, int]]:
+    """One pass over the requested partitions -> (responses, bytes, logs, any error, bytes per
+    topic); a request of many partitions gives the event loop its turns meanwhile."""
     version = ctx.api_version
     budget = min(request.get("max_bytes", 0x7FFFFFFF), ctx.broker.config.get("fetch.max.bytes"))
     total = 0
     logs = []
     errors = False
+    by_topic: dict[str, int] = {}
     requested = _requested(ctx, request, by_id)
     turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
@@ -131,8 +132,10 @@ async def _read_all(
             errors = True
             continue
         entry["records"] = records
-        total += len(records) if isinstance(records, bytes) else records.length
-    return requested.topics, total, logs, errors or requested.missing > 0
+        size = len(records) if isinstance(records, bytes) else records.length
+        total += size
+        by_topic[plog.topic] = by_topic.get(plog.topic, 0) + size
+    return requested.topics, total, logs, errors or requested.missing > 0, by_topic
 
 
 @api(1, 0, 17, eager=True)
@@ -143,7 +146,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         # cannot be ours: Kafka answers FETCH_SESSION_ID_NOT_FOUND and the client starts over.
         return {"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "responses": []}
     by_id = ctx.api_version >= 13
-    responses, total, logs, errors = await _read_all(ctx, request, by_id)
+    responses, total, logs, errors, by_topic = await _read_all(ctx, request, by_id)
     min_bytes = request.get("min_bytes", 0)
     wait_ms = request.get("max_wait", 0)
     if total < min_bytes and not errors and wait_ms > 0 and logs:
@@ -154,7 +157,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             if remaining <= 0:
                 break
             woke = await ctx.broker.wait_for_data(logs, remaining)
-            responses, total, logs, errors = await _read_all(ctx, request, by_id)
+            responses, total, logs, errors, by_topic = await _read_all(ctx, request, by_id)
             if total >= min_bytes or errors or not woke or not logs:
                 break
+    if by_topic:
+        ctx.broker.metrics.fetched(by_topic)
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

@@ -8,7 +8,8 @@ fsync runs outside it (on dup'ed descriptors, so a concurrent deletion cannot cl
 High watermark (single broker): the log end offset, except that an append which meets the flush policy
 (`flush.messages` unflushed messages) returns `flush_needed=True`; the high watermark then stops at the
 flushed offset until `flush()` has made everything up to that append durable. Listeners (`add_listener`)
-run after the high watermark advances, on the thread that advanced it.
+run after the high watermark advances, on the thread that advanced it. A `replicated` log (cluster
+mode) leaves its high watermark to the replica manager: see log_replication.py.
 
 Idempotent producers: `append` checks each batch's (producer id, epoch, sequence) against the
 partition's ProducerStateTable (Kafka's rules); a retried batch is acknowledged with the offsets it got
@@ -55,6 +56,7 @@ from rdmalog.store.log_loader import (
     load_segments,
     segment_bases,
 )
+from rdmalog.store.log_replication import ReplicatedLog
 from rdmalog.store.producer_state import ProducerStateTable
 from rdmalog.store.records import (
     CONTROL_BIT,
@@ -70,6 +72,7 @@ from rdmalog.store.records import (
 )
 from rdmalog.store.segment import FileSlice, LogSegment
 from rdmalog.store.segment_swap import SegmentSwap
+from rdmalog.store.stats import LOG_STATS
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +108,7 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
-class PartitionLog(InPlaceAccess, SegmentSwap):
+class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
     """The segments of one partition directory `<topic>-<partition>`."""
 
     def __init__(
@@ -119,6 +122,8 @@ class PartitionLog(InPlaceAccess, SegmentSwap):
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
         clock: Callable[[], int] = wall_clock_ms,
+        replicated: bool = False,
+        high_watermark: int = 0,
     ) -> None:
         self.dir = Path(directory)
         self.topic = topic
@@ -133,6 +138,10 @@ class PartitionLog(InPlaceAccess, SegmentSwap):
         self.log_start_offset = log_start_offset
         self.log_end_offset = 0
         self.high_watermark = 0
+        # replicated: the replica manager moves the high watermark (set_high_watermark), starting
+        # from the checkpointed one; otherwise it follows the log end offset and the flush policy
+        self.replicated = replicated
+        self._checkpoint_hw = high_watermark
         self.recovery_point = recovery_point
         self._clean_shutdown = clean_shutdown
         self._flush_target = 0  # the high watermark may not pass recovery_point below this
@@ -145,6 +154,7 @@ class PartitionLog(InPlaceAccess, SegmentSwap):
         self._listeners: list[Callable[[PartitionLog], None]] = []
         self._roll_listeners: list[Callable[[PartitionLog, LogSegment, LogSegment], None]] = []
         self._start_listeners: list[Callable[[PartitionLog], None]] = []
+        self._append_listeners: list[Callable[[PartitionLog], None]] = []
         self._swap_listeners: list[Callable[[PartitionLog, list[LogSegment]], None]] = []
         self.producer_state = ProducerStateTable()
         self.leader_epochs = LeaderEpochCache(self.dir / LEADER_EPOCH_FILE)
@@ -225,7 +235,11 @@ class PartitionLog(InPlaceAccess, SegmentSwap):
             max(self.log_start_offset, segs[0].base_offset), self.log_end_offset
         )
         self.recovery_point = self.log_end_offset
-        self.high_watermark = self.log_end_offset
+        self.high_watermark = (
+            min(self._checkpoint_hw, self.log_end_offset)
+            if self.replicated
+            else self.log_end_offset
+        )
         self._flush_target = 0
         self.last_flush_ms = self.clock()
         if loaded:
@@ -319,7 +333,8 @@ class PartitionLog(InPlaceAccess, SegmentSwap):
                     duplicate.last_offset,
                     duplicate.timestamp if log_append else -1,
                     self.log_start_offset,
-                    duplicate.last_offset >= self.high_watermark,  # its first flush may be pending
+                    # its first flush may be pending
+                    not self.replicated and duplicate.last_offset >= self.high_watermark,
                     duplicate=True,
                 )
             base = nxt = self.log_end_offset
@@ -360,7 +375,7 @@ class PartitionLog(InPlaceAccess, SegmentSwap):
             flush_needed = nxt - self.recovery_point >= cfg.flush_messages
             if flush_needed:
                 self._flush_target = nxt
-            advanced = self._advance_hw(
+            advanced = not self.replicated and self._advance_hw(
                 nxt if self._flush_target <= self.recovery_point else self.high_watermark
             )
             result = AppendResult(
@@ -368,6 +383,7 @@ class PartitionLog(InPlaceAccess, SegmentSwap):
             )
         if advanced:
             self._notify()
+        self._appended()
         return result
 
     def holds_retry(self, infos: list[BatchInfo]) -> bool:
@@ -634,6 +650,12 @@ class PartitionLog(InPlaceAccess, SegmentSwap):
             deleted += self._delete_oldest(
                 lambda seg, upper: upper <= self.log_start_offset, roll_active=False
             )
+            after = self.log_start_offset
+        if deleted:
+            log.info(
+                "%s: retention deleted %d segment(s), log start offset %d -> %d",
+                self.name, deleted, before, after,
+            )  # fmt: skip
         self._start_moved(before)
         return deleted
 
@@ -679,6 +701,7 @@ class PartitionLog(InPlaceAccess, SegmentSwap):
                 if epochs:
                     self.leader_epochs.save(sync=False)
                     fds.append(os.open(self.leader_epochs.path, os.O_RDONLY))
+        began = time.perf_counter()
         try:
             for fd in fds:
                 os.fsync(fd)
@@ -688,6 +711,8 @@ class PartitionLog(InPlaceAccess, SegmentSwap):
         finally:
             for fd in fds:
                 os.close(fd)
+        if fds:
+            LOG_STATS.flush.observe((time.perf_counter() - began) * 1000)
         with self.lock:
             self.recovery_point = max(self.recovery_point, target)
             self.last_flush_ms = self.clock()
@@ -696,7 +721,7 @@ class PartitionLog(InPlaceAccess, SegmentSwap):
                 if self._flush_target <= self.recovery_point
                 else self.recovery_point
             )
-            advanced = self._advance_hw(hw)
+            advanced = not self.replicated and self._advance_hw(hw)
         if advanced:
             self._notify()
 
