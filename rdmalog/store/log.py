@@ -8,7 +8,8 @@ fsync runs outside it (on dup'ed descriptors, so a concurrent deletion cannot cl
 High watermark (single broker): the log end offset, except that an append which meets the flush policy
 (`flush.messages` unflushed messages) returns `flush_needed=True`; the high watermark then stops at the
 flushed offset until `flush()` has made everything up to that append durable. Listeners (`add_listener`)
-run after the high watermark advances, on the thread that advanced it.
+run after the high watermark advances, on the thread that advanced it. A `replicated` log (cluster
+mode) leaves its high watermark to the replica manager: see log_replication.py.
 
 Idempotent producers: `append` checks each batch's (producer id, epoch, sequence) against the
 partition's ProducerStateTable (Kafka's rules); a retried batch is acknowledged with the offsets it got
@@ -48,6 +49,7 @@ from rdmalog.errors import (
 from rdmalog.store.index import IndexCorruptError
 from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
 from rdmalog.store.leader_epochs import LeaderEpochCache
+from rdmalog.store.log_replication import ReplicatedLog
 from rdmalog.store.producer_state import ProducerStateTable
 from rdmalog.store.records import (
     CONTROL_BIT,
@@ -96,7 +98,7 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
-class PartitionLog:
+class PartitionLog(ReplicatedLog):
     """The segments of one partition directory `<topic>-<partition>`."""
 
     def __init__(
@@ -110,6 +112,8 @@ class PartitionLog:
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
         clock: Callable[[], int] = wall_clock_ms,
+        replicated: bool = False,
+        high_watermark: int = 0,
     ) -> None:
         self.dir = Path(directory)
         self.topic = topic
@@ -122,6 +126,10 @@ class PartitionLog:
         self.log_start_offset = log_start_offset
         self.log_end_offset = 0
         self.high_watermark = 0
+        # replicated: the replica manager moves the high watermark (set_high_watermark), starting
+        # from the checkpointed one; otherwise it follows the log end offset and the flush policy
+        self.replicated = replicated
+        self._checkpoint_hw = high_watermark
         self.recovery_point = recovery_point
         self._clean_shutdown = clean_shutdown
         self._flush_target = 0  # the high watermark may not pass recovery_point below this
@@ -130,6 +138,7 @@ class PartitionLog:
         self._listeners: list[Callable[[PartitionLog], None]] = []
         self._roll_listeners: list[Callable[[PartitionLog, LogSegment, LogSegment], None]] = []
         self._start_listeners: list[Callable[[PartitionLog], None]] = []
+        self._append_listeners: list[Callable[[PartitionLog], None]] = []
         self.producer_state = ProducerStateTable()
         self.leader_epochs = LeaderEpochCache(self.dir / LEADER_EPOCH_FILE)
         self._standby: str | None = None  # None, "making" or "ready"
@@ -282,7 +291,11 @@ class PartitionLog:
             max(self.log_start_offset, segs[0].base_offset), self.log_end_offset
         )
         self.recovery_point = self.log_end_offset
-        self.high_watermark = self.log_end_offset
+        self.high_watermark = (
+            min(self._checkpoint_hw, self.log_end_offset)
+            if self.replicated
+            else self.log_end_offset
+        )
         self._flush_target = 0
         self.last_flush_ms = self.clock()
         self._load_leader_epochs()
@@ -438,7 +451,8 @@ class PartitionLog:
                     duplicate.last_offset,
                     duplicate.timestamp if log_append else -1,
                     self.log_start_offset,
-                    duplicate.last_offset >= self.high_watermark,  # its first flush may be pending
+                    # its first flush may be pending
+                    not self.replicated and duplicate.last_offset >= self.high_watermark,
                 )
             base = nxt = self.log_end_offset
             batches = []
@@ -473,7 +487,7 @@ class PartitionLog:
             flush_needed = nxt - self.recovery_point >= cfg.flush_messages
             if flush_needed:
                 self._flush_target = nxt
-            advanced = self._advance_hw(
+            advanced = not self.replicated and self._advance_hw(
                 nxt if self._flush_target <= self.recovery_point else self.high_watermark
             )
             result = AppendResult(
@@ -481,6 +495,7 @@ class PartitionLog:
             )
         if advanced:
             self._notify()
+        self._appended()
         return result
 
     def holds_retry(self, infos: list[BatchInfo]) -> bool:
@@ -807,7 +822,7 @@ class PartitionLog:
                 if self._flush_target <= self.recovery_point
                 else self.recovery_point
             )
-            advanced = self._advance_hw(hw)
+            advanced = not self.replicated and self._advance_hw(hw)
         if advanced:
             self._notify()
 

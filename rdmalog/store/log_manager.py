@@ -99,7 +99,12 @@ class Store:
         config: BrokerConfig,
         *,
         clock: Callable[[], int] = wall_clock_ms,
+        replicated: bool = False,
+        cluster_id: str | None = None,
     ) -> None:
+        """`replicated`: cluster mode, where the replica manager moves every log's high watermark
+        (from the checkpointed one at open); `cluster_id`: the cluster's id (from ZooKeeper), which
+        a data dir of another cluster refuses."""
         self.dir = Path(data_dir) if data_dir is not None else config.log_dirs[0]
         self.config = config
         self.clock = clock
@@ -108,6 +113,9 @@ class Store:
         self.lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
         self.cluster_id = ""
+        self.replicated = replicated
+        self._expected_cluster_id = cluster_id
+        self._hw_checkpoint: dict[tuple[str, int], int] = {}
         self.producer_ids: ProducerIdAllocator | None = None
         self.node_id = config.node_id
         self._stop = threading.Event()
@@ -144,6 +152,8 @@ class Store:
         clean = marker.exists()
         recovery = ck.read_offset_checkpoint(self.dir / ck.RECOVERY_POINT_CHECKPOINT)
         starts = ck.read_offset_checkpoint(self.dir / ck.LOG_START_OFFSET_CHECKPOINT)
+        if self.replicated:
+            self._hw_checkpoint = ck.read_offset_checkpoint(self.dir / ck.REPLICATION_CHECKPOINT)
         records = self._load_topic_records()
         self._adopt_partition_dirs(records)
         for rec in records.values():
@@ -209,11 +219,18 @@ class Store:
 
     def _load_meta_properties(self) -> None:
         props = ck.read_meta_properties(self.dir)
+        expected = self._expected_cluster_id
         if props is None:
-            self.cluster_id = ck.uuid_to_kafka(uuid.uuid4())
+            self.cluster_id = expected or ck.uuid_to_kafka(uuid.uuid4())
             ck.write_meta_properties(self.dir, self.cluster_id, self.node_id)
             return
-        self.cluster_id = props.get("cluster.id", "") or ck.uuid_to_kafka(uuid.uuid4())
+        self.cluster_id = props.get("cluster.id", "") or expected or ck.uuid_to_kafka(uuid.uuid4())
+        if expected and self.cluster_id != expected:
+            raise KafkaStorageError(
+                f"The Cluster ID {expected} doesn't match stored clusterId {self.cluster_id} in "
+                f"{self.dir / ck.META_PROPERTIES}. The broker is trying to join the wrong cluster. "
+                "Configured zookeeper.connect may be wrong."
+            )
         stored = props.get("node.id", props.get("broker.id"))
         explicit = self.config.is_set("node.id") or self.config.is_set("broker.id")
         if stored is not None and int(stored) != self.node_id:
@@ -323,6 +340,7 @@ class Store:
         plog = PartitionLog(
             d, topic.name, p, topic.config,
             recovery_point=recovery, log_start_offset=start, clean_shutdown=clean, clock=self.clock,
+            replicated=self.replicated, high_watermark=self._hw_checkpoint.get((topic.name, p), 0),
         )  # fmt: skip
         return plog.open()
 

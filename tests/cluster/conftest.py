@@ -1,0 +1,42 @@
+"""Fixtures of the cluster tests: a real ZooKeeper (Debian's package) shared by the session, each test
+in its own chroot of it, and a dedicated server for tests that stop ZooKeeper."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from compat_tests.zookeeper import ZooKeeperServer, missing_reason
+
+_chroots = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    reason = missing_reason()
+    if reason:
+        pytest.skip(reason)
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk_connect(zookeeper_server: ZooKeeperServer, request: pytest.FixtureRequest) -> str:
+    """A `zookeeper.connect` string with a chroot of its own for this test."""
+    name = request.node.name.replace("[", "_").replace("]", "").replace("/", "_")[:60]
+    return f"{zookeeper_server.connect}/t{next(_chroots)}-{name}"
+
+
+@pytest.fixture
+def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper of this test alone (it may stop and restart it)."""
+    reason = missing_reason()
+    if reason:
+        pytest.skip(reason)
+    server = ZooKeeperServer(tmp_path / "zookeeper").start()
+    yield server
+    server.stop()
