@@ -299,7 +299,7 @@ class Registry:
             data, stat = self.zk.get(Z.state_path(topic, partition))
         except NoNodeError:
             return None
-        return Z.decode_state(data, stat.version)
+        return Z.decode_state(data, stat.version, stat.mzxid)
 
     def set_isr(self, topic: str, partition: int, state: Z.PartitionState) -> Z.PartitionState:
         """A leader's ISR change: written only if the state znode is still at `state.version`
@@ -309,8 +309,9 @@ class Registry:
         except (BadVersionError, NoNodeError):
             raise StaleStateError(f"the state of {topic}-{partition} changed meanwhile") from None
         return Z.PartitionState(
-            state.leader, state.leader_epoch, state.isr, state.controller_epoch, stat.version
-        )
+            state.leader, state.leader_epoch, state.isr, state.controller_epoch, stat.version,
+            stat.mzxid,
+        )  # fmt: skip
 
     # --- controller -------------------------------------------------------------------------------
 
@@ -391,11 +392,13 @@ class Registry:
     # --- controlled shutdown ----------------------------------------------------------------------
 
     def request_controlled_shutdown(self, broker_id: int) -> None:
+        """Ask the controller to move this broker's leaderships away (a new request each call)."""
         path = Z.shutdown_path(broker_id)
         try:
-            self.zk.create(path, b"", ephemeral=True, makepath=True)
-        except NodeExistsError:
-            self.zk.set(path, b"")
+            self.zk.delete(path)
+        except NoNodeError:
+            pass
+        self.zk.create(path, b"", ephemeral=True, makepath=True)
 
     def controlled_shutdown_answer(self, broker_id: int) -> int | None:
         """Partitions the controller could not move away (None: not answered yet)."""

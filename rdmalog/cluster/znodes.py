@@ -224,6 +224,7 @@ class PartitionState:
     isr: tuple[int, ...]
     controller_epoch: int
     version: int = -1
+    mzxid: int = -1  # the ZooKeeper transaction that last wrote it (compared with registrations)
 
 
 def encode_state(s: PartitionState) -> bytes:
@@ -238,7 +239,7 @@ def encode_state(s: PartitionState) -> bytes:
     )
 
 
-def decode_state(data: bytes, version: int = -1) -> PartitionState:
+def decode_state(data: bytes, version: int = -1, mzxid: int = -1) -> PartitionState:
     body = _load(data)
     return PartitionState(
         int(body["leader"]),
@@ -246,6 +247,7 @@ def decode_state(data: bytes, version: int = -1) -> PartitionState:
         tuple(int(b) for b in body.get("isr") or ()),
         int(body.get("controller_epoch", 0)),
         version,
+        mzxid,
     )
 
 
