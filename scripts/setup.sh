@@ -28,6 +28,15 @@ if ((${#need_apt[@]})); then
     DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# Set up once: a stamp records what the last successful setup installed from (the extras, the
+# packaging files, the C sources and the JS lock file); a later call with the same inputs returns at once.
+stamp=".venv/.setup-${extras:-base}"
+inputs=$(cat pyproject.toml setup.py compat_tests/js/package-lock.json rdmalog/rdma/*/*.c 2>/dev/null \
+    | sha256sum | cut -d' ' -f1)
+if [[ -x .venv/bin/rdmalog && -f "$stamp" && "$(cat "$stamp")" == "$inputs" ]]; then
+    exit 0
+fi
+
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 if [[ -n "$extras" ]]; then
@@ -41,3 +50,4 @@ if [[ ",$extras," == *",test,"* ]]; then
     .venv/bin/python -m compat_tests.java --fetch >/dev/null \
         || echo "warning: kafka-clients jars not fetched; the Java compat scenarios will be skipped" >&2
 fi
+echo "$inputs" >"$stamp"
