@@ -95,6 +95,7 @@ class Broker:
         self.num_partitions: int = config.get("num.partitions")
         self.groups: Any = None  # the GroupService (gateway/groups), started by the server
         self.rdma: Any = None  # the RdmaService (rdmalog/rdma) when rdma.transport is set
+        self.cluster: Any = None  # the ClusterNode (gateway/cluster) when zookeeper.connect is set
 
     # --- cluster view ------------------------------------------------------------------------
 

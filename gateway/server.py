@@ -471,11 +471,11 @@ def _listen_address(config: BrokerConfig, listen: tuple[str, int] | None) -> tup
     return (first.host, first.port) if first else ("0.0.0.0", 9092)
 
 
-def open_store(config: BrokerConfig):
-    """Open the rdmalog store of this broker (recovers every log)."""
+def open_store(config: BrokerConfig, replicated: bool = False, cluster_id: str | None = None):
+    """Open the rdmalog store of this broker (recovers every log); `replicated` in cluster mode."""
     from rdmalog.store.log_manager import Store
 
-    store = Store(Path(config.log_dirs[0]), config)
+    store = Store(Path(config.log_dirs[0]), config, replicated=replicated, cluster_id=cluster_id)
     store.open()
     return store
 
@@ -522,25 +522,47 @@ def _commit_sink(groups: GroupService):
 
 
 async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
-    """Open the store and start a gateway on `listen` (or the first listener); return it running."""
-    store = open_store(config)
+    """Open the store and start a gateway on `listen` (or the first listener); return it running.
+    With `zookeeper.connect` the broker joins its cluster (gateway/cluster/node.py)."""
+    node = None
+    if config.get("zookeeper.connect"):
+        from gateway.cluster.node import ClusterNode
+
+        node = ClusterNode(config)
+        cluster_id = await asyncio.to_thread(node.connect)
+        store = open_store(config, replicated=True, cluster_id=cluster_id)
+    else:
+        store = open_store(config)
     gateway = Gateway(Broker(config, store))
+    gateway.broker.cluster = node
     try:
         # groups are loaded from __consumer_offsets before the first client can ask for them
         gateway.broker.groups = GroupService(store, config, asyncio.get_running_loop()).start()
         gateway.broker.rdma = start_rdma(store, config, gateway.broker.groups)
+        if node is not None:
+            await node.prepare(store, gateway.broker)
         host, port = _listen_address(config, listen)
         await gateway.start(host, port)
+        if node is not None:
+            await node.join()
     except BaseException:
         await gateway.stop()
+        if node is not None:
+            await node.stop()
         store.close()
         raise
     return gateway
 
 
 async def shutdown(gateway: Gateway) -> None:
-    """Stop a gateway started by `start` and flush/close its store."""
+    """Stop a gateway started by `start` and flush/close its store (in a cluster, leaderships move
+    away first: Kafka's controlled shutdown)."""
+    node = gateway.broker.cluster
+    if node is not None:
+        await node.controlled_shutdown()
     await gateway.stop()
+    if node is not None:
+        await node.stop()
     if gateway.broker.rdma is not None:
         gateway.broker.rdma.stop()  # hands the last RDMA commits to the coordinator ...
         await asyncio.sleep(0)  # ... which writes them here, before the store closes

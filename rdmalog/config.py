@@ -185,9 +185,22 @@ BROKER_DEFS = _defs(
     ("rdma.order.timeout.ms", "int", 1000, _at_least(1)),
     ("rdma.commit.interval.ms", "int", 100, _at_least(1)),
     ("rdma.consumer.slots", "int", 1024, _at_least(1, at_most=4096)),
+    # cluster mode (Kafka's ZooKeeper mode): set zookeeper.connect; unset, one broker as before
     ("zookeeper.connect", "string", None),
-    ("zookeeper.session.timeout.ms", "int", 18000),
-    ("zookeeper.connection.timeout.ms", "int", None),
+    ("zookeeper.session.timeout.ms", "int", 18000, _at_least(1)),
+    ("zookeeper.connection.timeout.ms", "int", None, _at_least(1)),
+    ("broker.rack", "string", None),
+    ("inter.broker.listener.name", "string", None),
+    ("replica.lag.time.max.ms", "long", 30000, _at_least(1)),
+    ("replica.fetch.max.bytes", "int", 1048576, _at_least(0)),
+    ("replica.fetch.response.max.bytes", "int", 10485760, _at_least(0)),
+    ("replica.fetch.wait.max.ms", "int", 500, _at_least(0)),
+    ("replica.fetch.min.bytes", "int", 1, _at_least(1)),
+    ("unclean.leader.election.enable", "boolean", False),
+    ("controlled.shutdown.enable", "boolean", True),
+    ("controlled.shutdown.max.retries", "int", 3, _at_least(0)),
+    ("controlled.shutdown.retry.backoff.ms", "long", 5000, _at_least(0)),
+    ("offsets.commit.timeout.ms", "int", 5000, _at_least(1)),
 )
 
 # Keys Kafka knows that rdmalog accepts and ignores (logged, never an error).
@@ -197,16 +210,15 @@ IGNORED_BROKER_KEYS = frozenset(
     log.roll.jitter.ms log.roll.jitter.hours log.cleaner.enable log.cleaner.threads
     log.cleaner.dedupe.buffer.size log.cleaner.delete.retention.ms log.cleaner.min.cleanable.ratio
     log.segment.delete.delay.ms log.message.format.version log.message.downconversion.enable
-    inter.broker.protocol.version inter.broker.listener.name listener.security.protocol.map
+    inter.broker.protocol.version listener.security.protocol.map
     security.inter.broker.protocol controller.listener.names controller.quorum.voters
     controller.quorum.bootstrap.servers process.roles metadata.log.dir auto.leader.rebalance.enable
-    unclean.leader.election.enable replica.lag.time.max.ms replica.fetch.max.bytes
-    replica.socket.timeout.ms controlled.shutdown.enable group.coordinator.rebalance.protocols
+    replica.socket.timeout.ms group.coordinator.rebalance.protocols
     confluent.support.metrics.enable metric.reporters authorizer.class.name super.users
     allow.everyone.if.no.acl.found sasl.enabled.mechanisms sasl.mechanism.inter.broker.protocol
     ssl.keystore.location ssl.keystore.password ssl.key.password ssl.truststore.location
     ssl.truststore.password ssl.client.auth transaction.state.log.segment.bytes
-    offsets.commit.timeout.ms offsets.load.buffer.size connections.max.idle.ms
+    offsets.load.buffer.size connections.max.idle.ms
     message.timestamp.difference.max.ms log.message.timestamp.difference.max.ms
     log.message.timestamp.before.max.ms log.message.timestamp.after.max.ms""".split()
 )

@@ -44,7 +44,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
     broker = ctx.broker
     store = broker.store
     acks = request["acks"]
+    replicas = broker.cluster.replicas if broker.cluster is not None else None
     to_flush = []
+    to_replicate = []  # acks=all in cluster mode: (answer, topic, partition, last offset)
     responses = []
     for td in request["topic_data"]:
         name = td["name"]
@@ -56,6 +58,11 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
             if acks not in (0, 1, -1):
                 parts.append({"index": index, "error_code": INVALID_REQUIRED_ACKS})
                 continue
+            if replicas is not None:  # cluster mode: only the leader appends
+                code = replicas.check_produce(name, index, acks)
+                if code:
+                    parts.append({"index": index, "error_code": code})
+                    continue
             plog = partition_of(topic, index)
             if plog is None:
                 parts.append({"index": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
@@ -78,19 +85,28 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
             if res.flush_needed:
                 to_flush.append(plog)
             t = res.log_append_time
-            parts.append(
-                {
-                    "index": index,
-                    "error_code": 0,
-                    "base_offset": res.base_offset,
-                    "log_append_time": -1 if t is None else t,
-                    "log_start_offset": res.log_start_offset,
-                }
-            )
+            answer = {
+                "index": index,
+                "error_code": 0,
+                "base_offset": res.base_offset,
+                "log_append_time": -1 if t is None else t,
+                "log_start_offset": res.log_start_offset,
+            }
+            parts.append(answer)
+            if replicas is not None and acks == -1:
+                to_replicate.append((answer, name, index, res.last_offset))
         responses.append({"name": name, "partition_responses": parts})
     if to_flush:
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in to_flush))
+    if to_replicate:  # answered once the ISR has the batches (the request's timeout bounds it)
+        timeout = request.get("timeout", 30000) / 1000
+        codes = await asyncio.gather(
+            *(replicas.wait_replicated(n, i, last, timeout) for _, n, i, last in to_replicate)
+        )
+        for (answer, *_), code in zip(to_replicate, codes, strict=True):
+            if code:
+                answer.update(error_code=code, base_offset=-1)
     if acks == 0:
         return None
     return {"responses": responses, "throttle_time": 0}

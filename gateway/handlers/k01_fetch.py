@@ -25,9 +25,24 @@ _EMPTY = b""
 FETCH_SESSION_ID_NOT_FOUND = 70
 
 
-def _read_all(ctx: RequestContext, request: dict, by_id: bool) -> tuple[list, int, list, bool]:
-    """One pass over the requested partitions -> (responses, bytes, logs, any error)."""
+def replica_id_of(request: dict, version: int) -> int:
+    """The fetching replica's broker id (-1: a consumer); v15 moved it into replica_state."""
+    if version >= 15:
+        return (request.get("replica_state") or {}).get("replica_id", -1)
+    return request.get("replica_id", -1)
+
+
+def _read_all(
+    ctx: RequestContext, request: dict, by_id: bool, replica_id: int = -1
+) -> tuple[list, int, list, bool]:
+    """One pass over the requested partitions -> (responses, bytes, logs, any error).
+
+    In cluster mode only the leader answers; a follower (replica_id >= 0) reads up to the log end
+    offset, and its fetch offset tells the leader how far it has come."""
     broker = ctx.broker
+    replicas = broker.cluster.replicas if broker.cluster is not None else None
+    if replicas is None:
+        replica_id = -1  # one broker: every fetch is a consumer's
     budget = request.get("max_bytes", 0x7FFFFFFF)
     total = 0
     logs = []
@@ -48,9 +63,28 @@ def _read_all(ctx: RequestContext, request: dict, by_id: bool) -> tuple[list, in
                 parts.append({"partition_index": index, "error_code": missing, "records": _EMPTY})
                 errors = True
                 continue
+            offset = p["fetch_offset"]
+            if replicas is not None:
+                current = p.get("current_leader_epoch", -1)
+                if replica_id >= 0:
+                    code = replicas.follower_fetch(plog.topic, index, replica_id, offset, current)
+                else:
+                    code = replicas.leader_error(plog.topic, index, current)
+                if code:
+                    parts.append(
+                        {
+                            "partition_index": index,
+                            "error_code": code,
+                            "high_watermark": plog.high_watermark,
+                            "log_start_offset": plog.log_start_offset,
+                            "records": _EMPTY,
+                        }
+                    )
+                    errors = True
+                    continue
             hw = plog.high_watermark
             start = plog.log_start_offset
-            offset = p["fetch_offset"]
+            upper = plog.log_end_offset if replica_id >= 0 else hw
             entry = {
                 "partition_index": index,
                 "error_code": 0,
@@ -65,13 +99,15 @@ def _read_all(ctx: RequestContext, request: dict, by_id: bool) -> tuple[list, in
                 errors = True
                 continue
             logs.append(plog)
-            if offset >= hw:
+            if offset >= upper:
                 continue
             limit = min(p["partition_max_bytes"], budget - total)
             if total and limit <= 0:
                 continue
             try:
-                sl = plog.read(offset, max(limit, 1))
+                sl = plog.read(
+                    offset, max(limit, 1), upper_bound=upper if replica_id >= 0 else None
+                )
             except Exception as exc:
                 entry["error_code"] = error_code_of(exc)
                 errors = True
@@ -96,7 +132,8 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         # cannot be ours: Kafka answers FETCH_SESSION_ID_NOT_FOUND and the client starts over.
         return {"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "responses": []}
     by_id = ctx.api_version >= 13
-    responses, total, logs, errors = _read_all(ctx, request, by_id)
+    replica_id = replica_id_of(request, ctx.api_version)
+    responses, total, logs, errors = _read_all(ctx, request, by_id, replica_id)
     min_bytes = request.get("min_bytes", 0)
     wait_ms = request.get("max_wait", 0)
     if total < min_bytes and not errors and wait_ms > 0 and logs:
@@ -106,8 +143,11 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            woke = await ctx.broker.wait_for_data(logs, remaining)
-            responses, total, logs, errors = _read_all(ctx, request, by_id)
+            if replica_id >= 0 and ctx.broker.cluster is not None:  # followers wait for appends
+                woke = await ctx.broker.cluster.replicas.wait_for_appends(logs, remaining)
+            else:
+                woke = await ctx.broker.wait_for_data(logs, remaining)
+            responses, total, logs, errors = _read_all(ctx, request, by_id, replica_id)
             if total >= min_bytes or errors or not woke or not logs:
                 break
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

@@ -12,6 +12,7 @@ from gateway.broker import (
     error_code_of,
     topic_name_error,
 )
+from gateway.cluster.metadata import answer_metadata
 from gateway.handlers.registry import api
 
 log = logging.getLogger("gateway.metadata")
@@ -65,6 +66,8 @@ def _missing(ctx: RequestContext, name: str, allow_create: bool) -> dict:
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Describe the requested topics (all when `topics` is null, or empty at v0)."""
     broker = ctx.broker
+    if broker.cluster is not None:
+        return await answer_metadata(ctx, request)
     wanted = request.get("topics")
     allow_create = request.get("allow_auto_topic_creation", True) if ctx.api_version >= 4 else True
     topics = []

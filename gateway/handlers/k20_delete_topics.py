@@ -54,9 +54,43 @@ def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
     return {"name": topic.name, "topic_id": topic.topic_id, "error_code": 0}
 
 
+async def _delete_in_cluster(
+    ctx: RequestContext, name: str | None, topic_id, timeout_ms: int
+) -> dict:
+    """Cluster mode: the controller marks the topic for deletion in ZooKeeper and deletes it."""
+    from gateway.cluster import admin
+
+    node = ctx.broker.cluster
+    tv = node.view.topic(name) if name is not None else node.view.topic_by_id(topic_id)
+    out = {"name": name, "topic_id": topic_id, "error_code": 0}
+    if tv is None:
+        out["error_code"] = UNKNOWN_TOPIC_OR_PARTITION if name is not None else UNKNOWN_TOPIC_ID
+        out["error_message"] = "This server does not host this topic."
+        return out
+    out.update(name=tv.name, topic_id=tv.assignment.topic_id)
+    if not ctx.broker.config.get("delete.topic.enable"):
+        out.update(error_code=TOPIC_DELETION_DISABLED, error_message="Topic deletion is disabled.")
+    elif admin.not_controller(node):
+        out.update(error_code=admin.NOT_CONTROLLER, error_message="This is not the controller.")
+    else:
+        try:
+            await admin.delete_topic(node, tv.name, timeout_ms)
+        except Exception as exc:
+            out.update(error_code=admin.error_code_of(exc), error_message=str(exc) or None)
+    return out
+
+
 @api(20, 1, 6, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Delete each named (or, v6, identified) topic."""
+    if ctx.broker.cluster is not None:
+        timeout_ms = request.get("timeout", 30000)
+        if ctx.api_version >= 6:
+            named = [(t.get("name"), t.get("topic_id")) for t in request["topics"]]
+        else:
+            named = [(name, None) for name in request["topic_names"]]
+        results = [await _delete_in_cluster(ctx, n, i, timeout_ms) for n, i in named]
+        return {"throttle_time": 0, "responses": results}
     if ctx.api_version >= 6:
         results = [_delete(ctx, t.get("name"), t.get("topic_id")) for t in request["topics"]]
     else:

@@ -142,13 +142,16 @@ class LeaderFetcher:
                     continue
                 fetch = loop.create_task(self._fetch(ready))
                 changed = loop.create_task(self.changed.wait())
-                done, _ = await asyncio.wait({fetch, changed}, return_when=asyncio.FIRST_COMPLETED)
-                changed.cancel()
-                if fetch not in done:  # partitions came or went: do not wait out the long poll
-                    fetch.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await fetch
-                    await self._drop_connection()
+                try:
+                    await asyncio.wait({fetch, changed}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    changed.cancel()
+                    if not fetch.done():  # partitions came or went, or stopping: no long poll
+                        fetch.cancel()
+                        with contextlib.suppress(asyncio.CancelledError, Exception):
+                            await fetch
+                        await self._drop_connection()
+                if fetch.cancelled():
                     continue
                 fetch.result()
                 backoff = BACKOFF_S

@@ -415,6 +415,10 @@ class ReplicaManager:
     def replica(self, topic: str, p: int) -> Replica | None:
         return self.replicas.get((topic, p))
 
+    def leading(self) -> list[tuple[str, int]]:
+        """The partitions this broker leads now."""
+        return [key for key, rep in self.replicas.items() if rep.role == LEADER]
+
     def leader_error(self, topic: str, p: int, current_epoch: int = -1) -> int:
         """0 when this broker leads topic-p (in `current_epoch`, when given), else the error."""
         rep = self.replicas.get((topic, p))

@@ -40,3 +40,25 @@ def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
     server = ZooKeeperServer(tmp_path / "zookeeper").start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, zk_connect: str, request: pytest.FixtureRequest):
+    """Three `rdmalog serve` brokers (ids 1..3) in one ZooKeeper chroot; stopped after the test
+    (their stderr tails are printed when the test failed)."""
+    from compat_tests.cluster import BrokerCluster
+
+    overrides = getattr(request, "param", None) or {}
+    c = BrokerCluster(tmp_path / "cluster", zk_connect, 3, overrides).start()
+    yield c
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        print(c.stderr())
+    c.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
