@@ -536,11 +536,15 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
     gateway = Gateway(Broker(config, store))
     gateway.broker.cluster = node
     try:
-        # groups are loaded from __consumer_offsets before the first client can ask for them
-        gateway.broker.groups = GroupService(store, config, asyncio.get_running_loop()).start()
-        gateway.broker.rdma = start_rdma(store, config, gateway.broker.groups)
+        replicas = None
         if node is not None:
             await node.prepare(store, gateway.broker)
+            replicas = node.replicas
+        # groups are loaded from __consumer_offsets before the first client can ask for them (in
+        # a cluster, partition by partition as this broker comes to lead them)
+        loop = asyncio.get_running_loop()
+        gateway.broker.groups = GroupService(store, config, loop, replicas).start()
+        gateway.broker.rdma = start_rdma(store, config, gateway.broker.groups)
         host, port = _listen_address(config, listen)
         await gateway.start(host, port)
         if node is not None:

@@ -71,12 +71,16 @@ class GroupCoordinator:
         config: GroupConfig | None = None,
         new_waiter: Callable[[], Any] = Pending,
         partition_exists: Callable[[str, int], bool] | None = None,
+        coordinator_error: Callable[[str], int] | None = None,
     ) -> None:
         self.clock = clock
         self.log: GroupLog = log if log is not None else MemoryLog()
         self.config = config or GroupConfig()
         self.new_waiter = new_waiter
         self.partition_exists = partition_exists
+        # cluster mode: NOT_COORDINATOR for a group whose __consumer_offsets partition another
+        # broker leads (0 when this one does)
+        self.coordinator_error = coordinator_error
         self.groups: dict[str, Group] = {}
         self._retention_timer = None
 
@@ -106,9 +110,15 @@ class GroupCoordinator:
             self._join_new_member(group, req, waiter)
         return waiter
 
+    def _not_here(self, group_id: str) -> int:
+        """NOT_COORDINATOR when another broker coordinates `group_id` (cluster mode), else 0."""
+        return self.coordinator_error(group_id) if self.coordinator_error is not None else 0
+
     def _validate_join(self, req: JoinRequest) -> int | None:
         if not req.group_id:
             return E.INVALID_GROUP_ID
+        if error := self._not_here(req.group_id):
+            return error
         cfg = self.config
         if not cfg.min_session_timeout_ms <= req.session_timeout_ms <= cfg.max_session_timeout_ms:
             return E.INVALID_SESSION_TIMEOUT
@@ -436,6 +446,9 @@ class GroupCoordinator:
         if not group_id:
             waiter.set_result(SyncResult(E.INVALID_GROUP_ID))
             return waiter
+        if error := self._not_here(group_id):
+            waiter.set_result(SyncResult(error))
+            return waiter
         if group is None:
             waiter.set_result(SyncResult(E.UNKNOWN_MEMBER_ID))
             return waiter
@@ -534,6 +547,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if not group_id:
             return E.INVALID_GROUP_ID
+        if error := self._not_here(group_id):
+            return error
         if group is None:
             return E.UNKNOWN_MEMBER_ID
         error = self._validate_member(group, member_id, group_instance_id, generation_id)
@@ -575,6 +590,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if not group_id:
             return E.INVALID_GROUP_ID, []
+        if error := self._not_here(group_id):
+            return error, []
         if group is None:
             return E.NONE, [E.UNKNOWN_MEMBER_ID for _ in members]
         if group.is_(DEAD):
@@ -647,6 +664,8 @@ class GroupCoordinator:
         keys = [(e.topic, e.partition) for e in entries]
         if not group_id:
             return dict.fromkeys(keys, E.INVALID_GROUP_ID)
+        if error := self._not_here(group_id):
+            return dict.fromkeys(keys, error)
         group = self.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -717,6 +736,8 @@ class GroupCoordinator:
         """Handle one group of an OffsetFetch: (group error, offsets); None asks for all of them."""
         if not group_id:
             return E.INVALID_GROUP_ID, []
+        if error := self._not_here(group_id):
+            return error, []
         group = self.groups.get(group_id)
         offsets = {} if group is None or group.is_(DEAD) else group.offsets
         if partitions is None:
@@ -742,6 +763,8 @@ class GroupCoordinator:
         """Handle an OffsetDelete: offsets of topics the group still consumes stay."""
         if not group_id:
             return E.INVALID_GROUP_ID, {}
+        if error := self._not_here(group_id):
+            return error, {}
         group = self.groups.get(group_id)
         if group is None or group.is_(DEAD):
             return E.GROUP_ID_NOT_FOUND, {}
@@ -783,6 +806,8 @@ class GroupCoordinator:
         """Handle one group of a DescribeGroups; unknown groups are reported Dead."""
         if not group_id:
             return GroupDescription(group_id, error=E.INVALID_GROUP_ID)
+        if error := self._not_here(group_id):
+            return GroupDescription(group_id, error=error)
         group = self.groups.get(group_id)
         if group is None:
             return GroupDescription(group_id, error=E.NONE, state=DEAD.value)
@@ -822,6 +847,8 @@ class GroupCoordinator:
             group = self.groups.get(group_id)
             if not group_id:
                 results[group_id] = E.INVALID_GROUP_ID
+            elif error := self._not_here(group_id):
+                results[group_id] = error
             elif group is None or group.is_(DEAD):
                 results[group_id] = E.GROUP_ID_NOT_FOUND
             elif not group.is_(EMPTY):
@@ -926,6 +953,24 @@ class GroupCoordinator:
     # =============================================================================================
     # Loading
     # =============================================================================================
+
+    def unload(self, moved: Callable[[str], bool]) -> int:
+        """Forget the groups `moved(group_id)` selects (their partition now led elsewhere, Kafka's
+        coordinator emigration): timers cancelled, waiting members answered NOT_COORDINATOR so
+        they find the new coordinator; nothing is written. Returns how many went."""
+        gone = [g for g in self.groups.values() if moved(g.group_id)]
+        for group in gone:
+            self._cancel_join_timer(group)
+            self._cancel_sync_timer(group)
+            for timer in group.pending_members.values():
+                timer.cancel()
+            group.pending_members.clear()
+            for member in group.members.values():
+                member.cancel_expiry()
+                member.complete_join(JoinResult(E.NOT_COORDINATOR, member_id=member.member_id))
+                member.complete_sync(SyncResult(E.NOT_COORDINATOR))
+            self.groups.pop(group.group_id, None)
+        return len(gone)
 
     def load(self, records: Iterable[Record]) -> int:
         """Rebuild groups and offsets by replaying `__consumer_offsets` records in log order.

@@ -1,4 +1,5 @@
-"""FindCoordinator (key 10): this single broker coordinates every group.
+"""FindCoordinator (key 10): this single broker coordinates every group; in a cluster, the leader of
+the group's `__consumer_offsets` partition does.
 
 Transactions are not offered yet: a transactional id gets COORDINATOR_NOT_AVAILABLE, what Kafka answers
 while no transaction coordinator can serve it."""
@@ -9,7 +10,7 @@ import asyncio
 
 from gateway.broker import RequestContext
 from gateway.groups import errors as E
-from gateway.groups.schema import OFFSETS_TOPIC
+from gateway.groups.schema import OFFSETS_TOPIC, partition_for
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
 
@@ -55,10 +56,60 @@ def _answer(ctx: RequestContext, key: str, key_type: int) -> dict:
     }
 
 
+async def _cluster_answer(ctx: RequestContext, key: str, key_type: int) -> dict:
+    """Cluster mode: the leader of the group's `__consumer_offsets` partition coordinates it; the
+    topic is created through ZooKeeper on first use (COORDINATOR_NOT_AVAILABLE meanwhile)."""
+    answer = _answer(ctx, key, key_type)
+    if answer["error_code"]:
+        return answer
+    node = ctx.broker.cluster
+    tv = node.view.topic(OFFSETS_TOPIC)
+    leader = None
+    if tv is None:
+        from gateway.cluster.admin import auto_create
+
+        cfg = ctx.broker.config
+        configs = {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(cfg.get("offsets.topic.segment.bytes")),
+        }
+        await auto_create(
+            node,
+            OFFSETS_TOPIC,
+            cfg.get("offsets.topic.num.partitions"),
+            cfg.get("offsets.topic.replication.factor"),
+            configs,
+        )
+    else:
+        state = tv.states.get(partition_for(key, len(tv.assignment.partitions)))
+        live = node.view.live_brokers()
+        if state is not None and state.leader in live:
+            leader = live[state.leader].endpoint(node.listener)
+            answer.update(node_id=state.leader, host=leader.host, port=leader.port)
+    if leader is None:
+        answer.update(
+            error_code=E.COORDINATOR_NOT_AVAILABLE,
+            error_message="The coordinator is not available.",
+            node_id=-1,
+            host="",
+            port=-1,
+        )
+    return answer
+
+
 @api(10, 0, 6)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Point every key at this broker (creating and loading `__consumer_offsets` on first use)."""
     key_type = request.get("key_type", KEY_GROUP) if ctx.api_version >= 1 else KEY_GROUP
+    if ctx.broker.cluster is not None:
+        if ctx.api_version >= 4:
+            keys = request.get("coordinator_keys") or []
+            answers = [await _cluster_answer(ctx, k, key_type) for k in keys]
+            return {"throttle_time": 0, "coordinators": answers}
+        answer = await _cluster_answer(ctx, request.get("key") or "", key_type)
+        del answer["key"]
+        answer["throttle_time"] = 0
+        return answer
     if key_type == KEY_GROUP and OFFSETS_TOPIC not in ctx.broker.store.topics:
         # Kafka creates __consumer_offsets here. Its 50 partitions are tens to hundreds of ms of
         # file work: done in a thread so other connections are served meanwhile (the store

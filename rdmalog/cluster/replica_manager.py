@@ -415,6 +415,11 @@ class ReplicaManager:
     def replica(self, topic: str, p: int) -> Replica | None:
         return self.replicas.get((topic, p))
 
+    def partition_count(self, topic: str) -> int:
+        """Partitions of `topic` in the cluster (0 when ZooKeeper has no such topic)."""
+        tv = self.view.topic(topic)
+        return 0 if tv is None else len(tv.assignment.partitions)
+
     def leading(self) -> list[tuple[str, int]]:
         """The partitions this broker leads now."""
         return [key for key, rep in self.replicas.items() if rep.role == LEADER]
