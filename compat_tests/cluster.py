@@ -83,6 +83,10 @@ class BrokerCluster:
                 b.close()
             except Exception:
                 b.kill()
+        self.stop_zk_client()
+
+    def stop_zk_client(self) -> None:
+        """Close this helper's own ZooKeeper session (reopened on next use)."""
         if self._zk is not None:
             self._zk.stop()
             self._zk.close()

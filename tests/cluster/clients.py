@@ -147,3 +147,52 @@ def read_all(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 3
 
 def duplicates(values: list[bytes]) -> list[bytes]:
     return [v for v, n in Counter(values).items() if n > 1]
+
+
+def raw_request(
+    bootstrap: str, api_key: int, version: int, body: dict, timeout: float = 30
+) -> dict:
+    """One request on a fresh connection, with the gateway's codec (for what no client does on
+    purpose, such as producing to one given broker)."""
+    import socket
+    import struct
+
+    from gateway.protocol import decode_response, encode_request
+
+    host, _, port = bootstrap.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(encode_request(api_key, version, 1, body, "cluster-tests"))
+        head = b""
+        while len(head) < 4:
+            chunk = sock.recv(4 - len(head))
+            assert chunk, "connection closed"
+            head += chunk
+        (size,) = struct.unpack(">i", head)
+        frame = bytearray()
+        while len(frame) < size:
+            chunk = sock.recv(size - len(frame))
+            assert chunk, "connection closed"
+            frame += chunk
+    _, response = decode_response(api_key, version, bytes(frame))
+    return response
+
+
+def produce_body(topic: str, values: list[bytes], acks: int = -1, partition: int = 0) -> dict:
+    """A Produce v9 request body with one batch of `values`."""
+    from rdmalog.store.records import Record, build_batch
+
+    batch = build_batch([Record(None, v) for v in values])
+    return {
+        "transactional_id": None,
+        "acks": acks,
+        "timeout": 10000,
+        "topic_data": [
+            {"name": topic, "partition_data": [{"index": partition, "records": bytes(batch)}]}
+        ],
+    }
+
+
+def produce_error(bootstrap: str, topic: str, values: list[bytes], acks: int = -1) -> int:
+    """Produce `values` straight to the broker at `bootstrap`; the partition's error code."""
+    resp = raw_request(bootstrap, 0, 9, produce_body(topic, values, acks))
+    return resp["responses"][0]["partition_responses"][0]["error_code"]

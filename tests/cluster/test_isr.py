@@ -1,0 +1,142 @@
+"""The ISR under follower faults: min.insync.replicas with 2 and 1 of 3 in sync; a restarted
+replica truncates what was never committed (KIP-101) and rejoins; a leader frozen past its session
+is fenced and cannot acknowledge acks=all."""
+
+from __future__ import annotations
+
+import signal
+import struct
+import time
+from pathlib import Path
+
+from kafka import KafkaProducer
+from kafka.errors import NotEnoughReplicasError
+
+from compat_tests.cluster import BrokerCluster, wait_for
+from tests.cluster.clients import create_topic, produce_error, read_all
+
+NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS = 6, 7, 19
+
+
+def _batches(data_dir: Path, topic: str, p: int = 0) -> bytes:
+    """A partition's batches as its segment files hold them (preallocated files: up to the first
+    empty length)."""
+    out = bytearray()
+    for path in sorted((data_dir / f"{topic}-{p}").glob("*.log")):
+        with open(path, "rb") as f:
+            while len(head := f.read(12)) == 12:
+                length = struct.unpack(">i", head[8:12])[0]
+                if length <= 0:
+                    break
+                out += head + f.read(length)
+    return bytes(out)
+
+
+def _same_bytes(cluster: BrokerCluster, topic: str) -> None:
+    leader = cluster.leader(topic)
+    for b in cluster.brokers:
+        wait_for(
+            f"broker {b} to hold the leader's bytes of {topic}",
+            lambda b=b: (
+                _batches(cluster.broker(b).data_dir, topic)
+                == _batches(cluster.broker(leader).data_dir, topic)
+            ),
+            timeout=30,
+        )
+
+
+def test_min_insync_replicas_with_followers_down(cluster: BrokerCluster) -> None:
+    create_topic(cluster.bootstrap, "mi", min_insync_replicas="2")
+    cluster.wait_isr("mi", {1, 2, 3})
+    leader = cluster.leader("mi")
+    f1, f2 = sorted(set(cluster.brokers) - {leader})
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap, acks="all", retries=0, request_timeout_ms=15000
+    )
+    producer.send("mi", b"all-three").get(30)
+
+    cluster.broker(f1).stop(signal.SIGKILL)
+    cluster.wait_isr("mi", {leader, f2})
+    producer.send("mi", b"two-of-three").get(30)  # 2 in sync: acks=all goes on
+
+    cluster.broker(f2).stop(signal.SIGKILL)
+    cluster.wait_isr("mi", {leader})
+    future = producer.send("mi", b"refused")
+    try:
+        future.get(30)
+        raise AssertionError("acks=all with 1 of 3 in sync was acknowledged")
+    except NotEnoughReplicasError:
+        pass
+    assert produce_error(cluster.broker(leader).bootstrap, "mi", [b"one-copy"], acks=1) == 0
+    assert produce_error(cluster.broker(leader).bootstrap, "mi", [b"nope"]) == NOT_ENOUGH_REPLICAS
+
+    cluster.broker(f1).start()
+    cluster.broker(f2).start()
+    cluster.wait_isr("mi", {1, 2, 3})
+    producer.send("mi", b"all-three-again").get(30)
+    producer.close()
+    log = read_all(cluster.bootstrap, "mi")
+    assert log == [b"all-three", b"two-of-three", b"one-copy", b"all-three-again"]
+    _same_bytes(cluster, "mi")
+
+
+def test_old_leader_truncates_what_was_not_committed(cluster: BrokerCluster) -> None:
+    create_topic(cluster.bootstrap, "kip101")
+    cluster.wait_isr("kip101", {1, 2, 3})
+    old = cluster.leader("kip101")
+    followers = sorted(set(cluster.brokers) - {old})
+    assert produce_error(cluster.broker(old).bootstrap, "kip101", [b"committed"]) == 0
+    # followers stop fetching; the leader takes acks=1 writes that no follower ever sees ...
+    for f in followers:
+        cluster.broker(f).proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(0.6)  # their pending long polls (replica.fetch.wait.max.ms) come back empty
+        assert (
+            produce_error(cluster.broker(old).bootstrap, "kip101", [b"lost-1", b"lost-2"], acks=1)
+            == 0
+        )
+        cluster.broker(old).stop(signal.SIGKILL)  # ... and dies with them
+    finally:
+        for f in followers:
+            cluster.broker(f).proc.send_signal(signal.SIGCONT)
+    new = wait_for(
+        "a new leader", lambda: cluster.leader("kip101") in followers and cluster.leader("kip101")
+    )
+    assert produce_error(cluster.broker(new).bootstrap, "kip101", [b"after"]) == 0
+    cluster.broker(old).start()  # a follower now: it truncates the two writes away
+    cluster.wait_isr("kip101", {1, 2, 3})
+    assert read_all(cluster.bootstrap, "kip101") == [b"committed", b"after"]
+    _same_bytes(cluster, "kip101")
+    assert "truncating" in cluster.broker(old).stderr_tail(400)
+
+
+def test_leader_frozen_past_its_session_is_fenced(cluster: BrokerCluster) -> None:
+    create_topic(cluster.bootstrap, "frozen")
+    cluster.wait_isr("frozen", {1, 2, 3})
+    stale = cluster.leader("frozen")
+    assert produce_error(cluster.broker(stale).bootstrap, "frozen", [b"before"]) == 0
+    proc = cluster.broker(stale).proc
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for("a new leader", lambda: cluster.leader("frozen") not in (-1, stale))
+        # an acks=all write sent to the frozen leader waits in its socket until it thaws
+        import threading
+
+        codes = []
+        t = threading.Thread(
+            target=lambda: codes.append(
+                produce_error(cluster.broker(stale).bootstrap, "frozen", [b"stale-write"])
+            )
+        )
+        t.start()
+        time.sleep(0.3)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    t.join(30)
+    assert codes and codes[0] in (NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT), codes
+    new = cluster.leader("frozen")
+    assert produce_error(cluster.broker(new).bootstrap, "frozen", [b"after"]) == 0
+    cluster.wait_isr("frozen", {1, 2, 3})  # the thawed broker follows and rejoins
+    assert cluster.leader("frozen") == new
+    assert read_all(cluster.bootstrap, "frozen") == [b"before", b"after"]
+    _same_bytes(cluster, "frozen")

@@ -1,0 +1,126 @@
+"""Cluster operations with clients running: controller failover, a rolling restart of every broker,
+ZooKeeper stopped for a while, topic administration across brokers."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+from compat_tests.cluster import BrokerCluster, wait_for
+from compat_tests.zookeeper import ZooKeeperServer
+from tests.cluster.clients import (
+    GroupConsumer,
+    ProducerLoad,
+    create_topic,
+    duplicates,
+    produce_error,
+    read_all,
+)
+
+
+def test_controller_failover(cluster: BrokerCluster) -> None:
+    create_topic(cluster.bootstrap, "cf", partitions=3)
+    first = cluster.controller()
+    cluster.broker(first).stop(signal.SIGKILL)
+    rest = set(cluster.brokers) - {first}
+    second = wait_for(
+        "a new controller", lambda: cluster.controller() in rest and cluster.controller()
+    )
+    # the new controller moved the partitions the old one led and answers admin requests
+    for p in range(3):
+        wait_for(f"cf-{p} led by a live broker", lambda p=p: cluster.leader("cf", p) in rest)
+    create_topic(cluster.bootstrap, "after-failover", partitions=2, rf=2)
+    for p in range(2):
+        assert cluster.leader("after-failover", p) in rest
+    # and it elects again when a leader goes
+    victim = cluster.leader("cf", 0)
+    if victim == second:
+        victim = next(iter(rest - {second}))
+    cluster.broker(victim).stop(signal.SIGKILL)
+    wait_for(
+        "cf-0 led by the last broker",
+        lambda: all(cluster.leader("cf", p) in rest - {victim} for p in range(3)),
+    )
+    cluster.broker(first).start()
+    cluster.broker(victim).start()
+    cluster.wait_isr("cf", {1, 2, 3}, timeout=60)
+
+
+def test_rolling_restart_with_clients_running(cluster: BrokerCluster) -> None:
+    create_topic(cluster.bootstrap, "roll", partitions=3, min_insync_replicas="2")
+    for p in range(3):
+        cluster.wait_isr("roll", {1, 2, 3}, partition=p)
+    consumer = GroupConsumer(cluster.bootstrap, "roll", "rollers").start()
+    producer = ProducerLoad(cluster.bootstrap, "roll", count=4000, every_s=0.003).start()
+    for b in sorted(cluster.brokers):
+        start = len(producer.acked)
+        wait_for("progress", lambda start=start: len(producer.acked) > start + 200, timeout=60)
+        cluster.broker(b).restart(signal.SIGTERM)  # controlled shutdown, then start
+        for p in range(3):
+            cluster.wait_isr("roll", {1, 2, 3}, partition=p, timeout=60)
+    producer.finish()
+    assert not producer.errors, producer.errors[:5]
+    acked = set(producer.acked)
+    assert len(acked) == 4000
+    wait_for("the consumer to read everything", lambda: acked <= set(consumer.values), timeout=90)
+    consumer.stop()
+    log = read_all(cluster.bootstrap, "roll", partitions=3)
+    assert acked <= set(log) and duplicates(log) == []
+    assert "controlled shutdown: 0 partition(s) still led here" in cluster.broker(1).stderr_tail(
+        2000
+    )
+
+
+def test_zookeeper_stopped_for_a_while(own_zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    cluster = BrokerCluster(tmp_path / "cluster", own_zookeeper.connect + "/zkdown").start()
+    try:
+        create_topic(cluster.bootstrap, "zk", min_insync_replicas="2")
+        before = cluster.wait_isr("zk", {1, 2, 3})
+        cluster.stop_zk_client()
+        leader = cluster.broker(before["leader"]).bootstrap
+        own_zookeeper.stop()
+        try:
+            # without ZooKeeper the brokers keep serving what they lead, acks=all included
+            deadline = time.monotonic() + 6.0  # longer than zookeeper.session.timeout.ms
+            n = 0
+            while time.monotonic() < deadline:
+                assert produce_error(leader, "zk", [b"down-%d" % n]) == 0
+                n += 1
+                time.sleep(0.2)
+        finally:
+            own_zookeeper.start()
+        cluster.wait_registered({1, 2, 3})
+        time.sleep(1.0)
+        after = cluster.state("zk")
+        assert (after["leader"], after["leader_epoch"]) == (
+            before["leader"],
+            before["leader_epoch"],
+        )
+        assert produce_error(leader, "zk", [b"up"]) == 0
+        log = read_all(cluster.bootstrap, "zk")
+        assert log == [b"down-%d" % i for i in range(n)] + [b"up"]
+    finally:
+        cluster.stop()
+
+
+def test_partitions_grow_and_topics_go_across_brokers(cluster: BrokerCluster) -> None:
+    create_topic(cluster.bootstrap, "grow", partitions=2)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_partitions([NewPartitions("grow", 5)])["grow"].result(30)
+    for p in range(5):
+        assert cluster.leader("grow", p) in cluster.brokers
+    for b in cluster.brokers:
+        wait_for(
+            f"broker {b} holds grow's replicas",
+            lambda b=b: len(list(cluster.broker(b).data_dir.glob("grow-*"))) == 5,
+        )
+    admin.delete_topics(["grow"], operation_timeout=30)["grow"].result(30)
+    assert cluster.state("grow", 0) is None
+    for b in cluster.brokers:
+        wait_for(
+            f"broker {b} deleted its replicas",
+            lambda b=b: not list(cluster.broker(b).data_dir.glob("grow-*")),
+        )
