@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from compat_tests.brokers import BrokerProcess
+from compat_tests.brokers import BrokerProcess, free_port
 
 WAIT_S = 60.0
 
@@ -58,10 +58,15 @@ class BrokerCluster:
         self.zk_connect = zk_connect
         self.overrides = {**TEST_OVERRIDES, **(overrides or {})}
         self.brokers: dict[int, BrokerProcess] = {}
+        ports: set[int] = set()
         for broker_id in range(1, size + 1):
+            port = free_port()
+            while port in ports:  # a port picked for an earlier broker is not bound yet
+                port = free_port()
+            ports.add(port)
             home = self.dir / f"broker{broker_id}"
             cfg = {**self.overrides, "broker.id": str(broker_id), "zookeeper.connect": zk_connect}
-            self.brokers[broker_id] = BrokerProcess(home / "data", cfg, log_dir=home)
+            self.brokers[broker_id] = BrokerProcess(home / "data", cfg, log_dir=home, port=port)
         self._zk = None
 
     @property

@@ -120,6 +120,13 @@ class Broker:
         """This broker as a Metadata/DescribeCluster broker entry."""
         return [{"node_id": self.node_id, "host": self.host, "port": self.port, "rack": None}]
 
+    def leader_error(self, topic: str, index: int, current_epoch: int = -1) -> int:
+        """0 when this broker may answer for topic-index as its leader (always, for one broker);
+        in a cluster NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION."""
+        if self.cluster is None:
+            return NONE
+        return self.cluster.replicas.leader_error(topic, index, current_epoch)
+
     # --- topics ------------------------------------------------------------------------------
 
     def topic(self, name: str):

@@ -45,6 +45,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         parts = []
         for p in t["partitions"]:
             index = p["partition_index"]
+            code = broker.leader_error(t["name"], index, p.get("current_leader_epoch", -1))
+            if code:
+                parts.append({"partition_index": index, "error_code": code})
+                continue
             plog = partition_of(topic, index)
             if plog is None:
                 parts.append({"partition_index": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION})

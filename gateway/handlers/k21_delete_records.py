@@ -25,7 +25,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             index = p["partition_index"]
             entry = {"partition_index": index, "low_watermark": -1, "error_code": 0}
             plog = partition_of(topic, index)
-            if plog is None:
+            if code := broker.leader_error(t["name"], index):
+                entry["error_code"] = code
+            elif plog is None:
                 entry["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
             else:
                 before = plog.log_start_offset

@@ -32,7 +32,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         for p in t["partitions"]:
             index = p["partition"]
             plog = partition_of(topic, index)
-            if plog is None:
+            if code := broker.leader_error(t["topic"], index, p.get("current_leader_epoch", -1)):
+                parts.append({"partition": index, "error_code": code})
+            elif plog is None:
                 parts.append({"partition": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
             else:
                 parts.append(_answer(plog, p))

@@ -128,6 +128,7 @@ class ReplicaManager:
         self._isr_task: asyncio.Task | None = None
         self._append_waiters: dict[int, set[asyncio.Future]] = {}
         self._append_listened: set[int] = set()
+        self._by_log: dict[int, Replica] = {}  # id(log) -> replica
         self._loop_thread = threading.get_ident()
         self._leadership_listeners: list[Callable[[str, int, bool, int], None]] = []
         self._deleted_listeners: list[Callable[[Any], None]] = []
@@ -302,6 +303,7 @@ class ReplicaManager:
             rep = self.replicas.pop((name, p), None)
             if rep is not None:
                 self._drop_role(rep)
+                self._by_log.pop(id(rep.log), None)
         logs = list(topic.partitions)
         await asyncio.to_thread(self.store.delete_topic, name)
         log.info("replica of topic %s deleted here", name)
@@ -329,12 +331,18 @@ class ReplicaManager:
             if rep is not None:
                 self._drop_role(rep)
                 self.replicas.pop((topic, p), None)
+                self._by_log.pop(id(rep.log), None)
+                if tv is not None:  # moved away (a reassignment): its data goes, as in Kafka
+                    log.info("%s-%d: no longer a replica here; its data is deleted", topic, p)
+                    rep.log.reset_to(0)
             return
         local = self.store.topics.get(topic)
         if local is None or p >= len(local.partitions):
             return  # _sync_topic creates it (an event is queued)
         if rep is None or rep.log is not local.partitions[p]:
             rep = self.replicas[(topic, p)] = Replica(topic, p, local.partitions[p])
+            self._by_log[id(rep.log)] = rep
+            self._listen_appends(rep.log)
         rep.replicas = tv.replicas(p)
         state = tv.states.get(p)
         if state is None or self.fenced:
@@ -622,13 +630,24 @@ class ReplicaManager:
 
     # --- waking followers' long polls -----------------------------------------------------------------
 
+    def _listen_appends(self, plog: Any) -> None:
+        if id(plog) not in self._append_listened:
+            plog.add_append_listener(self._on_append)
+            self._append_listened.add(id(plog))
+
     def _on_append(self, plog: Any) -> None:
-        if not self._append_waiters.get(id(plog)):
-            return
+        """The log grew (produce, the coordinator, an RDMA commit on any thread): the high watermark
+        may move (at once with no follower in the ISR) and followers' long polls wake."""
         if threading.get_ident() == self._loop_thread:
-            self._wake_appends(plog)
+            self._appended(plog)
         elif not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self._wake_appends, plog)
+            self.loop.call_soon_threadsafe(self._appended, plog)
+
+    def _appended(self, plog: Any) -> None:
+        rep = self._by_log.get(id(plog))
+        if rep is not None and rep.role == LEADER and rep.log is plog:
+            self._maybe_advance_hw(rep)
+        self._wake_appends(plog)
 
     def _wake_appends(self, plog: Any) -> None:
         for fut in self._append_waiters.pop(id(plog), ()):
@@ -641,11 +660,8 @@ class ReplicaManager:
             return False
         fut = self.loop.create_future()
         for plog in logs:
-            key = id(plog)
-            if key not in self._append_listened:
-                plog.add_append_listener(self._on_append)
-                self._append_listened.add(key)
-            self._append_waiters.setdefault(key, set()).add(fut)
+            self._listen_appends(plog)
+            self._append_waiters.setdefault(id(plog), set()).add(fut)
         timer = self.loop.call_later(timeout_s, lambda: fut.done() or fut.set_result(False))
         try:
             return await fut

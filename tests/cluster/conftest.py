@@ -31,6 +31,17 @@ def zk_connect(zookeeper_server: ZooKeeperServer, request: pytest.FixtureRequest
     return f"{zookeeper_server.connect}/t{next(_chroots)}-{name}"
 
 
+@pytest.fixture(scope="module")
+def module_cluster(zookeeper_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory):
+    """Three brokers shared by a module's tests (each test uses topics of its own)."""
+    from compat_tests.cluster import BrokerCluster
+
+    connect = f"{zookeeper_server.connect}/m{next(_chroots)}"
+    c = BrokerCluster(tmp_path_factory.mktemp("module-cluster"), connect, 3).start()
+    yield c
+    c.stop()
+
+
 @pytest.fixture
 def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
     """A ZooKeeper of this test alone (it may stop and restart it)."""
