@@ -124,3 +124,28 @@ def test_partitions_grow_and_topics_go_across_brokers(cluster: BrokerCluster) ->
             f"broker {b} deleted its replicas",
             lambda b=b: not list(cluster.broker(b).data_dir.glob("grow-*")),
         )
+
+
+def test_drain_a_broker_by_reassignment(cluster: BrokerCluster) -> None:
+    """An operator moves every replica off broker 3 (kafka-python's admin client), with a producer
+    running; then broker 3 holds nothing and can be decommissioned."""
+    from kafka import KafkaAdminClient, TopicPartition
+
+    create_topic(cluster.bootstrap, "drain", partitions=2, rf=2)
+    producer = ProducerLoad(cluster.bootstrap, "drain", count=1500, every_s=0.002).start()
+    wait_for("some acknowledged", lambda: len(producer.acked) > 300)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    targets = {TopicPartition("drain", 0): [1, 2], TopicPartition("drain", 1): [2, 1]}
+    result = admin.alter_partition_reassignments(targets)
+    assert all(v is None for v in result.values()), result
+    wait_for("reassignments done", lambda: not admin.list_partition_reassignments(), timeout=60)
+    for p in range(2):
+        s = cluster.wait_isr("drain", {1, 2}, partition=p)
+        assert s["leader"] in (1, 2)
+    producer.finish()
+    admin.close()
+    assert not producer.errors, producer.errors[:5]
+    log = read_all(cluster.bootstrap, "drain", partitions=2)
+    assert set(producer.acked) <= set(log) and duplicates(log) == []
+    # broker 3 has no replica of the topic left
+    wait_for("broker 3 emptied", lambda: not list(cluster.broker(3).data_dir.glob("drain-*")))
