@@ -1,4 +1,7 @@
-"""Brokers for the test suites: `rdmalog serve` as a subprocess, or an external one (KAFKA_BOOTSTRAP)."""
+"""Brokers for the test suites: `rdmalog serve` as a subprocess, or an external one (KAFKA_BOOTSTRAP).
+
+compat_tests needs this on its own (`python -m compat_tests --serve`, its conftest.py); tests/ imports it
+too, and its conftest.py wires its own fixtures around `LiveBrokers`."""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 EXTERNAL_ENV = "KAFKA_BOOTSTRAP"
@@ -196,3 +201,59 @@ def start_broker(
     broker = BrokerProcess(tmp_dir / "data", overrides, properties_file, log_dir=tmp_dir)
     broker.start()
     return broker
+
+
+Broker = BrokerProcess | ExternalBroker
+
+
+class LiveBrokers:
+    """The brokers a pytest run started and has not closed yet, each with the test that owns it
+    (None: the session's), so that a failing test's report can carry their stderr. The fixtures of
+    tests/ and compat_tests/ (their conftest.py files) start and close brokers through one."""
+
+    def __init__(self) -> None:
+        self._owners: dict[BrokerProcess, str | None] = {}
+
+    def start(
+        self,
+        tmp: Path,
+        overrides: dict[str, str] | None = None,
+        properties: Path | None = None,
+        owner: str | None = None,
+    ) -> BrokerProcess:
+        """A fresh `rdmalog serve` with its data dir and stderr under `tmp`, owned by test `owner`."""
+        broker = BrokerProcess(tmp / "data", overrides, properties, log_dir=tmp)
+        self._owners[broker] = owner
+        broker.start()
+        return broker
+
+    def close(self, broker: BrokerProcess) -> None:
+        try:
+            broker.close()
+        finally:
+            self._owners.pop(broker, None)
+
+    @contextmanager
+    def session(self, tmp: Path) -> Iterator[Broker]:
+        """The external KAFKA_BOOTSTRAP broker, or one started in `tmp` until the block ends."""
+        ext = external_bootstrap()
+        if ext:
+            yield ExternalBroker(ext)
+            return
+        broker = self.start(tmp)
+        try:
+            yield broker
+        finally:
+            self.close(broker)
+
+    def report_sections(self, nodeid: str, uses_session: bool) -> list[tuple[str, str]]:
+        """Report sections with the stderr of test `nodeid`'s brokers (and of the session's one
+        when the test uses it)."""
+        sections = []
+        for broker, owner in list(self._owners.items()):
+            if owner != nodeid and not (owner is None and uses_session):
+                continue
+            state = "running" if broker.running else f"exited {broker.exit_codes}"
+            title = f"broker {broker.bootstrap} stderr ({state}, {broker.stderr_path})"
+            sections.append((title, broker.stderr_tail()))
+        return sections

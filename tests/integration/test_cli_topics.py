@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import uuid
-from pathlib import Path
-
-import pytest
 
 from compat_tests.brokers import serve_command
 from compat_tests.common import admin
@@ -16,19 +12,6 @@ from compat_tests.common import admin
 def rdmalog_topics(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = serve_command()[:-1] + ["topics", "--bootstrap-server", bootstrap, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cli_has_topics() -> None:
-    exe = Path(sys.executable).parent / "rdmalog"
-    probe = subprocess.run(
-        [str(exe) if exe.exists() else "rdmalog", "topics", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if probe.returncode != 0:
-        pytest.skip(f"`rdmalog topics` is not available yet: {probe.stderr.strip()[:200]}")
 
 
 def test_topics_create_list_describe_delete(broker) -> None:

@@ -683,7 +683,7 @@ _FULL_SHM_CHILD = """
 import sys
 from rdmalog.rdma.transport.shm import ShmDevice
 from rdmalog.rdma.transport.interface import Access, TransportError
-from tests.unit.test_rdma_transport import Pair
+from tests.integration.test_rdma_transport import Pair
 p = Pair("shm")
 try:
     cli = ShmDevice(root=sys.argv[1])  # on the small /dev/shm

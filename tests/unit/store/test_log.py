@@ -30,7 +30,7 @@ from rdmalog.store.records import (
     decode_all,
     iter_batches,
 )
-from tests.unit.conftest import T0, Clock, batch, crash, open_log, topic_config
+from tests.unit.store.helpers import T0, Clock, batch, crash, open_log, topic_config
 
 
 def offsets(plog, start: int = 0, max_bytes: int = 1 << 30) -> list[int]:
@@ -630,38 +630,6 @@ def test_leader_epochs(tmp_path: Path) -> None:
     plog = open_log(d, clean=True)
     assert plog.leader_epoch == 4 and plog.epoch_end_offset(1) == (0, 3)
     assert (d / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n4 3\n"
-    plog.close()
-
-
-def test_file_slice_goes_through_sock_sendfile_after_deletion(tmp_path: Path) -> None:
-    import asyncio
-    import socket
-
-    plog = open_log(tmp_path / "t-0", segment_bytes=1000)
-    for _ in range(12):
-        plog.append(batch(2, size=100))
-    s = plog.read(0, 1 << 20)
-    expected = s.read()
-    plog.delete_records(plog.high_watermark)
-    assert not (tmp_path / "t-0" / "00000000000000000000.log").exists()
-
-    async def send() -> bytes:
-        a, b = socket.socketpair()
-        a.setblocking(False)
-        b.setblocking(False)
-        loop = asyncio.get_running_loop()
-        try:
-            sent = await loop.sock_sendfile(a, s.file, s.position, s.length)
-            assert sent == s.length
-            got = b""
-            while len(got) < s.length:
-                got += await loop.sock_recv(b, 65536)
-            return got
-        finally:
-            a.close()
-            b.close()
-
-    assert asyncio.run(send()) == expected
     plog.close()
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rdmalog.store.records import decode_all, iter_batches, validate_batches
 from rdmalog.store.segment import FileSlice, LogSegment
-from tests.unit.conftest import T0, batch
+from tests.unit.store.helpers import T0, batch
 
 
 def new_segment(d: Path, base: int = 0, size: int = 1 << 20, interval: int = 4096) -> LogSegment:

@@ -23,12 +23,7 @@ from rdmalog.errors import (
 from rdmalog.store import checkpoints as ck
 from rdmalog.store.log_manager import METADATA_DIR, Store
 from rdmalog.store.records import decode_all
-from tests.unit.conftest import T0, Clock, batch, broker_config, crash
-
-
-def open_store(d: Path, clock=None, **overrides: object) -> Store:
-    kw = {"clock": clock} if clock else {}
-    return Store(d, broker_config(**overrides), **kw).open(start_maintenance=False)
+from tests.unit.store.helpers import T0, Clock, batch, broker_config, crash, open_store
 
 
 def values(plog, start: int = 0) -> list[bytes]:
@@ -314,52 +309,6 @@ def test_interrupted_topic_deletion_is_finished_at_open(tmp_path: Path) -> None:
     assert "half" not in store.topics
     assert not any(p.name.startswith("half") for p in tmp_path.iterdir())
     assert not path.exists()
-    store.close()
-
-
-CHILD = r"""
-import sys
-from pathlib import Path
-from rdmalog.config import BrokerConfig
-from rdmalog.store.log_manager import Store
-from rdmalog.store.records import Record, build_batch
-
-store = Store(Path(sys.argv[1]), BrokerConfig.from_sources(None, {"log.segment.bytes": "20000"}))
-store.open(start_maintenance=False)
-store.create_topic("k", 1, {})
-plog = store.partition("k", 0)
-for i in range(200_000):  # bounded; the parent kills the process long before the end
-    plog.append(build_batch([Record(b"%d" % i, b"v" * 100)] * 3))
-    if i == 300:
-        print("acked", plog.log_end_offset, flush=True)
-"""
-
-
-def test_sigkill_mid_append_recovers_to_a_batch_boundary(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(tmp_path)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("acked"), line
-        acked = int(line.split()[1])
-        proc.kill()  # SIGKILL: no close, no trim, no clean-shutdown marker
-    finally:
-        proc.wait(timeout=60)
-    assert not (tmp_path / ck.CLEAN_SHUTDOWN_FILE).exists()
-    store = open_store(tmp_path)
-    plog = store.partition("k", 0)
-    assert plog.log_end_offset >= acked and plog.log_end_offset % 3 == 0
-    pos, seen = 0, 0
-    while (s := plog.read(pos, 1 << 20)) is not None:
-        recs = decode_all(s.read())
-        assert [r.offset for r in recs] == list(range(pos, pos + len(recs)))
-        seen += len(recs)
-        pos += len(recs)
-    assert seen == plog.log_end_offset
     store.close()
 
 

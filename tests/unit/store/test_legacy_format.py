@@ -8,7 +8,7 @@ import zlib
 import pytest
 
 from rdmalog.errors import KafkaStorageError
-from tests.unit.conftest import open_log
+from tests.unit.store.helpers import open_log
 
 
 def v1_message(offset: int, value: bytes, timestamp: int = 1_700_000_000_000) -> bytes:

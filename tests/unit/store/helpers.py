@@ -1,14 +1,13 @@
-"""Helpers for the store's unit tests: configs, logs on tmp dirs, a settable clock, crash simulation."""
+"""Helpers for the store's tests: configs, logs on tmp dirs, batches, a settable clock, crashes."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import pytest
-
 from rdmalog.config import BrokerConfig, TopicConfig
 from rdmalog.store.log import PartitionLog
+from rdmalog.store.log_manager import Store
 from rdmalog.store.records import Record, build_batch
 
 T0 = 1_700_000_000_000  # a fixed "now" in ms
@@ -26,11 +25,6 @@ class Clock:
     def advance(self, ms: int) -> int:
         self.now += ms
         return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 def broker_config(**overrides: object) -> BrokerConfig:
@@ -52,6 +46,12 @@ def open_log(directory: Path, clock=None, clean: bool = False, **overrides: obje
     return PartitionLog(
         directory, "t", 0, topic_config(**overrides), clean_shutdown=clean, **kwargs
     ).open()
+
+
+def open_store(d: Path, clock=None, **overrides: object) -> Store:
+    """Open (or reopen) a Store on `d` with broker config overrides, without its maintenance thread."""
+    kw = {"clock": clock} if clock else {}
+    return Store(d, broker_config(**overrides), **kw).open(start_maintenance=False)
 
 
 def batch(

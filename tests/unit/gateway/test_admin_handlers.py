@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rdmalog.store.records import Record, build_batch
-from tests.unit.handler_harness import REGISTRY, HandlerHarness, versions
+from tests.unit.gateway.handler_harness import REGISTRY, HandlerHarness, versions
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3

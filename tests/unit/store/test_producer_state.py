@@ -7,7 +7,7 @@ import pytest
 from rdmalog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from rdmalog.store.log import PartitionLog
 from rdmalog.store.producer_state import ProducerStateTable
-from tests.unit.conftest import T0, batch, broker_config, topic_config
+from tests.unit.store.helpers import T0, batch, broker_config, topic_config
 
 
 def _append(table: ProducerStateTable, pid, epoch, seq, count, offset) -> None:
