@@ -53,11 +53,15 @@ class BrokerCluster:
         zk_connect: str,
         size: int = 3,
         overrides: dict[str, str] | None = None,
+        rdma: str | None = None,
     ) -> None:
+        """`rdma`: a transport (shm, tcp) for native clients; `rdma_control[id]` is each broker's
+        control address."""
         self.dir = Path(directory)
         self.zk_connect = zk_connect
         self.overrides = {**TEST_OVERRIDES, **(overrides or {})}
         self.brokers: dict[int, BrokerProcess] = {}
+        self.rdma_control: dict[int, str] = {}
         ports: set[int] = set()
         for broker_id in range(1, size + 1):
             port = free_port()
@@ -66,6 +70,13 @@ class BrokerCluster:
             ports.add(port)
             home = self.dir / f"broker{broker_id}"
             cfg = {**self.overrides, "broker.id": str(broker_id), "zookeeper.connect": zk_connect}
+            if rdma is not None:
+                control = free_port()
+                while control in ports:
+                    control = free_port()
+                ports.add(control)
+                cfg.update({"rdma.transport": rdma, "rdma.control.port": str(control)})
+                self.rdma_control[broker_id] = f"127.0.0.1:{control}"
             self.brokers[broker_id] = BrokerProcess(home / "data", cfg, log_dir=home, port=port)
         self._zk = None
 

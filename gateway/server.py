@@ -545,6 +545,8 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
         loop = asyncio.get_running_loop()
         gateway.broker.groups = GroupService(store, config, loop, replicas).start()
         gateway.broker.rdma = start_rdma(store, config, gateway.broker.groups)
+        if node is not None and gateway.broker.rdma is not None:
+            node.serve_rdma(gateway.broker.rdma)
         host, port = _listen_address(config, listen)
         await gateway.start(host, port)
         if node is not None:

@@ -103,6 +103,19 @@ class ClusterNode:
         store.producer_ids = ClusterProducerIds(self.registry, self.broker_id)
         await self.replicas.start()
 
+    def serve_rdma(self, rdma: Any) -> None:
+        """Native clients in a cluster: only the leader grants produce and read access, a grant
+        is withdrawn when leadership moves, and native consumers read up to the high watermark
+        (their last readable byte follows it), so only replicated records are readable."""
+        replicas = self.replicas
+        rdma.leader_check = lambda topic, p: replicas.leader_error(topic, p)
+
+        def moved(topic: str, p: int, leads: bool, _epoch: int) -> None:
+            if not leads:
+                rdma.revoke_produce(topic, p)
+
+        replicas.add_leadership_listener(moved)
+
     async def join(self) -> None:
         """Register (the gateway listens now) and stand for controller."""
         epoch = await asyncio.to_thread(self._register)

@@ -26,7 +26,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from rdmalog.errors import KafkaError, PolicyViolationError, error_for_code
+from rdmalog.errors import (
+    KafkaError,
+    NotLeaderOrFollowerError,
+    PolicyViolationError,
+    error_for_code,
+)
 from rdmalog.rdma.broker.commit_slots import CommitSink, CommitSlots
 from rdmalog.rdma.broker.prefault import Prefaulter
 from rdmalog.rdma.control import ControlError, ControlServer, Session, arg
@@ -227,6 +232,9 @@ class RdmaService:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.prefault = Prefaulter()
+        # cluster mode: 0 when this broker leads the partition (else a Kafka error code); native
+        # producers and consumers are served by the leader only
+        self.leader_check: Callable[[str, int], int] | None = None
 
     # -- life cycle --------------------------------------------------------------------------------
     def start(self) -> RdmaService:
@@ -644,7 +652,18 @@ class RdmaService:
         raise error_for_code(base)(f"append refused: Kafka error {base}")  # CORRUPT: the reason
 
     # -- control requests ---------------------------------------------------------------------------
+    def revoke_produce(self, topic: str, partition: int) -> None:
+        """Withdraw a partition's produce grant (cluster mode: its leadership moved away)."""
+        with self.lock:
+            ps = self.parts.get((topic, partition))
+            f = None if ps is None else ps.produce
+        if f is not None and not f.revoked:
+            self._revoke(f)
+
     def _part(self, topic: str, partition: int) -> PartState:
+        check = self.leader_check
+        if check is not None and check(topic, partition):
+            raise NotLeaderOrFollowerError(f"this broker does not lead {topic}-{partition}")
         plog = self.store.partition(topic, partition)
         with self.lock:
             ps = self.parts.get((topic, partition))
