@@ -10,6 +10,7 @@ from gateway.handlers.resources import (
     BROKER,
     TOPIC,
     broker_resource_error,
+    cluster_topic,
     config_type,
     unknown_resource,
 )
@@ -75,7 +76,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         result = {"resource_type": rtype, "resource_name": name, "error_code": 0, "configs": []}
         try:
             if rtype == TOPIC:
-                topic = broker.topic(name)
+                topic = (
+                    broker.topic(name) if broker.cluster is None else cluster_topic(broker, name)
+                )
                 if topic is None:
                     result.update(unknown_resource(name))
                 else:

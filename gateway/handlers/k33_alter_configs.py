@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from gateway.broker import RequestContext
 from gateway.handlers.registry import api
 from gateway.handlers.resources import alter_resource
@@ -22,6 +24,12 @@ def _alter(broker, res: dict, validate_only: bool) -> dict:
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Set each topic's overrides to exactly the given configs (unlisted keys revert to defaults)."""
     validate_only = bool(request.get("validate_only"))
+    if ctx.broker.cluster is not None:  # writes ZooKeeper: off the event loop
+        responses = [
+            await asyncio.to_thread(_alter, ctx.broker, r, validate_only)
+            for r in request["resources"]
+        ]
+        return {"throttle_time": 0, "responses": responses}
     return {
         "throttle_time": 0,
         "responses": [_alter(ctx.broker, r, validate_only) for r in request["resources"]],

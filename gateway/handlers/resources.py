@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.broker import error_code_of
+from rdmalog.config import TOPIC_DEFS, TopicConfig
 
 # ConfigResource.Type in Kafka's clients
 TOPIC = 2
@@ -103,7 +104,7 @@ def alter_resource(
     if invalid:
         out.update(invalid)
         return out
-    topic = broker.topic(name)
+    topic = broker.topic(name) if broker.cluster is None else cluster_topic(broker, name)
     if topic is None:
         out.update(unknown_resource(name))
         return out
@@ -111,8 +112,27 @@ def alter_resource(
         changes = changes_of(topic, configs)
         if validate_only:
             topic.config.altered(changes, replace=replace)
+        elif broker.cluster is not None:  # ZooKeeper's /config/topics; every replica applies it
+            new = topic.config.altered(changes, replace=replace)
+            broker.cluster.registry.set_topic_configs(name, new.overrides)
         else:
             broker.store.alter_topic_config(name, changes, replace=replace)
     except Exception as exc:  # store errors carry their Kafka code
         out.update(error_code=error_code_of(exc), error_message=str(exc))
     return out
+
+
+class ClusterTopic(NamedTuple):
+    """A topic's config as the cluster has it (in ZooKeeper), on any broker."""
+
+    name: str
+    config: TopicConfig
+
+
+def cluster_topic(broker: Any, name: str) -> ClusterTopic | None:
+    """Cluster mode: the topic's config from ZooKeeper's /config/topics (None: no such topic)."""
+    tv = broker.cluster.view.topic(name)
+    if tv is None:
+        return None
+    known = {k: v for k, v in tv.configs.items() if k in TOPIC_DEFS}
+    return ClusterTopic(name, TopicConfig.from_overrides(broker.config, known))

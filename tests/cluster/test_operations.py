@@ -149,3 +149,35 @@ def test_drain_a_broker_by_reassignment(cluster: BrokerCluster) -> None:
     assert set(producer.acked) <= set(log) and duplicates(log) == []
     # broker 3 has no replica of the topic left
     wait_for("broker 3 emptied", lambda: not list(cluster.broker(3).data_dir.glob("drain-*")))
+
+
+def test_topic_configs_go_through_zookeeper(cluster: BrokerCluster) -> None:
+    """kafka-configs' way (IncrementalAlterConfigs at any broker) changes min.insync.replicas on
+    every replica; DescribeConfigs answers it from every broker."""
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    from rdmalog.cluster import znodes as Z
+
+    create_topic(cluster.bootstrap, "cfg", min_insync_replicas="1")
+    leader = cluster.leader("cfg")
+    follower = next(b for b in cluster.brokers if b != leader)
+    admin = AdminClient({"bootstrap.servers": cluster.broker(follower).bootstrap})
+    entry = ConfigEntry("min.insync.replicas", "3", incremental_operation=AlterConfigOpType.SET)
+    res = ConfigResource(ResourceType.TOPIC, "cfg", incremental_configs=[entry])
+    admin.incremental_alter_configs([res])[res].result(30)
+    data, _ = cluster.zk.get(Z.config_path("cfg"))
+    assert Z.decode_config(data) == {"min.insync.replicas": "3"}
+    for b in cluster.brokers:
+        one = AdminClient({"bootstrap.servers": cluster.broker(b).bootstrap})
+        got = one.describe_configs([ConfigResource(ResourceType.TOPIC, "cfg")])
+        described = next(iter(got.values())).result(30)
+        assert described["min.insync.replicas"].value == "3"
+    cluster.broker(follower).stop(signal.SIGKILL)
+    cluster.wait_isr("cfg", set(cluster.brokers) - {follower})
+    # the leader applies the new value: 2 in sync of 3 required
+    assert produce_error(cluster.broker(leader).bootstrap, "cfg", [b"x"]) == 19
