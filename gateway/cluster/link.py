@@ -90,5 +90,8 @@ class ReplicaLink:
                 )
         return out
 
+    def abort(self) -> None:
+        self.conn.abort()
+
     async def close(self) -> None:
         await self.conn.close()

@@ -55,6 +55,10 @@ class KafkaConnection:
             raise ProtocolError(f"correlation id {got}, expected {corr}")
         return response
 
+    def abort(self) -> None:
+        """Drop the connection at once (a request in flight fails with a connection error)."""
+        self.writer.transport.abort()
+
     async def close(self) -> None:
         self.writer.close()
         with contextlib.suppress(Exception):

@@ -49,6 +49,9 @@ class LeaderConnection(Protocol):
         """(topic, partition, fetch offset, current leader epoch, log start, max bytes) ->
         (error, high watermark, log start offset, records or None)."""
 
+    def abort(self) -> None:
+        """Drop the connection now (a request in flight fails)."""
+
     async def close(self) -> None: ...
 
 
@@ -88,19 +91,29 @@ class LeaderFetcher:
         self.changed = asyncio.Event()
         self.task: asyncio.Task | None = None
         self.conn: LeaderConnection | None = None
+        self._polling = False  # a Fetch is in flight
+        self._cut = False  # ... and was cut on purpose
 
     def add(self, rep: Any, epoch: int) -> None:
         current = self.parts.get(rep.key)
         if current is not None and current.epoch == epoch and current.rep is rep:
             return
         self.parts[rep.key] = Following(rep, epoch)
-        self.changed.set()
+        self._changed()
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._run())
 
     def remove(self, key: tuple[str, int]) -> None:
         if self.parts.pop(key, None) is not None:
-            self.changed.set()
+            self._changed()
+
+    def _changed(self) -> None:
+        """Partitions came or went: a long poll in flight is cut (its connection dropped), so the
+        next request has them at once instead of after replica.fetch.wait.max.ms."""
+        self.changed.set()
+        if self._polling and self.conn is not None:
+            self._cut = True
+            self.conn.abort()
 
     async def stop(self) -> None:
         self.parts.clear()
@@ -140,24 +153,18 @@ class LeaderFetcher:
                 if not ready:
                     await self._pause(BACKOFF_S)
                     continue
-                fetch = loop.create_task(self._fetch(ready))
-                changed = loop.create_task(self.changed.wait())
+                self._polling, self._cut = True, False
                 try:
-                    await asyncio.wait({fetch, changed}, return_when=asyncio.FIRST_COMPLETED)
+                    await self._fetch(ready)
                 finally:
-                    changed.cancel()
-                    if not fetch.done():  # partitions came or went, or stopping: no long poll
-                        fetch.cancel()
-                        with contextlib.suppress(asyncio.CancelledError, Exception):
-                            await fetch
-                        await self._drop_connection()
-                if fetch.cancelled():
-                    continue
-                fetch.result()
+                    self._polling = False
                 backoff = BACKOFF_S
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if self._cut:  # our own cut: the partitions changed
+                    await self._drop_connection()
+                    continue
                 log.info("fetching from leader %d failed: %r; reconnecting", self.leader, exc)
                 await self._drop_connection()
                 await self._pause(backoff)
