@@ -22,7 +22,7 @@ def __getattr__(name: str):
 
         return getattr(client, name)
     if name == "open_device":
-        from rdmalog.rdma.transport.interface import open_device
+        from rdmalog.rdma.transport.devices import open_device
 
         return open_device
     raise AttributeError(name)

@@ -4,7 +4,7 @@ KafkaDirect sends its control requests over Kafka's TCP path; here they get thei
 datapaths do not depend on the gateway. One TCP connection is one client session: when it closes
 (cleanly or because the client died) the service releases everything the session held.
 
-Requests (``{"op": ..., ...}``) and their replies:
+Requests (``{"op": ..., ...}``, answered by ``broker/grants.py``) and their replies:
 
 - ``hello`` -> ``{token, rdma_address, transport}``: the client connects a queue pair to
   ``rdma_address``, SENDs the token on it, then ``attach`` -> ``{session}`` binds the two.

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
+from rdmalog.spark.interface import Offsets
 from rdmalog.spark.options import (
     EARLIEST,
     LATEST,
@@ -16,7 +17,6 @@ from rdmalog.spark.options import (
     Subscription,
     TopicPartition,
 )
-from rdmalog.spark.transport import Offsets
 
 OffsetMap = dict[TopicPartition, int]
 log = logging.getLogger(__name__)

@@ -3,42 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
 
+from rdmalog.spark.interface import Offsets, Record, Sink
 from rdmalog.spark.options import ConnectionOptions, OptionError, TopicPartition
-
-Record = tuple[bytes | None, bytes | None, int, int | None, int, list | None]
-
-
-class Offsets(Protocol):
-    """Driver-side offset lookups."""
-
-    def topic_partitions(self) -> dict[str, list[int]]: ...
-
-    def watermarks(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]: ...
-
-    def offsets_for_times(
-        self, stamps: dict[TopicPartition, int]
-    ) -> dict[TopicPartition, int | None]: ...
-
-    def close(self) -> None: ...
-
-
-class Sink(Protocol):
-    """Executor-side writer."""
-
-    sent: int
-
-    def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        partition: int | None,
-        headers: list[tuple[str, bytes | None]] | None,
-    ) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def _native_unavailable(conn: ConnectionOptions) -> OptionError:

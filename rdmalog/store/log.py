@@ -17,12 +17,11 @@ the first time and not written again. The table is snapshotted to `rdmalog-produ
 and rebuilt from batch headers after a crash. Leader epochs are kept in Kafka's `leader-epoch-checkpoint`
 (rebuilt from the batches' partitionLeaderEpoch fields when missing); appends stamp `log.leader_epoch`.
 
-RDMA access: `log.active_segment` is the head LogSegment: `.mmap` (shared, writable mapping of the
-preallocated file, to register), `.base_offset`, `.size` (committed byte position: bytes below it are
-whole validated batches), `.capacity` (mapped length). A transport that wrote batches into the mapping
-at `.size` commits them with `log.commit_written(length)`, which validates and patches them in place.
-`add_roll_listener(cb)` reports `cb(log, old_segment, new_segment)` when the head changes, before the
-old file is trimmed to its data (a trim waits while the old mapping is still exported).
+In-place access (RDMA, and next replication): `in_place.py` (a mixin of this class) hands out the
+head file to register, commits bytes written into it (`commit_written(head, position, end)`, the
+same validation and patching as `append`) and tells readers how far a file is readable;
+`add_roll_listener(cb)` reports `cb(log, old_segment, new_segment)` when the head changes, before
+the old file is trimmed to its data (a trim waits while the old mapping is still exported).
 """
 
 from __future__ import annotations
@@ -39,13 +38,13 @@ from typing import NamedTuple
 
 from rdmalog.config import LONG_MAX, TopicConfig
 from rdmalog.errors import (
-    InvalidRecordError,
     InvalidTimestampError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     RecordListTooLargeError,
 )
+from rdmalog.store.in_place import InPlaceAccess
 from rdmalog.store.index import IndexCorruptError
 from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
 from rdmalog.store.leader_epochs import LeaderEpochCache
@@ -61,13 +60,12 @@ from rdmalog.store.records import (
     set_log_append_time,
     validate_batches,
 )
-from rdmalog.store.segment import FileSlice, LogSegment, log_file_name
+from rdmalog.store.segment import FileSlice, LogSegment
 
 log = logging.getLogger(__name__)
 
 INT_MAX = 2**31 - 1
 _LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".tmp")
-STANDBY_FILE = "standby.log.tmp"  # the next head file, allocated ahead of the roll (`preallocate`)
 PRODUCER_STATE_FILE = "rdmalog-producer-state.json"
 
 
@@ -83,6 +81,7 @@ class AppendResult(NamedTuple):
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
     flush_needed: bool
+    duplicate: bool = False  # a retry of a batch the log holds: its first offsets, nothing written
 
 
 class TimestampOffset(NamedTuple):
@@ -98,7 +97,7 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
-class PartitionLog(ReplicatedLog):
+class PartitionLog(InPlaceAccess, ReplicatedLog):
     """The segments of one partition directory `<topic>-<partition>`."""
 
     def __init__(
@@ -176,58 +175,6 @@ class PartitionLog(ReplicatedLog):
         )
         seg.created_ms = self.clock()
         return seg
-
-    # --- the standby head file ----------------------------------------------------------------------
-
-    def prepare_standby(self) -> Path | None:
-        """With `preallocate`: allocate the file the next roll will take (blocks now, under no lock),
-        so a roll renames it instead of allocating a segment; callers may also make it resident
-        (the RDMA service does). Returns its path once ready, None when not applicable or already
-        there. Any thread."""
-        with self.lock:
-            if self.closed or not self.config.preallocate or self._standby is not None:
-                return None
-            self._standby = "making"
-            size = self.config.segment_bytes
-        path = self.dir / STANDBY_FILE
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.ftruncate(fd, size)
-                os.posix_fallocate(fd, 0, size)
-            finally:
-                os.close(fd)
-        except OSError as e:  # e.g. a full disk: the roll allocates (and reports) as usual
-            log.warning("%s: cannot prepare the next head file: %s", self.name, e)
-            path.unlink(missing_ok=True)
-            with self.lock:
-                self._standby = None
-            return None
-        with self.lock:
-            if self.closed or self._standby != "making":
-                path.unlink(missing_ok=True)
-                return None
-            self._standby = "ready"
-        return path
-
-    def _adopt_standby(self, base_offset: int) -> None:
-        """Under the lock, on roll: a ready standby of the right size becomes the new segment's log
-        file (a rename: the blocks and resident pages come along)."""
-        if self._standby != "ready":
-            return
-        self._standby = None
-        path = self.dir / STANDBY_FILE
-        try:
-            if path.stat().st_size == self.config.segment_bytes:
-                os.rename(path, self.dir / log_file_name(base_offset, ".log"))
-            else:
-                path.unlink()
-        except OSError as e:
-            log.warning("%s: standby head file not used: %s", self.name, e)
-
-    def _drop_standby(self) -> None:
-        self._standby = None
-        (self.dir / STANDBY_FILE).unlink(missing_ok=True)
 
     def open(self) -> PartitionLog:
         """Load segments; after an unclean shutdown validate everything from the recovery point."""
@@ -407,32 +354,6 @@ class PartitionLog(ReplicatedLog):
                     f"after.max.ms {after})"
                 )
 
-    def validate_written(self, length: int) -> list[BatchInfo]:
-        """Validate the `length` bytes written into the active segment's mapping at its committed
-        position (RDMA) as a produce request's batches; raises when they are not valid."""
-        with self.lock:
-            seg = self.active_segment
-            if seg.mmap is None or seg.size + length > seg.capacity:
-                raise InvalidRecordError("written region is outside the active segment")
-            with memoryview(seg.mmap)[seg.size : seg.size + length] as mv:
-                infos = validate_batches(mv, self.config.max_message_bytes)
-            self._check_timestamps(infos)
-            return infos
-
-    def commit_written(
-        self, length: int, leader_epoch: int | None = None, infos: list[BatchInfo] | None = None
-    ) -> AppendResult:
-        """Commit `length` bytes written into the active segment's mapping at its committed position
-        (RDMA): validate (unless `infos` came from `validate_written` of the same bytes under the
-        same lock), patch offsets in place, index and advance. Invalid bytes raise; nothing is
-        committed then."""
-        with self.lock:
-            if infos is None:
-                infos = self.validate_written(length)
-            seg = self.active_segment
-            with memoryview(seg.mmap)[seg.size : seg.size + length] as mv:
-                return self._append(mv, infos, leader_epoch, in_place=True)
-
     def _append(
         self, mv: memoryview, infos: list[BatchInfo], leader_epoch: int | None, in_place: bool
     ) -> AppendResult:
@@ -453,6 +374,7 @@ class PartitionLog(ReplicatedLog):
                     self.log_start_offset,
                     # its first flush may be pending
                     not self.replicated and duplicate.last_offset >= self.high_watermark,
+                    duplicate=True,
                 )
             base = nxt = self.log_end_offset
             batches = []

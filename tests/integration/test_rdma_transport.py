@@ -10,13 +10,13 @@ import time
 
 import pytest
 
+from rdmalog.rdma.transport.devices import open_device
 from rdmalog.rdma.transport.interface import (
     MAX_SEND_BYTES,
     Access,
     Opcode,
     Status,
     TransportError,
-    open_device,
 )
 from rdmalog.rdma.transport.verbs import unavailable_reason
 

@@ -19,16 +19,11 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from rdmalog.errors import CorruptRecordError, KafkaError
-from rdmalog.rdma.broker import commit_slots
-from rdmalog.rdma.broker.commit_slots import (
-    MAX_OFFSET,
-    SLOT_BYTES,
-    PendingCommits,
-    add_for,
-    next_word,
-)
+from rdmalog.rdma import commit_words
+from rdmalog.rdma.client.commit_results import PendingCommits
 from rdmalog.rdma.client.endpoint import Endpoint
 from rdmalog.rdma.client.offsets import OffsetCommitError
+from rdmalog.rdma.commit_words import MAX_OFFSET, SLOT_BYTES, add_for, next_word
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport.interface import Access, Opcode, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import LRB_MASK, SLOT_MUTABLE, SLOT_SIZE, SLOT_VALID
@@ -350,12 +345,12 @@ class Consumer(Endpoint):
             return
         addr, rkey = self._results
         if self._results_q is None and self._results_mr is None:
-            view = self.qp.map_remote(addr, rkey, commit_slots.MAX_SLOTS * SLOT_BYTES)
+            view = self.qp.map_remote(addr, rkey, commit_words.MAX_SLOTS * SLOT_BYTES)
             if view is not None:
                 self._results_q = view.cast("Q")
             else:
                 self._results_mr = self.device.alloc_mr(
-                    commit_slots.MAX_SLOTS * SLOT_BYTES, Access.LOCAL_WRITE
+                    commit_words.MAX_SLOTS * SLOT_BYTES, Access.LOCAL_WRITE
                 )
         if self._results_q is not None:
             result = self._results_q.__getitem__

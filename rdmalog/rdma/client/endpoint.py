@@ -12,7 +12,8 @@ import struct
 import time
 
 from rdmalog.rdma.control import ControlClient, ControlError
-from rdmalog.rdma.transport.interface import Access, Status, TransportError, open_device
+from rdmalog.rdma.transport.devices import open_device
+from rdmalog.rdma.transport.interface import Access, Status, TransportError
 
 
 class BrokerDisconnected(TransportError):

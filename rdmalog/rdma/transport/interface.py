@@ -187,6 +187,20 @@ class QueuePair(Protocol):
         signaled: bool = True,
     ) -> None: ...
 
+    def read_now(
+        self, mr: MemoryRegion, offset: int, length: int, remote_addr: int, rkey: int
+    ) -> Status:
+        """A READ whose completion status is returned rather than queued (the native consumer's
+        fast path). verbs posts a READ and waits for its completion on the send CQ (which no one
+        else may poll meanwhile); shm copies at once; tcp asks the peer's engine and waits. With
+        no completion within 10 s: RETRY_EXC_ERR."""
+        ...
+
+    def map_remote(self, remote_addr: int, rkey: int, length: int) -> memoryview | None:
+        """A live read-only view of the peer's region, where memory is shared (shm): reading it
+        is a READ that completes at once. None where it is not (verbs, tcp): READ instead."""
+        ...
+
     def post_fetch_add(
         self, wr_id: int, mr: MemoryRegion, offset: int, remote_addr: int, rkey: int, add: int
     ) -> None:
@@ -281,20 +295,3 @@ def accept_setup(
         raise TransportError("no connection request") from e
     conn.settimeout(5.0)
     return conn, recv_setup(conn, limit)
-
-
-def open_device(kind: str, **kwargs) -> Device:
-    """Create the transport endpoint named `kind`: "shm", "tcp" or "verbs"."""
-    if kind == "shm":
-        from rdmalog.rdma.transport.shm import ShmDevice
-
-        return ShmDevice(**kwargs)
-    if kind == "tcp":
-        from rdmalog.rdma.transport.tcp import TcpDevice
-
-        return TcpDevice(**kwargs)
-    if kind == "verbs":
-        from rdmalog.rdma.transport.verbs import VerbsDevice
-
-        return VerbsDevice(**kwargs)
-    raise ValueError(f"unknown transport {kind!r}")

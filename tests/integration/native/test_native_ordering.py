@@ -39,10 +39,10 @@ def test_a_write_into_a_revoked_file_is_answered_even_once_it_is_forgotten(broke
     f = svc.parts[("fg", 0)].produce
     dead = word_decode(fetch_add(f.word_mr.buf, 0, reservation_add(100)))[0]  # never written
     order = word_decode(fetch_add(f.word_mr.buf, 0, reservation_add(100)))[0]
-    svc._revoke(f)
+    svc.ordering.revoke(f)
     assert wait_for(lambda: f.file_id not in svc.files)  # forgotten: nothing was pending
     answers = []
-    svc.arrive(f, order, 100, lambda *a: answers.append(a))
+    svc.ordering.arrive(f, order, 100, lambda *a: answers.append(a))
     assert order == dead + 1 and answers == [(order, AckStatus.REVOKED, -1, -1, 0)]
     p.close()
 
@@ -162,9 +162,9 @@ def test_a_session_ending_leaves_alone_the_grant_that_reuses_one_of_its_file_ids
     gone = Producer(svc.control_address, mode="shared")
     gone.produce("reuse", 0, b"a")
     old = svc.parts[("reuse", 0)].produce
-    svc._revoke(old)  # as a roll does; then nothing waits in it and it is forgotten
+    svc.ordering.revoke(old)  # as a roll does; then nothing waits in it and it is forgotten
     assert wait_for(lambda: old.file_id not in svc.files)
-    svc._file_ids = itertools.count(old.file_id)  # the next grant gets the freed id
+    svc.grants._file_ids = itertools.count(old.file_id)  # the next grant gets the freed id
     p = Producer(svc.control_address, mode="shared")
     p.produce("reuse", 1, b"before")
     assert svc.parts[("reuse", 1)].produce.file_id == old.file_id
@@ -225,8 +225,10 @@ def test_a_run_of_writes_commits_together_and_acks_each(broker, monkeypatch):
     one: the writes before it commit, it is refused, the rest are revoked."""
     st, svc = broker
     runs = []
-    real = svc._process_run
-    monkeypatch.setattr(svc, "_process_run", lambda f, run: runs.append(len(run)) or real(f, run))
+    real = svc.ordering._process_run
+    monkeypatch.setattr(
+        svc.ordering, "_process_run", lambda f, run: runs.append(len(run)) or real(f, run)
+    )
     st.create_topic("run", 1)
     p = Producer(svc.control_address)
     assert p.produce("run", 0, b"first") == (0, 0)
@@ -261,13 +263,15 @@ def test_an_idempotent_producers_run_commits_together(broker, monkeypatch):
     sequence gap, is answered one by one: the retry with its original offsets."""
     st, svc = broker
     runs, commits = [], []
-    real = svc._process_run
-    monkeypatch.setattr(svc, "_process_run", lambda f, run: runs.append(len(run)) or real(f, run))
+    real = svc.ordering._process_run
+    monkeypatch.setattr(
+        svc.ordering, "_process_run", lambda f, run: runs.append(len(run)) or real(f, run)
+    )
     st.create_topic("irun", 1)
     plog = st.partition("irun", 0)
     real_commit = plog.commit_written
     monkeypatch.setattr(
-        plog, "commit_written", lambda n, **kw: commits.append(n) or real_commit(n, **kw)
+        plog, "commit_written", lambda *a, **kw: commits.append(a) or real_commit(*a, **kw)
     )
     p = Producer(svc.control_address)
     assert p.produce("irun", 0, b"first") == (0, 0)

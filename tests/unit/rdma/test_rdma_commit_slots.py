@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from rdmalog.rdma.broker.commit_slots import (
+from rdmalog.rdma.client.commit_results import PendingCommits
+from rdmalog.rdma.commit_words import (
     COUNT_MASK,
     MAX_OFFSET,
     WORD_MASK,
-    PendingCommits,
     add_for,
     next_word,
     offset_of,

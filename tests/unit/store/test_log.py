@@ -480,14 +480,14 @@ def test_commit_written_for_rdma(tmp_path: Path) -> None:
     seg = plog.active_segment
     raw = batch(3) + batch(1)
     seg.mmap[seg.size : seg.size + len(raw)] = bytes(raw)  # what a one-sided WRITE does
-    r = plog.commit_written(len(raw))
+    r = plog.commit_written(seg, seg.size, seg.size + len(raw))
     assert (r.base_offset, r.last_offset) == (2, 5)
     assert offsets(plog) == list(range(6))
     bad = bytearray(batch(1))
     bad[-1] ^= 1
     seg.mmap[seg.size : seg.size + len(bad)] = bytes(bad)
     with pytest.raises(CorruptRecordError):
-        plog.commit_written(len(bad))
+        plog.commit_written(seg, seg.size, seg.size + len(bad))
     assert plog.log_end_offset == 6
     plog.close()
 

@@ -1,0 +1,206 @@
+"""What the RDMA service tracks per partition: the grant of its head file to producers, the files
+registered for consumers' READs and their metadata slots (KafkaDirect Figure 9), and `Partitions`,
+which finds (or starts) a partition's state.
+
+The log's listeners keep these current: a high watermark advance rewrites the slots of the files
+being read; a roll revokes the grant of the old head. They run under the log's lock (or none), so
+they only set flags, deregister and write slot words.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+
+from rdmalog.errors import NotLeaderOrFollowerError
+from rdmalog.rdma.control import ControlError
+from rdmalog.rdma.transport._atomic64 import store
+from rdmalog.rdma.transport.interface import Access
+from rdmalog.rdma.wire import SLOT_SIZE, slot_word
+from rdmalog.store.in_place import SegmentFile
+
+# (order, status, base offset, last offset, next position[, log append time]): the time, -1
+# unless the topic uses LogAppendTime, only for the gateway's appends (no ack field holds it)
+Reply = Callable[..., None]
+
+
+class ProduceFile:
+    """One grant of a head file for RDMA produce (exclusive, or shared through the word)."""
+
+    def __init__(
+        self,
+        file_id: int,
+        part: PartState,
+        head: SegmentFile,
+        position: int,
+        mode: str,
+        mr,
+        word_mr,
+    ):
+        self.file_id, self.part, self.segment, self.mode = file_id, part, head, mode
+        self.mapping, self.capacity = head.mmap, head.capacity  # what was registered
+        self.mr, self.word_mr = mr, word_mr
+        self.lock = threading.Lock()
+        self.next_order = 0
+        self.expect_pos = position  # where the next order's bytes start (the committed position)
+        self.pending: dict[int, tuple[int, Reply, float]] = {}
+        self.sessions: set[int] = set()
+        self.revoked = False
+        self.full = False
+        self.standby_asked = False  # the next head file was asked for (preallocate)
+        self.orphaned_below: int | None = None  # orders reserved before a holder's session ended
+        self.resident = False  # made resident at the grant: no prefault lead (see grants.py)
+
+    def revoke(self) -> None:
+        """Withdraw remote access now (flags and deregistration only: safe under the log lock)."""
+        self.revoked = True
+        for mr in (self.mr, self.word_mr):
+            if mr is not None and mr.rkey:
+                mr.deregister()
+
+
+class SlotRegion:
+    """A consumer session's contiguous metadata slots (KafkaDirect Figure 9)."""
+
+    def __init__(self, device, nslots: int):
+        self.mr = device.alloc_mr(nslots * SLOT_SIZE, Access.LOCAL_WRITE | Access.REMOTE_READ)
+        self.free = list(range(nslots - 1, -1, -1))  # pop() gives the lowest: keep slots close
+        self.retired: dict[tuple[str, int, int], int] = {}  # withdrawn file -> its slot
+
+    def take(self) -> int:
+        if not self.free:
+            raise ControlError("no_slot", "metadata slot region full")
+        self.free.sort(reverse=True)
+        return self.free.pop()
+
+    def set(self, idx: int, lrb: int, mutable: bool, base_offset: int) -> None:
+        store(self.mr.buf, idx * SLOT_SIZE + 8, base_offset)
+        store(self.mr.buf, idx * SLOT_SIZE, slot_word(lrb, mutable))
+
+    def clear(self, idx: int) -> None:
+        store(self.mr.buf, idx * SLOT_SIZE, 0)
+        self.free.append(idx)
+
+    def retire(self, idx: int, key: tuple[str, int, int], base_offset: int) -> None:
+        """The file is withdrawn: sealed, nothing more readable (a consumer never lowers its
+        last readable byte), and not handed to another file before `release(key)`."""
+        self.set(idx, 0, False, base_offset)
+        self.retired[key] = idx
+
+    def release(self, key: tuple[str, int, int]) -> None:
+        """Free the slot of the withdrawn file `key`, if there is one."""
+        idx = self.retired.pop(key, None)
+        if idx is not None:
+            self.clear(idx)
+
+
+class ReadFile:
+    """A segment file registered for REMOTE_READ, shared by all consumers reading it."""
+
+    def __init__(self, key: tuple[str, int, int], seg: SegmentFile, mr):
+        self.key, self.segment, self.mr = key, seg, mr  # key: (topic, partition, base offset)
+        self.slots: dict[int, tuple[SlotRegion, int]] = {}  # session id -> (region, slot index)
+        self.refs: set[int] = set()
+
+    def withdraw(self) -> None:
+        """Deregister it: READs of it fail from now on. The metadata slots still on it say it is
+        sealed, so a consumer that read all it showed asks for the next file, hears it is gone and
+        seeks again (a cleared slot it took for 'nothing new', and waited forever); each is kept
+        until its session releases the file."""
+        for region, idx in self.slots.values():
+            region.retire(idx, self.key, self.segment.base_offset)
+        self.slots.clear()
+        self.mr.deregister()
+
+
+class PartState:
+    """What the service tracks for one partition."""
+
+    def __init__(self, plog):
+        self.log = plog
+        self.produce: ProduceFile | None = None
+        self.readers: dict[int, ReadFile] = {}  # segment base offset -> ReadFile
+        self.listening = False
+        self.on_start = None  # the service's log start listener for this partition
+
+    def on_hw(self, plog) -> None:
+        f = self.produce
+        if plog.closed and f is not None:  # deleted: nothing more can be committed into it
+            f.revoke()
+        for rf in list(self.readers.values()):
+            if rf.slots:
+                lrb, mutable, _ = plog.readable_end(rf.segment)
+                for region, idx in list(rf.slots.values()):
+                    region.set(idx, lrb, mutable, rf.segment.base_offset)
+
+    def on_roll(self, plog, old, new) -> None:
+        f = self.produce
+        if f is not None and f.segment is old:
+            f.revoke()  # its bytes past old.size are gone with the trim
+        self.on_hw(plog)
+
+
+class Partitions:
+    """The PartState of every partition the service was asked about, listening to its log.
+    `lock` is the service's."""
+
+    def __init__(self, store, lock: threading.RLock):
+        self.store = store
+        self.lock = lock
+        self.by_key: dict[tuple[str, int], PartState] = {}
+        # cluster mode: 0 when this broker leads the partition (else a Kafka error code); native
+        # producers and consumers are served by the leader only
+        self.leader_check: Callable[[str, int], int] | None = None
+
+    def get(self, topic: str, partition: int) -> PartState:
+        """The partition's state (raises the store's error for an unknown one, and in a cluster
+        NotLeaderOrFollowerError where this broker does not lead); a log that was deleted and
+        created again gets a new one."""
+        check = self.leader_check
+        if check is not None and check(topic, partition):
+            raise NotLeaderOrFollowerError(f"this broker does not lead {topic}-{partition}")
+        plog = self.store.partition(topic, partition)
+        with self.lock:
+            ps = self.by_key.get((topic, partition))
+            if ps is None or ps.log is not plog:
+                if ps is not None:  # the topic was deleted and created again
+                    self._forget_readers(ps)
+                ps = self.by_key[(topic, partition)] = PartState(plog)
+            if not ps.listening:
+                ps.on_start = functools.partial(self._retire_deleted_readers, ps)
+                plog.add_listener(ps.on_hw)
+                plog.add_roll_listener(ps.on_roll)
+                plog.add_start_listener(ps.on_start)
+                ps.listening = True
+            return ps
+
+    def stop_listening(self) -> None:
+        with self.lock:
+            for ps in self.by_key.values():
+                if ps.listening:
+                    ps.log.remove_listener(ps.on_hw)
+                    ps.log.remove_roll_listener(ps.on_roll)
+                    ps.log.remove_start_listener(ps.on_start)
+
+    @staticmethod
+    def _forget_readers(ps: PartState) -> None:
+        """Give back the read registrations and metadata slots of a log that was replaced: the
+        sessions' later releases look at the new log's files, so these would never be freed.
+        (Its readers are told by their next next_file: file_gone, and they seek again.)"""
+        for rf in ps.readers.values():
+            rf.withdraw()
+        ps.readers.clear()
+
+    def _retire_deleted_readers(self, ps: PartState, plog) -> None:
+        """The log start offset moved (the log's start listener, before retention or DeleteRecords
+        returns; no log lock is held, so the service lock can be taken first, in the order every
+        path takes them): withdraw the read registrations of segments holding records below it
+        (deleted ones, and the one DeleteRecords cut into), where Kafka answers
+        OFFSET_OUT_OF_RANGE. A consumer's next READ fails (or its next_file finds the file gone)
+        and it seeks again: from its position when the log still holds it (a new registration of
+        the same file), else as auto_offset_reset says."""
+        with self.lock:
+            start = plog.log_start_offset
+            for base in [b for b in ps.readers if b < start]:
+                ps.readers.pop(base).withdraw()

@@ -1,0 +1,172 @@
+"""The RDMA service's client queue pairs: their posted receives, the acknowledgements queued for
+them, and which control session each belongs to.
+
+A client opens a control session, asks `hello` for a token, connects a queue pair and SENDs the
+token on it (the first receive the service sees); `attach` then waits until that has bound the
+queue pair to the session. Writes on an unbound queue pair are refused (it has no grants).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+import threading
+
+from rdmalog.rdma.broker.partitions import Reply
+from rdmalog.rdma.control import Session
+from rdmalog.rdma.transport.interface import Access, TransportError
+from rdmalog.rdma.wire import ACK, ACK_SIZE, ACKS_PER_SEND, AckStatus
+
+log = logging.getLogger(__name__)
+
+RECV_DEPTH = 256  # receives kept posted per queue pair (bounds a producer's in-flight writes)
+ACKS_AT = RECV_DEPTH * 64  # where a client queue pair's region keeps the acknowledgements to send
+HELLO = struct.Struct("<Q")
+
+
+class ClientQP:
+    """The service's end of one client queue pair: posted receives and queued acknowledgements."""
+
+    def __init__(self, device, qp, acks_due: set[ClientQP]):
+        self.qp = qp
+        self.session: int | None = None
+        # One region: RECV_DEPTH 64-byte receive buffers, then the acknowledgements to send.
+        self.mr = device.alloc_mr(ACKS_AT + ACKS_PER_SEND * ACK_SIZE, Access.LOCAL_WRITE)
+        self._lock = threading.Lock()
+        self._outbox: list[tuple[int, int, int, int, int, int]] = []
+        self._acks_due = acks_due  # the service's set of queue pairs with acknowledgements queued
+        self.closed = False
+
+    def close(self) -> None:
+        """Close the queue pair and give back its buffers' region (a device has a fixed number
+        of them: shm 1024); what its receives still complete is ignored (its qp_num is no
+        longer the service's), and so are acknowledgements still due to it (writes of a dead
+        producer given up later): their buffer is gone."""
+        with self._lock:  # after any send_acks under way, before any later one
+            self.closed = True
+            self._outbox.clear()
+        self.qp.close()
+        with contextlib.suppress(TransportError, BufferError):
+            self.mr.deregister()
+
+    def post_all(self) -> None:
+        for i in range(RECV_DEPTH):
+            self.qp.post_recv(i, self.mr, i * 64, 64)
+
+    def repost(self, i: int) -> None:
+        """Post receive i again; a client gone since (its queue pair closed) needs none, and what
+        it sent before still counts."""
+        with contextlib.suppress(TransportError):
+            self.qp.post_recv(i, self.mr, i * 64, 64)
+
+    def ack(
+        self, file_id: int, order: int, status: AckStatus, base: int, last: int, nxt: int
+    ) -> None:
+        """Queue an acknowledgement; `send_acks` sends what is queued (the service calls it once
+        it has committed what it could: a run of writes costs one SEND, not one each)."""
+        with self._lock:
+            if self.closed:
+                return
+            self._outbox.append((file_id, order, status, base, last, nxt))
+        self._acks_due.add(self)
+
+    def send_acks(self) -> None:
+        with self._lock:
+            out, self._outbox = self._outbox, []  # empty once closed
+            buf = self.mr.buf
+            for i in range(0, len(out), ACKS_PER_SEND):
+                chunk = out[i : i + ACKS_PER_SEND]
+                for j, entry in enumerate(chunk):
+                    ACK.pack_into(buf, ACKS_AT + j * ACK_SIZE, *entry)
+                try:
+                    self.qp.post_send(0, self.mr, ACKS_AT, len(chunk) * ACK_SIZE, signaled=False)
+                except (TransportError, OSError):
+                    return  # the client is gone
+
+    def reply(self, file_id: int) -> Reply:
+        return lambda order, status, base, last, nxt, _append_time=-1: self.ack(
+            file_id, order, status, base, last, nxt
+        )
+
+
+class QueuePairs:
+    """The accepted queue pairs by number, and their binding to control sessions. `lock` is the
+    service's (a session's state is read under it)."""
+
+    def __init__(self, device, lock: threading.RLock):
+        self.device = device
+        self.lock = lock
+        self.by_num: dict[int, ClientQP] = {}
+        self.acks_due: set[ClientQP] = set()  # queue pairs with acknowledgements to send
+        self._tokens: dict[int, Session] = {}
+        self._bound = threading.Condition(lock)
+
+    def accept(self, qp) -> None:
+        """List a queue pair the listener accepted and post its receives; one that fails in
+        setup is closed again."""
+        cqp = None
+        try:
+            cqp = ClientQP(self.device, qp, self.acks_due)
+            with self.lock:
+                self.by_num[qp.qp_num] = cqp
+            cqp.post_all()  # only now: a completion must find its QP in by_num
+        except Exception as exc:  # e.g. the peer closed right after connecting
+            if isinstance(exc, TransportError):
+                log.info("rdma: queue pair %s closed during setup: %s", qp.qp_num, exc)
+            else:
+                log.exception("rdma: queue pair setup failed")
+            if cqp is not None:  # listed in by_num, and its region registered
+                self.drop(cqp)
+            else:
+                qp.close()
+
+    def drop(self, cqp: ClientQP) -> None:
+        """Forget a client queue pair (if still listed) and close it."""
+        with self.lock:
+            if self.by_num.get(cqp.qp.qp_num) is cqp:
+                del self.by_num[cqp.qp.qp_num]
+        cqp.close()
+
+    def token(self, s: Session) -> int:
+        """A token for session s's queue pair to say hello with."""
+        token = int.from_bytes(os.urandom(8), "little")
+        with self.lock:
+            self._tokens[token] = s
+        return token
+
+    def hello(self, cqp: ClientQP, wr_id: int) -> None:
+        """Receive `wr_id` of cqp completed: the token it carries binds cqp to its session (a
+        second hello of the session replaces the first queue pair)."""
+        token = HELLO.unpack_from(cqp.mr.buf, wr_id * 64)[0]
+        cqp.repost(wr_id)
+        with self.lock:
+            s = self._tokens.pop(token, None)
+            old = None
+            if s is not None:
+                old = s.state.get("qp")
+                s.state["qp"] = cqp
+                cqp.session = s.id
+                self._bound.notify_all()
+        if old is not None and old is not cqp:
+            self.drop(old)
+
+    def wait_attached(self, s: Session, timeout: float) -> bool:
+        """Whether a queue pair said hello with s's token (waits up to `timeout` seconds)."""
+        with self.lock:
+            return self._bound.wait_for(lambda: "qp" in s.state, timeout=timeout)
+
+    def session_closed(self, s: Session) -> None:
+        """Forget s's tokens and drop its queue pair."""
+        with self.lock:
+            cqp = s.state.get("qp")
+            for token, sess in list(self._tokens.items()):
+                if sess is s:
+                    del self._tokens[token]
+        if cqp is not None:
+            self.drop(cqp)
+
+    def close(self) -> None:
+        for cqp in list(self.by_num.values()):
+            cqp.close()

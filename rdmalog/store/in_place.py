@@ -1,0 +1,276 @@
+"""A partition log's files used in place: what a transport that registers them needs of the log.
+
+RDMA producers write batches straight into the head file's mapping, consumers READ files
+one-sidedly, and a follower will take its leader's batches the same way. The log alone decides
+what is committed: these methods of `PartitionLog` (this class is its mixin) take the log's lock
+themselves and hand out files as `SegmentFile`s (what a transport registers), never their
+committed size.
+
+- `head_for_writing()`: the head file, rolled first when it has no room, and its committed
+  position, with the log's lock held for the block: register its mapping there (no roll or trim
+  can come in between).
+- `validate_written(head, position, end)`, `commit_written(head, position, end, ...)`: the bytes a
+  writer put at [position, end) of `head`, validated as a produce request's batches, then patched
+  (offsets, leader epoch, LogAppendTime) and committed in place. `HeadMovedError` when `head` is no
+  longer the head, something else was committed at `position` first, or the log end is not the
+  offset the writer expected: nothing is committed then.
+- `roll_head(head)`: roll when `head` is still the head and holds data (its writer found it full).
+- `file_for_reading(offset)`, `next_file(base_offset)`: the file holding an offset and the file
+  after one, with the lock held for the block as above; `readable_end(file)`: how far a reader may
+  read it now.
+- `prepare_standby()`: with `preallocate`, the next head file is allocated before the roll needs it.
+
+Roll, high watermark and log start listeners (`add_roll_listener` ...) tell a transport when to
+revoke or refresh what it handed out.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from rdmalog.errors import InvalidRecordError, OffsetOutOfRangeError
+from rdmalog.store.records import BatchInfo, validate_batches
+from rdmalog.store.segment import LogSegment, log_file_name
+
+if TYPE_CHECKING:
+    from rdmalog.config import TopicConfig
+    from rdmalog.store.log import AppendResult
+
+log = logging.getLogger(__name__)
+
+STANDBY_FILE = "standby.log.tmp"  # the next head file, allocated ahead of the roll (`preallocate`)
+EARLIEST, LATEST = -2, -1  # `file_for_reading` offsets, as in Kafka's ListOffsets
+
+
+class SegmentFile(Protocol):
+    """A segment's log file as the log hands it out: what a transport registers, and the identity
+    it gives back to the log's methods."""
+
+    @property
+    def base_offset(self) -> int: ...
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def capacity(self) -> int:
+        """Length of the mapping (a head file's preallocated size)."""
+        ...
+
+    @property
+    def mmap(self) -> mmap.mmap | None:
+        """The shared mapping. Read it where the log hands the file out (its lock held): a roll
+        may trim and remap the file later, but not while a registration still exports it."""
+        ...
+
+
+class ReadStart(NamedTuple):
+    """Where a reader of `offset` starts: the byte `position` of its batch in `file`."""
+
+    file: SegmentFile
+    position: int
+    offset: int
+
+
+class HeadMovedError(Exception):
+    """The written bytes are not where the log's head now ends (it rolled, something else was
+    committed there first, or the log end is not the offset the writer expected): nothing was
+    committed. Not a Kafka error: the writer's view of the log is stale."""
+
+
+class InPlaceAccess:
+    """Mixin of PartitionLog: in-place access to its files (see the module docstring)."""
+
+    # What it uses of PartitionLog (and its methods roll, _append, _check_timestamps)
+    lock: threading.RLock
+    segments: list[LogSegment]
+    config: TopicConfig
+    dir: Path
+    name: str
+    closed: bool
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    _standby: str | None  # None, "making" or "ready"
+
+    # --- writing in place -------------------------------------------------------------------------
+
+    @contextmanager
+    def head_for_writing(self) -> Iterator[tuple[SegmentFile, int]]:
+        """(head file, its committed position), the head rolled first when it has no room; the
+        log's lock is held until the block ends."""
+        with self.lock:
+            seg = self.segments[-1]
+            if seg.mmap is None or seg.size >= seg.capacity:
+                seg = self.roll()
+                seg.preallocate()
+            yield seg, seg.size
+
+    def validate_written(self, head: SegmentFile, position: int, end: int) -> list[BatchInfo]:
+        """Validate the bytes written at [position, end) of `head` as a produce request's batches;
+        raises HeadMovedError (see the class) or the Kafka error of invalid bytes."""
+        with self.lock:
+            return self._validate(self._head_at(head, position), position, end)
+
+    def commit_written(
+        self,
+        head: SegmentFile,
+        position: int,
+        end: int,
+        *,
+        expected_base_offset: int | None = None,
+        leader_epoch: int | None = None,
+        infos: list[BatchInfo] | None = None,
+    ) -> AppendResult:
+        """Commit the batches written at [position, end) of the head file `head`, where its
+        committed bytes end: validate them (unless `infos` came from `validate_written` of the
+        same bytes), apply the idempotent producers' rules, patch offsets and leader epoch in
+        place, index, advance the log end. `expected_base_offset`: the offset the first batch
+        must take (a follower passes its leader's); `leader_epoch` None stamps the log's. A
+        retried batch is answered with its first offsets and not committed (`duplicate`).
+        Raises HeadMovedError or a Kafka error; nothing is committed then."""
+        with self.lock:
+            seg = self._head_at(head, position)
+            if expected_base_offset is not None and expected_base_offset != self.log_end_offset:
+                raise HeadMovedError(
+                    f"{self.name}: written batches start at offset {expected_base_offset}, "
+                    f"the log ends at {self.log_end_offset}"
+                )
+            if infos is None:
+                infos = self._validate(seg, position, end)
+            with memoryview(seg.mmap)[position:end] as mv:
+                return self._append(mv, infos, leader_epoch, in_place=True)
+
+    def _head_at(self, head: SegmentFile, position: int) -> LogSegment:
+        """The head segment, when it is `head` and its committed bytes end at `position`."""
+        seg = self.segments[-1] if self.segments else None
+        if seg is not head or seg.size != position:
+            raise HeadMovedError(f"{self.name}: the head moved past the written bytes")
+        return seg
+
+    def _validate(self, seg: LogSegment, position: int, end: int) -> list[BatchInfo]:
+        """The batches at [position, end) of seg's mapping, checked as `append` checks them."""
+        if seg.mmap is None or not position <= end <= seg.capacity:
+            raise InvalidRecordError("written region is outside the active segment")
+        with memoryview(seg.mmap)[position:end] as mv:
+            infos = validate_batches(mv, self.config.max_message_bytes)
+        self._check_timestamps(infos)
+        return infos
+
+    def roll_head(self, head: SegmentFile) -> None:
+        """Roll when `head` is still the head and holds data (its writer found it full)."""
+        with self.lock:
+            seg = self.segments[-1] if self.segments else None
+            if seg is head and seg.size:
+                self.roll()
+
+    # --- reading in place -------------------------------------------------------------------------
+
+    @contextmanager
+    def file_for_reading(self, offset: int) -> Iterator[ReadStart]:
+        """Where to read `offset` (EARLIEST: the log start, LATEST: the high watermark) from; the
+        log's lock is held until the block ends. OffsetOutOfRangeError outside the log."""
+        with self.lock:
+            if offset == EARLIEST:
+                offset = self.log_start_offset
+            elif offset == LATEST:
+                offset = self.high_watermark
+            if offset < self.log_start_offset or offset > self.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]"
+                )
+            seg, start = self.segments[-1], self.segments[-1].size
+            for cand in self.segments:
+                if cand.base_offset > offset:
+                    break
+                found = cand.find_position(offset)
+                if found is not None:
+                    seg, start = cand, found[0]
+                    break
+            yield ReadStart(seg, start, offset)
+
+    @contextmanager
+    def next_file(self, base_offset: int) -> Iterator[SegmentFile | None]:
+        """The file after the one starting at `base_offset`; None while that one is not readable
+        to its end or no file follows. The log's lock is held until the block ends."""
+        with self.lock:
+            current = [seg for seg in self.segments if seg.base_offset == base_offset]
+            later = [seg for seg in self.segments if seg.base_offset > base_offset]
+            if not later or (current and not self.readable_end(current[0])[2]):
+                yield None
+            else:
+                yield later[0]
+
+    def readable_end(self, file: SegmentFile) -> tuple[int, bool, bool]:
+        """(last readable byte, mutable, to its end) of a file of this log: where its committed
+        batches below the high watermark end, whether more may be committed into it (it is the
+        head of an open log), and whether that is where its committed batches end."""
+        seg = file
+        with self.lock:
+            hw = self.high_watermark
+            if seg.next_offset <= hw:
+                lrb = seg.size
+            else:
+                found = seg.find_position(hw)
+                lrb = found[0] if found else seg.size
+            mutable = bool(not self.closed and self.segments and seg is self.segments[-1])
+            return lrb, mutable, lrb == seg.size
+
+    # --- the standby head file --------------------------------------------------------------------
+
+    def prepare_standby(self) -> Path | None:
+        """With `preallocate`: allocate the file the next roll will take (blocks now, under no lock),
+        so a roll renames it instead of allocating a segment; callers may also make it resident
+        (the RDMA service does). Returns its path once ready, None when not applicable or already
+        there. Any thread."""
+        with self.lock:
+            if self.closed or not self.config.preallocate or self._standby is not None:
+                return None
+            self._standby = "making"
+            size = self.config.segment_bytes
+        path = self.dir / STANDBY_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.ftruncate(fd, size)
+                os.posix_fallocate(fd, 0, size)
+            finally:
+                os.close(fd)
+        except OSError as e:  # e.g. a full disk: the roll allocates (and reports) as usual
+            log.warning("%s: cannot prepare the next head file: %s", self.name, e)
+            path.unlink(missing_ok=True)
+            with self.lock:
+                self._standby = None
+            return None
+        with self.lock:
+            if self.closed or self._standby != "making":
+                path.unlink(missing_ok=True)
+                return None
+            self._standby = "ready"
+        return path
+
+    def _adopt_standby(self, base_offset: int) -> None:
+        """Under the lock, on roll: a ready standby of the right size becomes the new segment's log
+        file (a rename: the blocks and resident pages come along)."""
+        if self._standby != "ready":
+            return
+        self._standby = None
+        path = self.dir / STANDBY_FILE
+        try:
+            if path.stat().st_size == self.config.segment_bytes:
+                os.rename(path, self.dir / log_file_name(base_offset, ".log"))
+            else:
+                path.unlink()
+        except OSError as e:
+            log.warning("%s: standby head file not used: %s", self.name, e)
+
+    def _drop_standby(self) -> None:
+        self._standby = None
+        (self.dir / STANDBY_FILE).unlink(missing_ok=True)
