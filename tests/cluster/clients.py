@@ -77,6 +77,103 @@ class ProducerLoad:
         self.thread.join(timeout)
 
 
+class KafkaPythonProducerLoad(ProducerLoad):
+    """The same load with kafka-python (idempotent, acks=all)."""
+
+    def __init__(self, bootstrap: str, topic: str, count: int, every_s: float = 0.002) -> None:
+        from kafka import KafkaProducer
+
+        self.topic, self.count, self.every_s = topic, count, every_s
+        self.acked, self.errors, self.sent = [], [], 0
+        self._stop = threading.Event()
+        self.producer = KafkaProducer(
+            bootstrap_servers=bootstrap.split(","),
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=2,
+            retries=2**31 - 1,
+            delivery_timeout_ms=120000,
+            request_timeout_ms=10000,
+            retry_backoff_ms=50,
+            metadata_max_age_ms=1000,
+        )
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        for i in range(self.count):
+            if self._stop.is_set():
+                break
+            value = b"%08d" % i
+            future = self.producer.send(self.topic, key=b"%d" % (i % 7), value=value)
+            future.add_callback(lambda _md, v=value: self.acked.append(v))
+            future.add_errback(lambda e: self.errors.append(repr(e)))
+            self.sent += 1
+            time.sleep(self.every_s)
+        self.producer.flush(120)
+        self.producer.close(30)
+
+
+class JavaProducerLoad(ProducerLoad):
+    """The same load with Apache Kafka's Java client (idempotent, acks=all) through py4j."""
+
+    def __init__(self, bootstrap: str, topic: str, count: int, every_s: float = 0.002) -> None:
+        from compat_tests import java
+
+        java.jvm()  # ScenarioSkip when java or the jars are missing
+        self.topic, self.count, self.every_s = topic, count, every_s
+        self.acked, self.errors, self.sent = [], [], 0
+        self._stop = threading.Event()
+        self.producer = java.producer(
+            bootstrap,
+            acks="all",
+            enable_idempotence="true",
+            linger_ms=2,
+            delivery_timeout_ms=120000,
+            request_timeout_ms=10000,
+            retry_backoff_ms=50,
+            metadata_max_age_ms=1000,
+        )
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from compat_tests import java
+
+        j = java.jvm()
+        pending = []
+        for i in range(self.count):
+            if self._stop.is_set():
+                break
+            value = b"%08d" % i
+            record = j.org.apache.kafka.clients.producer.ProducerRecord(
+                self.topic, b"%d" % (i % 7), value
+            )
+            pending.append((value, self.producer.send(record)))
+            self.sent += 1
+            while pending and pending[0][1].isDone():
+                self._settle(*pending.pop(0))
+            time.sleep(self.every_s)
+        self.producer.flush()
+        for value, future in pending:
+            self._settle(value, future)
+        self.producer.close()
+
+    def _settle(self, value: bytes, future) -> None:
+        from compat_tests import java
+
+        try:
+            java.wait(future)
+            self.acked.append(value)
+        except Exception as exc:  # py4j wraps the Java ExecutionException
+            self.errors.append(str(exc)[:300])
+
+
+PRODUCERS = {
+    "confluent": ProducerLoad,
+    "kafka-python": KafkaPythonProducerLoad,
+    "java": JavaProducerLoad,
+}
+
+
 class GroupConsumer:
     """Reads `topic` in group `group` (commits automatically) until stopped."""
 
@@ -117,6 +214,85 @@ class GroupConsumer:
         self._stop.set()
         self.thread.join(30)
         self.consumer.close()
+
+
+class KafkaPythonGroupConsumer(GroupConsumer):
+    """A kafka-python group consumer (auto commit)."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        from kafka import KafkaConsumer
+
+        self.values, self.errors = [], []
+        self._stop = threading.Event()
+        self.consumer = KafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap.split(","),
+            group_id=group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=True,
+            auto_commit_interval_ms=200,
+            session_timeout_ms=10000,
+            heartbeat_interval_ms=1000,
+            metadata_max_age_ms=1000,
+            request_timeout_ms=10000,
+        )
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for records in self.consumer.poll(200).values():
+                self.values += [r.value for r in records]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(30)
+        self.consumer.close()
+
+
+class JavaGroupConsumer(GroupConsumer):
+    """A Java kafka-clients group consumer (auto commit), polled from one thread."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        from compat_tests import java
+
+        java.jvm()  # started here, once (ScenarioSkip without java or the jars)
+        self.values, self.errors = [], []
+        self._stop = threading.Event()
+        self._args = (bootstrap, topic, group)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        from compat_tests import java
+
+        bootstrap, topic, group = self._args
+        consumer = java.consumer(
+            bootstrap,
+            group_id=group,
+            enable_auto_commit="true",
+            auto_commit_interval_ms=200,
+            metadata_max_age_ms=1000,
+            request_timeout_ms=10000,
+        )
+        consumer.subscribe([topic])
+        step = java.jvm().java.time.Duration.ofMillis(200)
+        try:
+            while not self._stop.is_set():
+                it = consumer.poll(step).iterator()
+                while it.hasNext():
+                    self.values.append(bytes(it.next().value()))
+        finally:
+            consumer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(30)
+
+
+CONSUMERS = {
+    "confluent": GroupConsumer,
+    "kafka-python": KafkaPythonGroupConsumer,
+    "java": JavaGroupConsumer,
+}
 
 
 def read_all(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 30) -> list[bytes]:

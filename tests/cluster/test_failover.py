@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from compat_tests.cluster import BrokerCluster, wait_for
-from tests.cluster.clients import GroupConsumer, ProducerLoad, create_topic, duplicates, read_all
+from compat_tests.common import ScenarioSkip
+from tests.cluster.clients import CONSUMERS, PRODUCERS, create_topic, duplicates, read_all
 
 
-def test_kill_leader_under_idempotent_acks_all(cluster: BrokerCluster) -> None:
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "java"])
+def test_kill_leader_under_idempotent_acks_all(cluster: BrokerCluster, client: str) -> None:
     create_topic(cluster.bootstrap, "orders", min_insync_replicas="2")
     cluster.wait_isr("orders", {1, 2, 3})
-    consumer = GroupConsumer(cluster.bootstrap, "orders", "billing").start()
-    producer = ProducerLoad(cluster.bootstrap, "orders", count=3000).start()
+    try:
+        consumer = CONSUMERS[client](cluster.bootstrap, "orders", "billing").start()
+        producer = PRODUCERS[client](cluster.bootstrap, "orders", count=3000).start()
+    except ScenarioSkip as e:
+        pytest.skip(str(e))
     wait_for("a third acknowledged", lambda: len(producer.acked) >= 1000, timeout=60)
     leader = cluster.leader("orders")
     cluster.broker(leader).stop(signal.SIGKILL)
