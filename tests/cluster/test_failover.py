@@ -46,3 +46,51 @@ def test_kill_leader_under_idempotent_acks_all(cluster: BrokerCluster, client: s
     cluster.broker(leader).start()
     cluster.wait_isr("orders", {1, 2, 3}, timeout=60)
     assert cluster.leader("orders") == new
+
+
+def test_kill_leader_under_kafkajs(cluster: BrokerCluster) -> None:
+    """The same with KafkaJS (Node.js): an idempotent producer and a group consumer in one process
+    (compat_tests/js/steady.js)."""
+    import shutil
+    import subprocess
+    import threading
+    from pathlib import Path
+
+    node = shutil.which("node")
+    js = Path(__file__).resolve().parents[2] / "compat_tests" / "js"
+    if node is None or not (js / "node_modules" / "kafkajs").exists():
+        pytest.skip("node or kafkajs (npm ci --prefix compat_tests/js) is missing")
+    create_topic(cluster.bootstrap, "js-orders", min_insync_replicas="2")
+    cluster.wait_isr("js-orders", {1, 2, 3})
+    proc = subprocess.Popen(
+        [node, str(js / "steady.js"), cluster.bootstrap, "js-orders", "1000", "js-billing"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    acked: list[bytes] = []
+    read: list[bytes] = []
+    errors: list[str] = []
+    done = threading.Event()
+
+    def collect() -> None:
+        for line in proc.stdout:
+            kind, _, rest = line.strip().partition(" ")
+            if kind == "done":
+                done.set()
+            else:
+                {"acked": acked, "read": read}.get(kind, errors).append(rest.encode())
+
+    reader = threading.Thread(target=collect, daemon=True)
+    reader.start()
+    try:
+        wait_for("a third acknowledged", lambda: len(acked) >= 300, timeout=90)
+        leader = cluster.leader("js-orders")
+        cluster.broker(leader).stop(signal.SIGKILL)
+        wait_for("the load to finish", done.is_set, timeout=200)
+    finally:
+        proc.kill()
+        proc.wait(10)
+        reader.join(10)
+    assert errors == [], errors[:5]
+    assert len(set(acked)) == 1000 and set(acked) <= set(read)
+    log = read_all(cluster.bootstrap, "js-orders")
+    assert set(acked) <= set(log) and duplicates(log) == []
