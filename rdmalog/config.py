@@ -198,6 +198,9 @@ BROKER_DEFS = _defs(
     ("replica.fetch.min.bytes", "int", 1, _at_least(1)),
     ("unclean.leader.election.enable", "boolean", False),
     ("controlled.shutdown.enable", "boolean", True),
+    ("auto.leader.rebalance.enable", "boolean", True),
+    ("leader.imbalance.check.interval.seconds", "long", 300, _at_least(1)),
+    ("leader.imbalance.per.broker.percentage", "int", 10, _at_least(0)),
     ("controlled.shutdown.max.retries", "int", 3, _at_least(0)),
     ("controlled.shutdown.retry.backoff.ms", "long", 5000, _at_least(0)),
     ("offsets.commit.timeout.ms", "int", 5000, _at_least(1)),
@@ -212,7 +215,7 @@ IGNORED_BROKER_KEYS = frozenset(
     log.segment.delete.delay.ms log.message.format.version log.message.downconversion.enable
     inter.broker.protocol.version listener.security.protocol.map
     security.inter.broker.protocol controller.listener.names controller.quorum.voters
-    controller.quorum.bootstrap.servers process.roles metadata.log.dir auto.leader.rebalance.enable
+    controller.quorum.bootstrap.servers process.roles metadata.log.dir
     replica.socket.timeout.ms group.coordinator.rebalance.protocols
     confluent.support.metrics.enable metric.reporters authorizer.class.name super.users
     allow.everyone.if.no.acl.found sasl.enabled.mechanisms sasl.mechanism.inter.broker.protocol

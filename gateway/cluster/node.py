@@ -124,11 +124,18 @@ class ClusterNode:
             self.broker_id, self.registry.connect, self.broker.cluster_id,
         )  # fmt: skip
         await self.replicas.registered(epoch)
+        cfg = self.config
         self.controller = Controller(
             self.registry,
             self.watcher,
             self.broker_id,
-            unclean_default=self.config.get("unclean.leader.election.enable"),
+            unclean_default=cfg.get("unclean.leader.election.enable"),
+            rebalance_interval_s=(
+                cfg.get("leader.imbalance.check.interval.seconds")
+                if cfg.get("auto.leader.rebalance.enable")
+                else None
+            ),
+            rebalance_imbalance_pct=cfg.get("leader.imbalance.per.broker.percentage"),
         ).start()
 
     def _register(self) -> int:

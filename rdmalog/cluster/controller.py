@@ -65,7 +65,14 @@ class Controller:
         watcher: ClusterWatcher,
         broker_id: int,
         unclean_default: bool = False,
+        rebalance_interval_s: float | None = None,
+        rebalance_imbalance_pct: int = 10,
     ) -> None:
+        """`rebalance_interval_s`: check leadership balance that often and give partitions back to
+        their preferred replica (Kafka's auto.leader.rebalance.enable); None: never."""
+        self.rebalance_interval_s = rebalance_interval_s
+        self.rebalance_imbalance_pct = rebalance_imbalance_pct
+        self._next_rebalance = 0.0
         self.registry = registry
         self.zk = registry.zk
         self.watcher = watcher
@@ -109,7 +116,10 @@ class Controller:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                item = Event("tick")
             if item is None:
                 break
             try:
@@ -135,10 +145,14 @@ class Controller:
         kind = event.kind
         if kind == "session" and event.topic == "LOST":
             self._lose()  # the ephemeral /controller went with the session
+        if kind == "tick" and not self.active:
+            return
         if kind in ("controller", "session") or not self.active:
             self._maybe_elect()  # winning runs a full pass
             return
-        if kind == "retry":
+        if kind == "tick":
+            self._maybe_rebalance()
+        elif kind == "retry":
             self._on_elected()
         elif kind == "brokers":
             self._on_brokers()
@@ -180,6 +194,8 @@ class Controller:
             return
         self.lease = lease
         log.info("broker %d is the controller (epoch %d)", self.broker_id, lease.epoch)
+        if self.rebalance_interval_s is not None:
+            self._next_rebalance = time.monotonic() + self.rebalance_interval_s
         self._known_brokers = {}
         self._shutting_down = set()
         if self.on_change is not None:
@@ -402,6 +418,63 @@ class Controller:
             return self.zk.get(Z.shutdown_path(broker))[0]
         except NoNodeError:
             return None
+
+    # --- preferred leaders ----------------------------------------------------------------------------
+
+    def elect_preferred(
+        self, partitions: list[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """ElectLeaders (preferred): each partition's first replica leads again if it is live and
+        in sync. Per partition (error code, message); None asks for every partition."""
+        if partitions is None:
+            partitions = [(tv.name, p) for tv in self._topics() for p in tv.assignment.partitions]
+        live = set(self._known_brokers) - self._shutting_down
+        out: dict[tuple[str, int], tuple[int, str | None]] = {}
+        for topic, p in partitions:
+            tv = self.view.topic(topic)
+            state = self.view.state(topic, p)
+            if tv is None or state is None or p not in tv.assignment.partitions:
+                out[(topic, p)] = (3, "unknown topic or partition")  # UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            preferred = tv.replicas(p)[0]
+            if state.leader == preferred:
+                out[(topic, p)] = (84, "the preferred replica leads already")  # ELECTION_NOT_NEEDED
+            elif preferred not in live or preferred not in state.isr:
+                out[(topic, p)] = (80, f"preferred replica {preferred} is not live and in sync")
+            else:
+                new = self._state(preferred, state.leader_epoch + 1, list(state.isr))
+                try:
+                    self._write_state(topic, p, new, state.version)
+                    out[(topic, p)] = (0, None)
+                except StaleStateError:
+                    out[(topic, p)] = (80, "the partition's state changed meanwhile; try again")
+        return out
+
+    def _maybe_rebalance(self) -> None:
+        """Kafka's auto leader rebalance: a broker leading fewer than its preferred share (by more
+        than leader.imbalance.per.broker.percentage) gets its preferred partitions back."""
+        if self.rebalance_interval_s is None or not self.active:
+            return
+        now = time.monotonic()
+        if now < self._next_rebalance:
+            return
+        self._next_rebalance = now + self.rebalance_interval_s
+        preferred: dict[int, list[tuple[str, int, int]]] = {}
+        for tv in self._topics():
+            for p in tv.assignment.partitions:
+                state = tv.states.get(p)
+                reps = tv.replicas(p)
+                if state is not None and reps:
+                    preferred.setdefault(reps[0], []).append((tv.name, p, state.leader))
+        moves = []
+        for broker, parts in preferred.items():
+            away = [(t, p) for t, p, leader in parts if leader != broker]
+            if away and 100 * len(away) / len(parts) > self.rebalance_imbalance_pct:
+                moves += away
+        if moves:
+            done = [k for k, (code, _) in self.elect_preferred(moves).items() if code == 0]
+            if done:
+                log.info("controller: preferred leaders restored for %d partition(s)", len(done))
 
     # --- reassignments --------------------------------------------------------------------------------
 

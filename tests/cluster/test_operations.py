@@ -7,6 +7,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from compat_tests.cluster import BrokerCluster, wait_for
@@ -181,3 +182,46 @@ def test_topic_configs_go_through_zookeeper(cluster: BrokerCluster) -> None:
     cluster.wait_isr("cfg", set(cluster.brokers) - {follower})
     # the leader applies the new value: 2 in sync of 3 required
     assert produce_error(cluster.broker(leader).bootstrap, "cfg", [b"x"]) == 19
+
+
+def _preferred_topic(cluster: BrokerCluster, name: str) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topic = NewTopic(name, num_partitions=3, replica_assignment=[[1, 2, 3], [2, 3, 1], [3, 1, 2]])
+    admin.create_topics([topic], operation_timeout=30)[name].result(30)
+    for p in range(3):
+        cluster.wait_isr(name, {1, 2, 3}, partition=p)
+
+
+def _bounce_broker_1(cluster: BrokerCluster, name: str) -> None:
+    cluster.broker(1).restart(signal.SIGTERM)  # controlled shutdown moves its leadership away
+    for p in range(3):
+        cluster.wait_isr(name, {1, 2, 3}, partition=p)
+
+
+def test_preferred_leader_election(cluster: BrokerCluster) -> None:
+    """kafka-leader-election.sh's way (ElectLeaders, confluent-kafka): the first replica leads again."""
+    from confluent_kafka import ElectionType, TopicPartition
+
+    _preferred_topic(cluster, "pref")
+    _bounce_broker_1(cluster, "pref")
+    assert cluster.leader("pref", 0) != 1  # no automatic move back within 300 s
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    parts = [TopicPartition("pref", p) for p in range(3)]
+    results = admin.elect_leaders(ElectionType.PREFERRED, parts).result(30)
+    assert results[TopicPartition("pref", 0)] is None  # elected
+    assert "ELECTION_NOT_NEEDED" in str(results[TopicPartition("pref", 1)])
+    assert [cluster.leader("pref", p) for p in range(3)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "cluster", [{"leader.imbalance.check.interval.seconds": "1"}], indirect=True
+)
+def test_auto_leader_rebalance(cluster: BrokerCluster) -> None:
+    """auto.leader.rebalance.enable (default true): leadership goes back to the preferred replicas."""
+    _preferred_topic(cluster, "auto")
+    _bounce_broker_1(cluster, "auto")
+    wait_for(
+        "preferred leaders back", lambda: [cluster.leader("auto", p) for p in range(3)] == [1, 2, 3]
+    )
