@@ -94,3 +94,40 @@ def test_kill_leader_under_kafkajs(cluster: BrokerCluster) -> None:
     assert len(set(acked)) == 1000 and set(acked) <= set(read)
     log = read_all(cluster.bootstrap, "js-orders")
     assert set(acked) <= set(log) and duplicates(log) == []
+
+
+def test_group_coordinator_moves_with_its_partition(cluster: BrokerCluster) -> None:
+    """Committed offsets outlive the coordinator: kill -9 the broker leading the group's
+    __consumer_offsets partition; the new leader loads the group and answers the same offsets."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from gateway.groups.schema import partition_for
+
+    create_topic(cluster.bootstrap, "coord", partitions=2)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(20):
+        p.produce("coord", b"%d" % i, partition=i % 2)
+    p.flush(30)
+    conf = {
+        "bootstrap.servers": cluster.bootstrap,
+        "group.id": "keeper",
+        "enable.auto.commit": False,
+    }
+    c = Consumer(conf)
+    c.commit(
+        offsets=[TopicPartition("coord", 0, 7), TopicPartition("coord", 1, 9)], asynchronous=False
+    )
+    c.close()
+    offsets_partition = partition_for(
+        "keeper", int(cluster.overrides["offsets.topic.num.partitions"])
+    )
+    coordinator = cluster.leader("__consumer_offsets", offsets_partition)
+    cluster.broker(coordinator).stop(signal.SIGKILL)
+    wait_for(
+        "a new coordinator",
+        lambda: cluster.leader("__consumer_offsets", offsets_partition) not in (-1, coordinator),
+    )
+    c = Consumer(conf)
+    got = c.committed([TopicPartition("coord", 0), TopicPartition("coord", 1)], timeout=30)
+    c.close()
+    assert [(t.partition, t.offset) for t in got] == [(0, 7), (1, 9)]
