@@ -1,4 +1,10 @@
-"""What handlers share: the store, the config, this broker's cluster view and the fetch waiters."""
+"""What handlers share: the broker's topics and partitions, its config and cluster view, the fetch
+waiters, and the group and RDMA services.
+
+Handlers reach topics and partition logs only through the broker (`partition`, `topic`, the topic
+operations): they do not know how a partition is stored, so what stands in front of the logs (the
+store today, a replica manager next) can change without them.
+"""
 
 from __future__ import annotations
 
@@ -7,38 +13,23 @@ import logging
 import re
 import threading
 import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from rdmalog.config import BrokerConfig
+from rdmalog.config import BrokerConfig, TopicConfig
+from rdmalog.errors import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, KafkaError
+from rdmalog.store.interface import Log, LogStore, LogTopic
+from rdmalog.store.log import AppendResult
+
+if TYPE_CHECKING:
+    from gateway.cluster.node import ClusterNode
+    from gateway.groups.service import GroupService
 
 log = logging.getLogger("gateway.broker")
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-
-# Kafka error codes the gateway itself produces (store errors carry their own `error_code`).
-NONE = 0
-UNKNOWN_SERVER_ERROR = -1
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-MESSAGE_TOO_LARGE = 10
-INVALID_TOPIC_EXCEPTION = 17
-INVALID_REQUIRED_ACKS = 21
-UNSUPPORTED_VERSION = 35
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
-UNSUPPORTED_COMPRESSION_TYPE = 76
-UNKNOWN_TOPIC_ID = 100
-
-
-def error_code_of(exc: BaseException) -> int:
-    """The Kafka error code a store exception carries (UNKNOWN_SERVER_ERROR otherwise)."""
-    code = getattr(exc, "error_code", None)
-    return code if isinstance(code, int) else UNKNOWN_SERVER_ERROR
 
 
 def topic_name_error(name: str | None) -> str | None:
@@ -57,11 +48,20 @@ def topic_name_error(name: str | None) -> str | None:
     return None
 
 
-def partition_of(topic: Any, index: int) -> Any:
-    """Partition log `index` of `topic` (a store Topic or None), or None when either is missing."""
-    if topic is None or not 0 <= index < len(topic.partitions):
-        return None
-    return topic.partitions[index]
+class SharedAppends(Protocol):
+    """What the gateway asks of the RDMA service: appends ordered with native producers' writes to
+    the same head file."""
+
+    def try_append(self, topic: str, partition: int, buf: memoryview) -> AppendResult | None:
+        """Append now, or None when the append must wait for RDMA writes (then call `append` off
+        the event loop)."""
+        ...
+
+    def append(self, topic: str, partition: int, buf: memoryview) -> AppendResult:
+        """Append, waiting for the RDMA writes ordered before it (blocks)."""
+        ...
+
+    def stop(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -77,10 +77,60 @@ class RequestContext:
     extra: dict = field(default_factory=dict)
 
 
-class Broker:
-    """Shared state of one gateway: store, config, advertised endpoints, fetch waiters."""
+class PartitionFields(NamedTuple):
+    """How an API names its topics and partitions, in the request and in the response."""
 
-    def __init__(self, config: BrokerConfig, store: Any) -> None:
+    topic: str = "name"  # a topic's key in both ("name", "topic" or "topic_id")
+    partitions: str = "partitions"  # a topic's partition list in the request
+    index: str = "partition_index"  # a partition's index in the request
+    answers: str = "partitions"  # a topic's partition list in the response
+    answer_index: str = "partition_index"  # a partition's index in the response
+    missing: Mapping[str, object] = {}  # more fields of an answer to a partition not found
+    epoch: str | None = (
+        None  # a partition's current leader epoch in the request (checked in a cluster)
+    )
+
+
+class RequestedPartitions:
+    """The partitions a request names, in order, with their logs; the response's topic entries are
+    built alongside.
+
+    Iterating yields `(partition request, log, answers)` for each partition found, the caller appending
+    its answer to `answers`; a partition not found is answered here with the broker's error code (and
+    counted in `missing`). `topics` is the response's topic list.
+    """
+
+    __slots__ = ("_broker", "_request", "_fields", "topics", "missing")
+
+    def __init__(self, broker: Broker, request_topics: list[dict], fields: PartitionFields) -> None:
+        self._broker = broker
+        self._request = request_topics
+        self._fields = fields
+        self.topics: list[dict] = []
+        self.missing = 0
+
+    def __iter__(self) -> Iterator[tuple[dict, Log, list[dict]]]:
+        f = self._fields
+        partition = self._broker.partition
+        epoch = f.epoch
+        for t in self._request:
+            key = t[f.topic]
+            answers: list[dict] = []
+            self.topics.append({f.topic: key, f.answers: answers})
+            for p in t[f.partitions]:
+                found = partition(key, p[f.index], p.get(epoch, -1) if epoch else -1)
+                if isinstance(found, int):
+                    self.missing += 1
+                    answers.append({f.answer_index: p[f.index], "error_code": found, **f.missing})
+                else:
+                    yield p, found, answers
+
+
+class Broker:
+    """Shared state of one gateway: topics and partitions, config, advertised endpoints, fetch
+    waiters, the group coordinator and the RDMA service."""
+
+    def __init__(self, config: BrokerConfig, store: LogStore) -> None:
         self.config = config
         self.store = store
         self.node_id: int = getattr(store, "node_id", config.node_id)
@@ -93,9 +143,11 @@ class Broker:
         self.message_max_bytes: int = config.get("message.max.bytes")
         self.auto_create: bool = config.get("auto.create.topics.enable")
         self.num_partitions: int = config.get("num.partitions")
-        self.groups: Any = None  # the GroupService (gateway/groups), started by the server
-        self.rdma: Any = None  # the RdmaService (rdmalog/rdma) when rdma.transport is set
-        self.cluster: Any = None  # the ClusterNode (gateway/cluster) when zookeeper.connect is set
+        self.groups: GroupService | None = None  # started by the app (gateway/app.py)
+        self.rdma: SharedAppends | None = None  # the RDMA service when rdma.transport is set
+        self.cluster: ClusterNode | None = (
+            None  # gateway/cluster/node.py when zookeeper.connect is set
+        )
 
     # --- cluster view ------------------------------------------------------------------------
 
@@ -120,35 +172,116 @@ class Broker:
         """This broker as a Metadata/DescribeCluster broker entry."""
         return [{"node_id": self.node_id, "host": self.host, "port": self.port, "rack": None}]
 
-    def leader_error(self, topic: str, index: int, current_epoch: int = -1) -> int:
-        """0 when this broker may answer for topic-index as its leader (always, for one broker);
-        in a cluster NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION."""
-        if self.cluster is None:
-            return NONE
-        return self.cluster.replicas.leader_error(topic, index, current_epoch)
+    @property
+    def log_dir(self) -> Path:
+        """The directory holding this broker's logs."""
+        return self.store.dir
 
-    # --- topics ------------------------------------------------------------------------------
+    # --- topics and partitions ---------------------------------------------------------------
 
-    def topic(self, name: str):
+    def partition(self, topic: str | uuid.UUID, index: int, current_epoch: int = -1) -> Log | int:
+        """Partition `index` of a topic named (or, given a UUID, identified) by `topic`: its log, or
+        the Kafka error code that answers a request for it. In a cluster only the partition's
+        leader answers (else NOT_LEADER_OR_FOLLOWER), in `current_epoch` when one is given (else
+        FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH)."""
+        if self.cluster is not None:
+            if not isinstance(topic, str):
+                tv = self.cluster.view.topic_by_id(topic)
+                if tv is None:
+                    return UNKNOWN_TOPIC_ID
+                topic = tv.name
+            code = self.cluster.replicas.leader_error(topic, index, current_epoch)
+            if code:
+                return code
+        if isinstance(topic, str):
+            found = self.store.topics.get(topic)
+            missing = UNKNOWN_TOPIC_OR_PARTITION
+        else:
+            found = self.topic_by_id(topic)
+            missing = UNKNOWN_TOPIC_ID
+        if found is None or not 0 <= index < len(found.partitions):
+            return missing
+        return found.partitions[index]
+
+    def partitions(
+        self, request_topics: list[dict], fields: PartitionFields
+    ) -> RequestedPartitions:
+        """The partitions a request names with their logs (see `RequestedPartitions`)."""
+        return RequestedPartitions(self, request_topics, fields)
+
+    async def append(self, plog: Log, records: memoryview) -> AppendResult:
+        """Append to a partition's log, or through the RDMA service when native producers may share
+        its head file (a shared grant orders this append with their RDMA writes, which may wait: then
+        off the loop)."""
+        rdma = self.rdma
+        if rdma is None:
+            return plog.append(records)
+        res = rdma.try_append(plog.topic, plog.partition, records)
+        if res is None:
+            res = await asyncio.get_running_loop().run_in_executor(
+                None, rdma.append, plog.topic, plog.partition, records
+            )
+        return res
+
+    def topic(self, name: str) -> LogTopic | None:
         return self.store.topics.get(name)
 
-    def topic_by_id(self, topic_id: uuid.UUID):
+    def topic_by_id(self, topic_id: uuid.UUID | None) -> LogTopic | None:
         try:
-            return self.store.topic_by_id(topic_id)
-        except Exception:  # the store raises UnknownTopicOrPartitionError / KeyError
+            return self.store.topic_by_id(topic_id)  # type: ignore[arg-type]
+        except (KafkaError, KeyError):  # UnknownTopicIdError
             return None
 
+    def topics(self) -> list[LogTopic]:
+        """Every topic (a snapshot: topics may be created and deleted meanwhile)."""
+        return list(self.store.topics.values())
+
+    def validate_new_topic(
+        self, name: str, num_partitions: int, configs: dict[str, str]
+    ) -> TopicConfig:
+        """Check a topic creation (raises store errors carrying Kafka error codes); its config."""
+        return self.store.validate_new_topic(name, num_partitions, configs)
+
     def create_topic(self, name: str, num_partitions: int, configs: dict[str, str] | None = None):
-        """Create a topic in the store (raises store errors carrying Kafka error codes)."""
+        """Create a topic (raises store errors carrying Kafka error codes)."""
         return self.store.create_topic(name, num_partitions, configs or {})
 
-    def auto_create_topic(self, name: str):
+    def auto_create_topic(self, name: str) -> LogTopic:
         """Create `name` with the broker defaults (Metadata auto-creation)."""
         return self.create_topic(name, self.num_partitions, {})
 
+    def create_partitions(self, name: str, total: int) -> None:
+        """Grow topic `name` to `total` partitions."""
+        self.store.create_partitions(name, total)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete topic `name` and its data; fetches waiting on its partitions return."""
+        topic = self.store.topics.get(name)
+        logs = list(topic.partitions) if topic is not None else []
+        self.store.delete_topic(name)
+        for plog in logs:
+            self.forget_log(plog)
+
+    def alter_topic_config(
+        self, name: str, changes: Mapping[str, str | None], replace: bool
+    ) -> TopicConfig:
+        """Set (None: revert) or, with `replace`, replace topic `name`'s config overrides."""
+        return self.store.alter_topic_config(name, changes, replace=replace)
+
+    def checkpoint(self) -> None:
+        """Write the offset checkpoints (blocks on fsync: run it off the event loop)."""
+        self.store.checkpoint()
+
+    def allocate_producer_id(self) -> int:
+        """A producer id unique across restarts (may fsync: run it off the event loop)."""
+        ids = self.store.producer_ids
+        if ids is None:
+            raise KafkaError("the store is not open")
+        return ids.allocate()
+
     # --- fetch waiters -----------------------------------------------------------------------
 
-    def _on_advance(self, plog: Any) -> None:
+    def _on_advance(self, plog: Log) -> None:
         """PartitionLog listener: wake fetches waiting on this log (hops to the loop thread)."""
         if not self._waiters.get(id(plog)):
             return
@@ -157,12 +290,12 @@ class Broker:
         elif self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self._wake, plog)
 
-    def _wake(self, plog: Any) -> None:
+    def _wake(self, plog: Log) -> None:
         for fut in self._waiters.pop(id(plog), ()):
             if not fut.done():
                 fut.set_result(True)
 
-    async def wait_for_data(self, logs: list, timeout: float) -> bool:
+    async def wait_for_data(self, logs: list[Log], timeout: float) -> bool:
         """Wait until any of `logs` advances its high watermark, or `timeout` seconds pass.
 
         Returns True when woken by data. One listener per partition log, registered lazily.
@@ -189,7 +322,7 @@ class Broker:
                     if not waiters:
                         del self._waiters[id(plog)]
 
-    def forget_log(self, plog: Any) -> None:
+    def forget_log(self, plog: Log) -> None:
         """Drop bookkeeping of a deleted partition log."""
         self._listened.discard(id(plog))
         self._wake(plog)

@@ -60,7 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"rdmalog serve: configuration error: {exc}", file=sys.stderr)
         return 2
 
-    from gateway.server import run
+    from gateway.app import run
 
     run(config, listen)
     return 0

@@ -1,9 +1,13 @@
-"""asyncio TCP server speaking the Kafka protocol: framing with size limits, ordered responses, sendfile.
+"""asyncio TCP server speaking the Kafka protocol: connections, ordered responses, sendfile.
 
-Frames are received with `recv_into` (asyncio.BufferedProtocol): small frames land in a staging
-buffer and are copied out once; a frame that is still arriving gets its own buffer and the rest of
-it is received straight into that buffer. Requests of one connection are handled one at a time in
-order (as Kafka mutes a channel) while reading continues, so pipelined requests queue up (bounded).
+Connections are accepted within their limits by `gateway/acceptor.py`. Frames are received with
+`recv_into` (asyncio.BufferedProtocol) into the buffers of a sans-io `FrameReader`
+(gateway/protocol/framing.py: a staging buffer shared by all connections, frame buffers grown as
+bytes arrive, `socket.request.max.bytes` and `queued.max.request.bytes`). A periodic sweep closes
+idle connections (`connections.max.idle.ms`) and frames that stall (`request.receive.timeout.ms`).
+Lines about a client's bad input are rate-limited per client address. Requests of one connection
+are handled one at a time in order (as Kafka mutes a channel) while reading continues, so
+pipelined requests queue up (bounded).
 Fetch responses send the header from memory and record bytes from the segment file with
 `os.sendfile`, falling back to `loop.sendfile` (which waits for the socket) and, on event loops
 without it, to a bounded copy.
@@ -14,17 +18,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import os
-import signal
 import socket
-import struct
+import time
 import types
-from pathlib import Path
 
-from gateway.broker import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION, Broker, RequestContext
-from gateway.groups.service import GroupService
-from gateway.handlers.registry import REGISTRY, ApiEntry, load_all
+from gateway.acceptor import Acceptor, ConnectionLimits, listening_sockets
+from gateway.broker import Broker, RequestContext
+from gateway.handlers.registry import REGISTRY, ApiEntry, load_all, supported_apis
+from gateway.log_limit import RateLimitedLog
 from gateway.protocol import (
     DecodeError,
     RequestHeader,
@@ -33,17 +37,19 @@ from gateway.protocol import (
     has_schema,
     parse_request_header,
 )
+from gateway.protocol.framing import FrameBudget, FrameReader, Stage
 from gateway.protocol.schema import entity_spec, message_class
-from rdmalog.config import BrokerConfig
-from rdmalog.errors import KafkaError
+from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION
 
 log = logging.getLogger("gateway.server")
 
-_SIZE = struct.Struct(">i")
-_STAGE_BYTES = 256 * 1024
 _MAX_QUEUED_FRAMES = 256  # pause reading a connection beyond this many pending requests
 _MAX_QUEUED_BYTES = 128 * 1024 * 1024
 _COPY_CHUNK = 1024 * 1024
+# How often idle connections and stalled frames are looked for: a quarter of the shorter timeout,
+# within these bounds.
+_SWEEP_MIN_S = 0.05
+_SWEEP_MAX_S = 1.0
 _CORK_MAX = 64 * 1024
 API_VERSIONS = 18
 CORK_FILE_RESPONSES = True  # TCP_CORK around header + sendfile pieces of a response
@@ -76,28 +82,32 @@ def _slice_fd(sl) -> int:
 class Connection(asyncio.BufferedProtocol):
     """One client connection: frame reader, ordered request worker, response writer."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, address: str) -> None:
         self.gateway = gateway
         self.broker = gateway.broker
-        self.max_frame = gateway.max_request_bytes
         self.transport: asyncio.Transport | None = None
-        self.peer: str = "?"
+        self.address = address  # the client's IP address (what limits and log lines are keyed by)
+        self.peer: str = address
         self._fd = -1
         self._sock = None
-        self._stage = bytearray(_STAGE_BYTES)
-        self._stage_mv = memoryview(self._stage)
-        self._stage_end = 0
-        self._frame: bytearray | None = None  # a frame being received directly
-        self._frame_mv: memoryview | None = None
-        self._frame_got = 0
+        self._frames = FrameReader(
+            gateway.max_request_bytes, gateway.stage, gateway.budget, self._sync_reading
+        )
         self._queue: collections.deque[bytearray] = collections.deque()
         self._queued_bytes = 0
-        self._worker: asyncio.Task | None = None
+        self._worker: asyncio.Task | object | None = None
+        self._queue_full = False  # pipelined requests beyond the queue's bounds
         self._read_paused = False
         self._write_paused = False
         self._drained: asyncio.Future | None = None
+        self.active_at = time.monotonic()  # last bytes in or response out (idle timeout)
+        self.frame_since: float | None = None  # when the frame now arriving began (its deadline)
         self.closed = False
         self.state: dict = {}  # per-connection state for handlers (SASL, sessions, ...)
+
+    def _log(self, level: int, msg: str, *args: object, exc_info: bool = False) -> None:
+        """A line about this client, rate-limited per address (a flood must not fill the disk)."""
+        self.gateway.peer_log.log(self.address, level, msg, *args, exc_info=exc_info)
 
     # --- asyncio callbacks ---------------------------------------------------------------------
 
@@ -115,7 +125,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.gateway.connections.discard(self)
+        self._frames.close()
+        self.gateway.forget(self)
         self._queue.clear()
         if isinstance(self._worker, asyncio.Task) and not self._worker.done():
             self._worker.cancel()
@@ -134,47 +145,39 @@ class Connection(asyncio.BufferedProtocol):
         return False  # close once pending responses are written
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._frame_mv is not None:
-            return self._frame_mv[self._frame_got :]
-        return self._stage_mv[self._stage_end :]
+        return self._frames.buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._frame is not None:
-            self._frame_got += nbytes
-            if self._frame_got == len(self._frame):
-                frame = self._frame
-                self._frame = self._frame_mv = None
-                self._push(frame)
-            return
-        self._stage_end += nbytes
-        stage, end, pos = self._stage, self._stage_end, 0
-        while end - pos >= 4:
-            size = _SIZE.unpack_from(stage, pos)[0]
-            if size <= 0 or size > self.max_frame:
-                log.warning(
-                    "closing %s: request frame of %d bytes (socket.request.max.bytes=%d)",
-                    self.peer,
-                    size,
-                    self.max_frame,
-                )
-                self.abort()
-                return
-            start = pos + 4
-            avail = end - start
-            if avail >= size:
-                self._push(stage[start : start + size])
-                pos = start + size
-                continue
-            # The rest of this frame is received straight into its own buffer.
-            frame = bytearray(size)
-            frame[:avail] = self._stage_mv[start:end]
-            self._frame, self._frame_mv, self._frame_got = frame, memoryview(frame), avail
-            self._stage_end = 0
-            return
-        rest = end - pos
-        if rest and pos:
-            stage[:rest] = stage[pos:end]
-        self._stage_end = rest
+        reader = self._frames
+        frames = reader.received(nbytes)
+        self.active_at = now = time.monotonic()
+        if frames or not reader.partial:
+            self.frame_since = now if reader.partial else None
+        elif self.frame_since is None:
+            self.frame_since = now
+        for frame in frames:
+            self._push(frame)
+        if reader.refused is not None:
+            self._log(
+                logging.WARNING,
+                "closing %s: request frame of %d bytes (socket.request.max.bytes=%d)",
+                self.peer,
+                reader.refused,
+                reader.max_frame,
+            )
+            self.abort()
+        elif reader.waiting:
+            self._sync_reading()  # paused until queued.max.request.bytes has room for it
+
+    def _sync_reading(self) -> None:
+        """Pause reading while the request queue is full or a frame waits for memory."""
+        pause = self._queue_full or self._frames.waiting
+        if pause != self._read_paused and self.transport is not None:
+            self._read_paused = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
 
     # --- request queue -------------------------------------------------------------------------
 
@@ -183,11 +186,11 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._queue.append(frame)
         self._queued_bytes += len(frame)
-        if not self._read_paused and (
+        if not self._queue_full and (
             len(self._queue) >= _MAX_QUEUED_FRAMES or self._queued_bytes >= _MAX_QUEUED_BYTES
         ):
-            self._read_paused = True
-            self.transport.pause_reading()
+            self._queue_full = True
+            self._sync_reading()
         if self._worker is not None:
             return
         entry = (
@@ -211,9 +214,9 @@ class Connection(asyncio.BufferedProtocol):
             while self._queue and not self.closed:
                 frame = self._queue.popleft()
                 self._queued_bytes -= len(frame)
-                if self._read_paused and len(self._queue) < _MAX_QUEUED_FRAMES // 2:
-                    self._read_paused = False
-                    self.transport.resume_reading()
+                if self._queue_full and len(self._queue) < _MAX_QUEUED_FRAMES // 2:
+                    self._queue_full = False
+                    self._sync_reading()
                 await self._handle(frame)
                 if self._write_paused and not self.closed:
                     self._drained = asyncio.get_running_loop().create_future()
@@ -221,10 +224,39 @@ class Connection(asyncio.BufferedProtocol):
         except asyncio.CancelledError:
             pass
         except Exception:
-            log.exception("closing %s: internal error", self.peer)
+            self._log(logging.ERROR, "closing %s: internal error", self.peer, exc_info=True)
             self.abort()
         finally:
             self._worker = None
+            self.active_at = time.monotonic()
+
+    def expire(self, now: float, idle_s: float, frame_s: float) -> None:
+        """Close the connection when the frame arriving missed its deadline (`frame_s`), or when it
+        has been idle (no bytes in, no request in progress or queued) for `idle_s`, a frame half
+        received or not, as Kafka counts idleness; negative: never."""
+        since = self.frame_since
+        if since is not None and 0 <= frame_s < now - since:
+            self._log(
+                logging.WARNING,
+                "closing %s: a request frame is still incomplete after %.0f ms "
+                "(request.receive.timeout.ms=%d)",
+                self.peer,
+                (now - since) * 1000,
+                frame_s * 1000,
+            )
+            self.abort()
+        elif (
+            0 <= idle_s < now - self.active_at
+            and self._worker is None
+            and not self._queue
+            and not self._frames.waiting  # not read because of us, not idle
+        ):
+            log.debug(
+                "closing %s: idle for over %d ms (connections.max.idle.ms)",
+                self.peer,
+                idle_s * 1000,
+            )
+            self.abort()
 
     @property
     def busy(self) -> bool:
@@ -245,7 +277,7 @@ class Connection(asyncio.BufferedProtocol):
         try:
             hdr = parse_request_header(mv)
         except DecodeError as exc:
-            log.warning("closing %s: malformed request header: %s", self.peer, exc)
+            self._log(logging.WARNING, "closing %s: malformed request header: %s", self.peer, exc)
             self.abort()
             return
         entry = REGISTRY.get(hdr.api_key)
@@ -255,7 +287,8 @@ class Connection(asyncio.BufferedProtocol):
         try:
             body = decode_request(hdr, mv)
         except DecodeError as exc:
-            log.warning(
+            self._log(
+                logging.WARNING,
                 "closing %s: cannot decode %s v%d request: %s",
                 self.peer,
                 entry.name.rsplit(".", 1)[-1],
@@ -270,7 +303,14 @@ class Connection(asyncio.BufferedProtocol):
         try:
             response = await entry.handler(ctx, body)
         except Exception:
-            log.exception("%s v%d from %s failed", entry.name, hdr.api_version, self.peer)
+            self._log(
+                logging.ERROR,
+                "%s v%d from %s failed",
+                entry.name,
+                hdr.api_version,
+                self.peer,
+                exc_info=True,
+            )
             response = _error_body(hdr.api_key, hdr.api_version, UNKNOWN_SERVER_ERROR)
             if response is None:
                 self.abort()
@@ -283,7 +323,12 @@ class Connection(asyncio.BufferedProtocol):
     async def _unsupported(self, hdr: RequestHeader, entry: ApiEntry | None) -> None:
         if hdr.api_key == API_VERSIONS:
             # Kafka answers an ApiVersions it cannot parse with v0 + UNSUPPORTED_VERSION + ranges.
-            log.info("%s: ApiVersions v%d unsupported, answering v0", self.peer, hdr.api_version)
+            self._log(
+                logging.INFO,
+                "%s: ApiVersions v%d unsupported, answering v0",
+                self.peer,
+                hdr.api_version,
+            )
             body = {"error_code": UNSUPPORTED_VERSION, "api_keys": supported_apis()}
             buf, _ = encode_response(API_VERSIONS, 0, hdr.correlation_id, body)
             await self.send(buf, [])
@@ -293,11 +338,23 @@ class Connection(asyncio.BufferedProtocol):
         if entry is not None and has_schema(hdr.api_key, hdr.api_version):
             body = _error_body(hdr.api_key, hdr.api_version, UNSUPPORTED_VERSION)
         if body is None:
-            log.warning("closing %s: %s %d v%d", self.peer, what, hdr.api_key, hdr.api_version)
+            self._log(
+                logging.WARNING,
+                "closing %s: %s %d v%d",
+                self.peer,
+                what,
+                hdr.api_key,
+                hdr.api_version,
+            )
             self.abort()
             return
-        log.info(
-            "%s: %s %d v%d -> UNSUPPORTED_VERSION", self.peer, what, hdr.api_key, hdr.api_version
+        self._log(
+            logging.INFO,
+            "%s: %s %d v%d -> UNSUPPORTED_VERSION",
+            self.peer,
+            what,
+            hdr.api_key,
+            hdr.api_version,
         )
         buf, _ = encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, body)
         await self.send(buf, [])
@@ -334,7 +391,7 @@ class Connection(asyncio.BufferedProtocol):
             if pos < len(buf):
                 t.write(mv[pos:])
         except OSError as exc:
-            log.info("closing %s: %s", self.peer, exc)
+            self._log(logging.INFO, "closing %s: %s", self.peer, exc)
             self.abort()
         finally:
             if cork and not self.closed:
@@ -404,14 +461,6 @@ async def _resume(coro, pending) -> None:
     await _continue(coro, pending)
 
 
-def supported_apis() -> list[dict]:
-    """ApiVersions entries for every registered API."""
-    return [
-        {"api_key": e.api_key, "min_version": e.min_version, "max_version": e.max_version}
-        for e in sorted(REGISTRY.values(), key=lambda e: e.api_key)
-    ]
-
-
 def _error_body(api_key: int, version: int, code: int) -> dict | None:
     """A response carrying `code` in its top-level error_code, or None if it has none."""
     try:
@@ -424,34 +473,78 @@ def _error_body(api_key: int, version: int, code: int) -> dict | None:
 
 
 class Gateway:
-    """A running gateway: the listening server, its connections and the broker state."""
+    """A running gateway: the listening sockets, its connections within their limits, the shared
+    receive buffers, and the broker state."""
 
     def __init__(self, broker: Broker) -> None:
+        config = broker.config
         self.broker = broker
-        self.max_request_bytes: int = broker.config.get("socket.request.max.bytes")
+        self.max_request_bytes: int = config.get("socket.request.max.bytes")
         self.connections: set[Connection] = set()
-        self.server: asyncio.base_events.Server | None = None
+        self.stage = Stage()
+        self.budget = FrameBudget(config.get("queued.max.request.bytes"))
+        self.limits = ConnectionLimits(
+            config.get("max.connections"), config.get("max.connections.per.ip")
+        )
+        self.idle_s: float = config.get("connections.max.idle.ms") / 1000
+        self.frame_s: float = config.get("request.receive.timeout.ms") / 1000
+        self.peer_log = RateLimitedLog(log)
+        self.acceptor: Acceptor | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
         self.address: tuple[str, int] = ("", 0)
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Listen on host:port (port 0 picks a free one); return the bound address."""
         loop = asyncio.get_running_loop()
         load_all()
-        self.server = await loop.create_server(
-            lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024
-        )
-        sockname = self.server.sockets[0].getsockname()
+        socks = await listening_sockets(host or None, port, backlog=1024)
+        self.acceptor = Acceptor(socks, self.limits, self._connect, self.peer_log)
+        self.acceptor.start()
+        sockname = socks[0].getsockname()
         self.address = (sockname[0], sockname[1])
         self.broker.bind(loop, (host or sockname[0], sockname[1]))
+        self._sweep()
         log.info(
             "listening on %s:%d (node %d)", self.address[0], self.address[1], self.broker.node_id
         )
         return self.address
 
+    def _connect(self, sock: socket.socket, address: str) -> None:
+        """Serve an accepted socket (counted in `limits` until its connection is forgotten)."""
+        loop = asyncio.get_running_loop()
+        conn = Connection(self, address)
+        task = loop.create_task(loop.connect_accepted_socket(lambda: conn, sock))
+        task.add_done_callback(functools.partial(self._connected, conn, sock))
+
+    def _connected(self, conn: Connection, sock: socket.socket, task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is not None:
+            if conn.transport is None:  # never made: no connection_lost will release it
+                sock.close()
+                self.acceptor.release(conn.address)
+
+    def forget(self, conn: Connection) -> None:
+        """A connection closed: it no longer counts against the limits."""
+        if conn in self.connections:
+            self.connections.discard(conn)
+            if self.acceptor is not None:
+                self.acceptor.release(conn.address)
+
+    def _sweep(self) -> None:
+        """Close idle connections and frames past their deadline; again in a while."""
+        now = time.monotonic()
+        for conn in list(self.connections):
+            conn.expire(now, self.idle_s, self.frame_s)
+        timeouts = [t for t in (self.idle_s, self.frame_s) if t >= 0]
+        if timeouts:
+            interval = min(_SWEEP_MAX_S, max(_SWEEP_MIN_S, min(timeouts) / 4))
+            self._sweeper = asyncio.get_running_loop().call_later(interval, self._sweep)
+
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, let in-flight requests finish (long polls return early), close."""
-        if self.server is not None:
-            self.server.close()
+        if self.acceptor is not None:
+            self.acceptor.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         self.broker.wake_all()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
@@ -459,153 +552,6 @@ class Gateway:
             await asyncio.sleep(0.01)
         for conn in list(self.connections):
             conn.abort()
-        if self.server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.server.wait_closed(), 1.0)
-
-
-def _listen_address(config: BrokerConfig, listen: tuple[str, int] | None) -> tuple[str, int]:
-    if listen is not None:
-        return listen
-    first = config.listeners[0] if config.listeners else None
-    return (first.host, first.port) if first else ("0.0.0.0", 9092)
-
-
-def open_store(config: BrokerConfig, replicated: bool = False, cluster_id: str | None = None):
-    """Open the rdmalog store of this broker (recovers every log); `replicated` in cluster mode."""
-    from rdmalog.store.log_manager import Store
-
-    store = Store(Path(config.log_dirs[0]), config, replicated=replicated, cluster_id=cluster_id)
-    store.open()
-    return store
-
-
-def start_rdma(store, config: BrokerConfig, groups: GroupService | None = None):
-    """Start KafkaDirect's datapaths for native clients when `rdma.transport` names one; offsets
-    native consumers commit through commit slots go to `groups`' coordinator."""
-    transport = config.get("rdma.transport")
-    if transport == "none":
-        return None
-    from rdmalog.rdma.broker.service import RdmaService
-
-    service = RdmaService(
-        store,
-        transport,
-        config.get("rdma.host"),
-        config.get("rdma.control.port"),
-        order_timeout=config.get("rdma.order.timeout.ms") / 1000,
-        commit_sink=None if groups is None else _commit_sink(groups),
-        commit_interval=config.get("rdma.commit.interval.ms") / 1000,
-        slots_per_consumer=config.get("rdma.consumer.slots"),
-    ).start()
-    log.info("RDMA datapaths on %s, control requests at %s", transport, service.control_address)
-    return service
-
-
-def _commit_sink(groups: GroupService):
-    """Hand RDMA commit-slot offsets to the coordinator on its event loop, as simple commits
-    (generation -1, no member), the kind a Kafka consumer with manual assignment makes."""
-    from gateway.groups.model import CommitEntry
-
-    def commit(group: str, entries: list[CommitEntry], done) -> None:
-        errors = groups.coordinator.commit_offsets(group, -1, "", entries)
-        refused = {tp: e for tp, e in errors.items() if e}
-        if refused:
-            log.warning("RDMA commits of group %s refused (Kafka error codes): %s", group, refused)
-        done(errors)  # the consumer reads the answer from its slots' result words
-
-    def sink(group: str, offsets: dict[tuple[str, int], int], done) -> None:
-        entries = [CommitEntry(t, p, o) for (t, p), o in offsets.items()]
-        groups.loop.call_soon_threadsafe(commit, group, entries, done)
-
-    return sink
-
-
-async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
-    """Open the store and start a gateway on `listen` (or the first listener); return it running.
-    With `zookeeper.connect` the broker joins its cluster (gateway/cluster/node.py)."""
-    node = None
-    if config.get("zookeeper.connect"):
-        from gateway.cluster.node import ClusterNode
-
-        node = ClusterNode(config)
-        cluster_id = await asyncio.to_thread(node.connect)
-        store = open_store(config, replicated=True, cluster_id=cluster_id)
-    else:
-        store = open_store(config)
-    gateway = Gateway(Broker(config, store))
-    gateway.broker.cluster = node
-    try:
-        replicas = None
-        if node is not None:
-            await node.prepare(store, gateway.broker)
-            replicas = node.replicas
-        # groups are loaded from __consumer_offsets before the first client can ask for them (in
-        # a cluster, partition by partition as this broker comes to lead them)
-        loop = asyncio.get_running_loop()
-        gateway.broker.groups = GroupService(store, config, loop, replicas).start()
-        gateway.broker.rdma = start_rdma(store, config, gateway.broker.groups)
-        if node is not None and gateway.broker.rdma is not None:
-            node.serve_rdma(gateway.broker.rdma)
-        host, port = _listen_address(config, listen)
-        await gateway.start(host, port)
-        if node is not None:
-            await node.join()
-    except BaseException:
-        await gateway.stop()
-        if node is not None:
-            await node.stop()
-        store.close()
-        raise
-    return gateway
-
-
-async def shutdown(gateway: Gateway) -> None:
-    """Stop a gateway started by `start` and flush/close its store (in a cluster, leaderships move
-    away first: Kafka's controlled shutdown)."""
-    node = gateway.broker.cluster
-    if node is not None:
-        await node.controlled_shutdown()
-    await gateway.stop()
-    if node is not None:
-        await node.stop()
-    if gateway.broker.rdma is not None:
-        gateway.broker.rdma.stop()  # hands the last RDMA commits to the coordinator ...
-        await asyncio.sleep(0)  # ... which writes them here, before the store closes
-    if gateway.broker.groups is not None:
-        gateway.broker.groups.stop()
-    await asyncio.get_running_loop().run_in_executor(None, gateway.broker.store.close)
-    log.info("store flushed and closed")
-
-
-async def serve(config: BrokerConfig, listen: tuple[str, int] | None = None) -> None:
-    """Run a broker until cancelled; on cancellation finish in-flight requests, flush, close."""
-    gateway = await start(config, listen)
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await shutdown(gateway)
-
-
-def run(config: BrokerConfig, listen: tuple[str, int] | None = None) -> None:
-    """Blocking entry point of `rdmalog serve`: serve until SIGTERM/SIGINT, then close cleanly."""
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, _stop, task, sig)
-        await serve(config, listen)
-
-    try:
-        asyncio.run(main())
-    except asyncio.CancelledError:
-        pass
-    except (OSError, KafkaError) as exc:  # cannot listen, or the store refuses its directory
-        log.error("broker failed to start: %s", exc)
-        raise SystemExit(1) from None
-
-
-def _stop(task: asyncio.Task, sig: signal.Signals) -> None:
-    log.info("received %s, shutting down", signal.Signals(sig).name)
-    task.cancel()
+        deadline = loop.time() + 1.0
+        while self.connections and loop.time() < deadline:
+            await asyncio.sleep(0.01)

@@ -58,6 +58,10 @@ def _at_least(lo: int, at_most: int | None = None) -> Callable[[Any], str | None
     return lambda v: None if v is None or lo <= v <= at_most else f"must be {lo} to {at_most}"
 
 
+def _minus_one_or_at_least(lo: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v is None or v == -1 or v >= lo else f"must be -1 or at least {lo}"
+
+
 def _one_of(*choices: str) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
         vals = v if isinstance(v, list) else [v]
@@ -162,6 +166,12 @@ BROKER_DEFS = _defs(
     ("log.message.timestamp.type", "string", "CreateTime", _one_of(*TIMESTAMP_TYPES)),
     ("message.max.bytes", "int", 1048588, _at_least(0)),
     ("socket.request.max.bytes", "int", 104857600, _at_least(1)),
+    ("queued.max.request.bytes", "long", -1),
+    ("max.connections", "int", INT_MAX, _at_least(0)),
+    ("max.connections.per.ip", "int", INT_MAX, _at_least(0)),
+    ("connections.max.idle.ms", "long", 600000),
+    # rdmalog's own: a request frame must arrive whole this long after its first byte (-1: no limit)
+    ("request.receive.timeout.ms", "long", 60000, _minus_one_or_at_least(1)),
     ("compression.type", "string", "producer", _one_of("producer")),
     ("offsets.topic.num.partitions", "int", 50, _at_least(1)),
     ("offsets.topic.replication.factor", "short", 3, _at_least(1)),
@@ -221,7 +231,7 @@ IGNORED_BROKER_KEYS = frozenset(
     allow.everyone.if.no.acl.found sasl.enabled.mechanisms sasl.mechanism.inter.broker.protocol
     ssl.keystore.location ssl.keystore.password ssl.key.password ssl.truststore.location
     ssl.truststore.password ssl.client.auth transaction.state.log.segment.bytes
-    offsets.load.buffer.size connections.max.idle.ms
+    offsets.load.buffer.size
     message.timestamp.difference.max.ms log.message.timestamp.difference.max.ms
     log.message.timestamp.before.max.ms log.message.timestamp.after.max.ms""".split()
 )
@@ -411,6 +421,16 @@ class BrokerConfig(_Config):
         parse_listeners(self.get("listeners"))
         if self.get("advertised.listeners"):
             parse_listeners(self.get("advertised.listeners"))
+        queued, frame = self.get("queued.max.request.bytes"), self.get("socket.request.max.bytes")
+        if 0 < queued < frame:
+            raise InvalidConfigError(
+                "queued.max.request.bytes must be larger or equal to socket.request.max.bytes"
+            )
+        if self.get("max.connections.per.ip") == 0:
+            raise InvalidConfigError(
+                "max.connections.per.ip can be set to zero only if "
+                "max.connections.per.ip.overrides is set, which rdmalog does not support"
+            )
         b, n = self.get("broker.id"), self.get("node.id")
         if b >= 0 and n >= 0 and b != n:
             raise InvalidConfigError(f"broker.id={b} and node.id={n} must agree")

@@ -1,151 +1,218 @@
-"""Store exceptions, each carrying the Kafka protocol error code a client understands."""
+"""Kafka's error codes, one table for the store, the RDMA datapaths and the gateway, and the store's
+exceptions, each carrying the code a client understands.
+
+The codes and their names are Kafka's (`org.apache.kafka.common.protocol.Errors`); only those rdmalog
+answers with are listed.
+"""
 
 from __future__ import annotations
+
+UNKNOWN_SERVER_ERROR = -1
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
+MESSAGE_TOO_LARGE = 10
+OFFSET_METADATA_TOO_LARGE = 12
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+INVALID_TOPIC_EXCEPTION = 17
+RECORD_LIST_TOO_LARGE = 18
+NOT_ENOUGH_REPLICAS = 19
+INVALID_REQUIRED_ACKS = 21
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+INVALID_TIMESTAMP = 32
+UNSUPPORTED_VERSION = 35
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_REPLICATION_FACTOR = 38
+INVALID_REPLICA_ASSIGNMENT = 39
+INVALID_CONFIG = 40
+INVALID_REQUEST = 42
+POLICY_VIOLATION = 44
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+TRANSACTION_COORDINATOR_FENCED = 52
+KAFKA_STORAGE_ERROR = 56
+UNKNOWN_PRODUCER_ID = 59
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+FETCH_SESSION_ID_NOT_FOUND = 70
+TOPIC_DELETION_DISABLED = 73
+FENCED_LEADER_EPOCH = 74
+UNKNOWN_LEADER_EPOCH = 75
+UNSUPPORTED_COMPRESSION_TYPE = 76
+OFFSET_NOT_AVAILABLE = 78
+MEMBER_ID_REQUIRED = 79
+GROUP_MAX_SIZE_REACHED = 81
+FENCED_INSTANCE_ID = 82
+GROUP_SUBSCRIBED_TO_TOPIC = 86
+INVALID_RECORD = 87
+PRODUCER_FENCED = 90
+UNKNOWN_TOPIC_ID = 100
+INCONSISTENT_TOPIC_ID = 103
+UNSUPPORTED_ENDPOINT_TYPE = 119
 
 
 class KafkaError(Exception):
     """Base of every store error; `error_code` is the Kafka protocol error code."""
 
-    error_code: int = -1  # UNKNOWN_SERVER_ERROR
+    error_code: int = UNKNOWN_SERVER_ERROR
     retriable: bool = False
 
 
 class OffsetOutOfRangeError(KafkaError):
-    error_code = 1
+    error_code = OFFSET_OUT_OF_RANGE
 
 
 class CorruptRecordError(KafkaError):
-    error_code = 2
+    error_code = CORRUPT_MESSAGE
     retriable = True
 
 
 class UnknownTopicOrPartitionError(KafkaError):
-    error_code = 3
+    error_code = UNKNOWN_TOPIC_OR_PARTITION
     retriable = True
 
 
 class NotLeaderOrFollowerError(KafkaError):
-    error_code = 6
+    error_code = NOT_LEADER_OR_FOLLOWER
     retriable = True
 
 
 class MessageTooLargeError(KafkaError):
-    error_code = 10
+    error_code = MESSAGE_TOO_LARGE
 
 
 class InvalidTopicError(KafkaError):
-    error_code = 17
+    error_code = INVALID_TOPIC_EXCEPTION
 
 
 class RecordListTooLargeError(KafkaError):
-    error_code = 18
+    error_code = RECORD_LIST_TOO_LARGE
 
 
 class NotEnoughReplicasError(KafkaError):
-    error_code = 19
+    error_code = NOT_ENOUGH_REPLICAS
     retriable = True
 
 
 class InvalidRequiredAcksError(KafkaError):
-    error_code = 21
+    error_code = INVALID_REQUIRED_ACKS
 
 
 class InvalidTimestampError(KafkaError):
-    error_code = 32
+    error_code = INVALID_TIMESTAMP
 
 
 class TopicExistsError(KafkaError):
-    error_code = 36
+    error_code = TOPIC_ALREADY_EXISTS
 
 
 class InvalidPartitionsError(KafkaError):
-    error_code = 37
+    error_code = INVALID_PARTITIONS
 
 
 class InvalidReplicationFactorError(KafkaError):
-    error_code = 38
+    error_code = INVALID_REPLICATION_FACTOR
 
 
 class InvalidRequestError(KafkaError):
-    error_code = 42
+    error_code = INVALID_REQUEST
 
 
 class OutOfOrderSequenceError(KafkaError):
-    error_code = 45
+    error_code = OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class DuplicateSequenceNumberError(KafkaError):
-    error_code = 46
+    error_code = DUPLICATE_SEQUENCE_NUMBER
 
 
 class InvalidProducerEpochError(KafkaError):
-    error_code = 47
+    error_code = INVALID_PRODUCER_EPOCH
 
 
 class InvalidTxnStateError(KafkaError):
-    error_code = 48
+    error_code = INVALID_TXN_STATE
 
 
 class InvalidProducerIdMappingError(KafkaError):
-    error_code = 49
+    error_code = INVALID_PRODUCER_ID_MAPPING
 
 
 class TransactionCoordinatorFencedError(KafkaError):
-    error_code = 52
+    error_code = TRANSACTION_COORDINATOR_FENCED
 
 
 class UnknownProducerIdError(KafkaError):
-    error_code = 59
+    error_code = UNKNOWN_PRODUCER_ID
 
 
 class FencedLeaderEpochError(KafkaError):
-    error_code = 74
+    error_code = FENCED_LEADER_EPOCH
     retriable = True
 
 
 class UnknownLeaderEpochError(KafkaError):
-    error_code = 75
+    error_code = UNKNOWN_LEADER_EPOCH
     retriable = True
 
 
 class OffsetNotAvailableError(KafkaError):
-    error_code = 78
+    error_code = OFFSET_NOT_AVAILABLE
     retriable = True
 
 
 class ProducerFencedError(KafkaError):
-    error_code = 90
+    error_code = PRODUCER_FENCED
 
 
 class InvalidConfigError(KafkaError):
-    error_code = 40
+    error_code = INVALID_CONFIG
 
 
 class PolicyViolationError(KafkaError):
-    error_code = 44
+    error_code = POLICY_VIOLATION
 
 
 class KafkaStorageError(KafkaError):
-    error_code = 56
+    error_code = KAFKA_STORAGE_ERROR
     retriable = True
 
 
 class UnsupportedCompressionTypeError(KafkaError):
-    error_code = 76
+    error_code = UNSUPPORTED_COMPRESSION_TYPE
 
 
 class InvalidRecordError(KafkaError):
-    error_code = 87
+    error_code = INVALID_RECORD
 
 
 class UnknownTopicIdError(KafkaError):
-    error_code = 100
+    error_code = UNKNOWN_TOPIC_ID
     retriable = True
 
 
 class InconsistentTopicIdError(KafkaError):
-    error_code = 103
+    error_code = INCONSISTENT_TOPIC_ID
     retriable = True
+
+
+def error_code_of(exc: BaseException) -> int:
+    """The Kafka error code an exception carries (UNKNOWN_SERVER_ERROR when it carries none)."""
+    code = getattr(exc, "error_code", None)
+    return code if isinstance(code, int) else UNKNOWN_SERVER_ERROR
 
 
 def error_for_code(code: int) -> type[KafkaError]:

@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gateway.groups import errors as E
 from gateway.groups.clock import Clock
 from gateway.groups.consumer_protocol import subscribed_topics
 from gateway.groups.model import (
@@ -51,6 +50,7 @@ from gateway.groups.schema import (
     encode_offset_value,
 )
 from gateway.groups.state import Group, GroupState, Member
+from rdmalog import errors as E
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gateway.groups import errors as E
+from rdmalog import errors as E
 
 Record = tuple[bytes, bytes | None]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import Any
 
 from gateway.groups.schema import OFFSETS_TOPIC, partition_for
 from rdmalog.errors import KafkaError
+from rdmalog.store.interface import Log, LogStore, LogTopic
 from rdmalog.store.records import Record, build_batch, decode_records, iter_batches
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ class OffsetsTopic:
 
     def __init__(
         self,
-        store: Any,
+        store: LogStore,
         num_partitions: int = 50,
         segment_bytes: int = 104_857_600,
         create: bool = True,
@@ -38,10 +38,10 @@ class OffsetsTopic:
         self.num_partitions = num_partitions
         self.segment_bytes = segment_bytes
         self.create = create  # False in cluster mode: the topic comes through ZooKeeper
-        self.dirty: set[Any] = set()
-        self.appended: dict[Any, int] = {}  # log -> last offset written (cluster mode waits on it)
+        self.dirty: set[Log] = set()
+        self.appended: dict[Log, int] = {}  # log -> last offset written (cluster mode waits on it)
 
-    def ensure(self) -> Any:
+    def ensure(self) -> LogTopic:
         """The topic, created (compacted) when missing; an existing topic keeps its partition count."""
         topic = self.store.topics.get(OFFSETS_TOPIC)
         if topic is None and not self.create:
@@ -99,7 +99,7 @@ class OffsetsTopic:
         if topic is not None and 0 <= partition < len(topic.partitions):
             yield from self._replay_partition(topic.partitions[partition])
 
-    def _replay_partition(self, plog: Any) -> Iterator[tuple[bytes, bytes | None]]:
+    def _replay_partition(self, plog: Log) -> Iterator[tuple[bytes, bytes | None]]:
         end = plog.log_end_offset
         offset = plog.log_start_offset
         pending: dict[int, list[tuple[bytes, bytes | None]]] = {}

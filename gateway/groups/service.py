@@ -17,11 +17,12 @@ from gateway.groups.coordinator import GroupCoordinator
 from gateway.groups.model import GroupConfig
 from gateway.groups.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from gateway.groups.schema import partition_for
+from rdmalog.store.interface import LogStore
+
+log = logging.getLogger(__name__)
 
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
-
-log = logging.getLogger(__name__)
 
 
 def _setting(config: Any, name: str, default: int) -> int:
@@ -66,7 +67,11 @@ class GroupService:
     what it writes is acknowledged once the ISR has it (`durable`)."""
 
     def __init__(
-        self, store: Any, config: Any, loop: asyncio.AbstractEventLoop, replicas: Any = None
+        self,
+        store: LogStore,
+        config: Any,
+        loop: asyncio.AbstractEventLoop,
+        replicas: Any = None,
     ) -> None:
         self.store = store
         self.loop = loop

@@ -1,1 +1,1 @@
-"""Kafka API handlers, one module per API key (`kNN_<api>.py`); see `registry.py`."""
+"""Kafka API handlers, one module per API key (`kNN_<api>.py`), listed in `registry.py`."""

@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.broker import (
-    OFFSET_OUT_OF_RANGE,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    RequestContext,
-    error_code_of,
-    partition_of,
-)
+from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
+from rdmalog.errors import FETCH_SESSION_ID_NOT_FOUND, OFFSET_OUT_OF_RANGE, error_code_of
+from rdmalog.store.interface import Log
 
 _EMPTY = b""
-FETCH_SESSION_ID_NOT_FOUND = 70
+_BY_NAME = PartitionFields(
+    topic="topic", index="partition", missing={"records": _EMPTY}, epoch="current_leader_epoch"
+)
+_BY_ID = _BY_NAME._replace(topic="topic_id")
 
 
 def replica_id_of(request: dict, version: int) -> int:
@@ -34,94 +32,71 @@ def replica_id_of(request: dict, version: int) -> int:
 
 def _read_all(
     ctx: RequestContext, request: dict, by_id: bool, replica_id: int = -1
-) -> tuple[list, int, list, bool]:
+) -> tuple[list, int, list[Log], bool]:
     """One pass over the requested partitions -> (responses, bytes, logs, any error).
 
-    In cluster mode only the leader answers; a follower (replica_id >= 0) reads up to the log end
-    offset, and its fetch offset tells the leader how far it has come."""
-    broker = ctx.broker
-    replicas = broker.cluster.replicas if broker.cluster is not None else None
-    if replicas is None:
-        replica_id = -1  # one broker: every fetch is a consumer's
+    In a cluster a follower (replica_id >= 0) reads up to the log end offset, and its fetch offset
+    tells the leader how far it has come (consumers read up to the high watermark)."""
+    replicas = ctx.broker.cluster.replicas if replica_id >= 0 else None
     budget = request.get("max_bytes", 0x7FFFFFFF)
     total = 0
     logs = []
     errors = False
-    responses = []
-    for t in request["topics"]:
-        if by_id:
-            topic = broker.topic_by_id(t["topic_id"])
-            missing = UNKNOWN_TOPIC_ID
-        else:
-            topic = broker.topic(t["topic"])
-            missing = UNKNOWN_TOPIC_OR_PARTITION
-        parts = []
-        for p in t["partitions"]:
-            index = p["partition"]
-            plog = partition_of(topic, index)
-            if plog is None:
-                parts.append({"partition_index": index, "error_code": missing, "records": _EMPTY})
-                errors = True
-                continue
-            offset = p["fetch_offset"]
-            if replicas is not None:
-                current = p.get("current_leader_epoch", -1)
-                if replica_id >= 0:
-                    code = replicas.follower_fetch(plog.topic, index, replica_id, offset, current)
-                else:
-                    code = replicas.leader_error(plog.topic, index, current)
-                if code:
-                    parts.append(
-                        {
-                            "partition_index": index,
-                            "error_code": code,
-                            "high_watermark": plog.high_watermark,
-                            "log_start_offset": plog.log_start_offset,
-                            "records": _EMPTY,
-                        }
-                    )
-                    errors = True
-                    continue
-            hw = plog.high_watermark
-            start = plog.log_start_offset
-            upper = plog.log_end_offset if replica_id >= 0 else hw
-            entry = {
-                "partition_index": index,
-                "error_code": 0,
-                "high_watermark": hw,
-                "last_stable_offset": hw,
-                "log_start_offset": start,
-                "records": _EMPTY,
-            }
-            parts.append(entry)
-            if offset < start or offset > plog.log_end_offset:
-                entry["error_code"] = OFFSET_OUT_OF_RANGE
-                errors = True
-                continue
-            logs.append(plog)
-            if offset >= upper:
-                continue
-            limit = min(p["partition_max_bytes"], budget - total)
-            if total and limit <= 0:
-                continue
-            try:
-                sl = plog.read(
-                    offset, max(limit, 1), upper_bound=upper if replica_id >= 0 else None
+    requested = ctx.broker.partitions(request["topics"], _BY_ID if by_id else _BY_NAME)
+    for p, plog, parts in requested:
+        index = p["partition"]
+        offset = p["fetch_offset"]
+        if replicas is not None:
+            code = replicas.follower_fetch(
+                plog.topic, index, replica_id, offset, p.get("current_leader_epoch", -1)
+            )
+            if code:
+                parts.append(
+                    {
+                        "partition_index": index,
+                        "error_code": code,
+                        "high_watermark": plog.high_watermark,
+                        "log_start_offset": plog.log_start_offset,
+                        "records": _EMPTY,
+                    }
                 )
-            except Exception as exc:
-                entry["error_code"] = error_code_of(exc)
                 errors = True
                 continue
-            if sl is None or sl.length == 0:
-                continue
-            if total and sl.length > limit:
-                continue  # only the first non-empty partition may exceed the limits
-            entry["records"] = sl
-            total += sl.length
-        resp = {"topic_id": t["topic_id"]} if by_id else {"topic": t["topic"]}
-        resp["partitions"] = parts
-        responses.append(resp)
-    return responses, total, logs, errors
+        hw = plog.high_watermark
+        start = plog.log_start_offset
+        upper = hw if replicas is None else plog.log_end_offset
+        entry = {
+            "partition_index": index,
+            "error_code": 0,
+            "high_watermark": hw,
+            "last_stable_offset": hw,
+            "log_start_offset": start,
+            "records": _EMPTY,
+        }
+        parts.append(entry)
+        if offset < start or offset > plog.log_end_offset:
+            entry["error_code"] = OFFSET_OUT_OF_RANGE
+            errors = True
+            continue
+        logs.append(plog)
+        if offset >= upper:
+            continue
+        limit = min(p["partition_max_bytes"], budget - total)
+        if total and limit <= 0:
+            continue
+        try:
+            sl = plog.read(offset, max(limit, 1), upper_bound=None if replicas is None else upper)
+        except Exception as exc:
+            entry["error_code"] = error_code_of(exc)
+            errors = True
+            continue
+        if sl is None or sl.length == 0:
+            continue
+        if total and sl.length > limit:
+            continue  # only the first non-empty partition may exceed the limits
+        entry["records"] = sl
+        total += sl.length
+    return requested.topics, total, logs, errors or requested.missing > 0
 
 
 @api(1, 4, 16, eager=True)
@@ -132,7 +107,8 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         # cannot be ours: Kafka answers FETCH_SESSION_ID_NOT_FOUND and the client starts over.
         return {"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "responses": []}
     by_id = ctx.api_version >= 13
-    replica_id = replica_id_of(request, ctx.api_version)
+    # in a cluster a follower's fetch (replica id >= 0); a single broker serves consumers only
+    replica_id = replica_id_of(request, ctx.api_version) if ctx.broker.cluster is not None else -1
     responses, total, logs, errors = _read_all(ctx, request, by_id, replica_id)
     min_bytes = request.get("min_bytes", 0)
     wait_ms = request.get("max_wait", 0)
@@ -143,7 +119,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            if replica_id >= 0 and ctx.broker.cluster is not None:  # followers wait for appends
+            if replica_id >= 0:  # followers wait for appends, consumers for the high watermark
                 woke = await ctx.broker.cluster.replicas.wait_for_appends(logs, remaining)
             else:
                 woke = await ctx.broker.wait_for_data(logs, remaining)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import logging
 
-from gateway.broker import (
+from gateway.broker import RequestContext, topic_name_error
+from gateway.cluster.metadata import answer_metadata
+from gateway.handlers.registry import api
+from rdmalog.errors import (
     INVALID_TOPIC_EXCEPTION,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
-    RequestContext,
     error_code_of,
-    topic_name_error,
 )
-from gateway.cluster.metadata import answer_metadata
-from gateway.handlers.registry import api
+from rdmalog.store.interface import LogTopic
 
 log = logging.getLogger("gateway.metadata")
 
@@ -21,7 +21,7 @@ log = logging.getLogger("gateway.metadata")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
-def topic_entry(ctx: RequestContext, topic) -> dict:
+def topic_entry(ctx: RequestContext, topic: LogTopic) -> dict:
     """A Metadata topic entry for an existing topic."""
     node = ctx.broker.node_id
     replicas = [node]
@@ -66,13 +66,13 @@ def _missing(ctx: RequestContext, name: str, allow_create: bool) -> dict:
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Describe the requested topics (all when `topics` is null, or empty at v0)."""
     broker = ctx.broker
-    if broker.cluster is not None:
+    if broker.cluster is not None:  # the cluster as the ZooKeeper watches show it
         return await answer_metadata(ctx, request)
     wanted = request.get("topics")
     allow_create = request.get("allow_auto_topic_creation", True) if ctx.api_version >= 4 else True
     topics = []
     if wanted is None or (ctx.api_version == 0 and not wanted):
-        topics = [topic_entry(ctx, t) for t in list(broker.store.topics.values())]
+        topics = [topic_entry(ctx, t) for t in broker.topics()]
     else:
         for item in wanted:
             name = item.get("name")

@@ -6,10 +6,10 @@ v2-v4 carry a retention time, v6+ a leader epoch, v7+ a group instance id, v10 t
 from __future__ import annotations
 
 from gateway.broker import RequestContext
-from gateway.groups import errors as E
 from gateway.groups.model import CommitEntry
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
+from rdmalog import errors as E
 
 
 @api(8, 2, 10)

@@ -6,10 +6,10 @@ Partitions without a committed offset answer offset -1; a null topic list asks f
 from __future__ import annotations
 
 from gateway.broker import RequestContext
-from gateway.groups import errors as E
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
+from rdmalog import errors as E
 
 
 def _fetch_group(ctx: RequestContext, coordinator: GroupCoordinator, group_id: str, topics) -> dict:

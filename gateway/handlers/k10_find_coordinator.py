@@ -1,5 +1,4 @@
-"""FindCoordinator (key 10): this single broker coordinates every group; in a cluster, the leader of
-the group's `__consumer_offsets` partition does.
+"""FindCoordinator (key 10): this single broker coordinates every group.
 
 Transactions are not offered yet: a transactional id gets COORDINATOR_NOT_AVAILABLE, what Kafka answers
 while no transaction coordinator can serve it."""
@@ -9,10 +8,10 @@ from __future__ import annotations
 import asyncio
 
 from gateway.broker import RequestContext
-from gateway.groups import errors as E
 from gateway.groups.schema import OFFSETS_TOPIC, partition_for
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
+from rdmalog import errors as E
 
 KEY_GROUP, KEY_TRANSACTION = 0, 1
 
@@ -99,7 +98,8 @@ async def _cluster_answer(ctx: RequestContext, key: str, key_type: int) -> dict:
 
 @api(10, 0, 6)
 async def handle(ctx: RequestContext, request: dict) -> dict:
-    """Point every key at this broker (creating and loading `__consumer_offsets` on first use)."""
+    """Point every key at this broker (creating and loading `__consumer_offsets` on first use); in
+    a cluster at the leader of the group's `__consumer_offsets` partition."""
     key_type = request.get("key_type", KEY_GROUP) if ctx.api_version >= 1 else KEY_GROUP
     if ctx.broker.cluster is not None:
         if ctx.api_version >= 4:
@@ -110,7 +110,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         del answer["key"]
         answer["throttle_time"] = 0
         return answer
-    if key_type == KEY_GROUP and OFFSETS_TOPIC not in ctx.broker.store.topics:
+    if key_type == KEY_GROUP and ctx.broker.topic(OFFSETS_TOPIC) is None:
         # Kafka creates __consumer_offsets here. Its 50 partitions are tens to hundreds of ms of
         # file work: done in a thread so other connections are served meanwhile (the store
         # publishes the topic only once all its partitions exist).

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gateway.broker import RequestContext
-from gateway.groups import errors as E
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
+from rdmalog import errors as E
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 # READ, DESCRIBE, DELETE (Kafka's AclOperation codes 3, 8 and 6) as a bit field.

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
-from gateway.broker import INVALID_REQUEST, RequestContext
-from gateway.handlers.registry import api
+from gateway.broker import RequestContext
+from gateway.handlers.registry import api, supported_apis
+from rdmalog.errors import INVALID_REQUEST
 
 # Kafka's rule for client software name and version (KIP-511).
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -18,8 +19,6 @@ _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 @api(18, 0, 4, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """List the registered APIs; v3+ checks and keeps the client software name and version."""
-    from gateway.server import supported_apis
-
     code = 0
     if ctx.api_version >= 3:
         name = request.get("client_software_name", "")

@@ -5,20 +5,19 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from gateway.broker import (
+from gateway.broker import RequestContext, topic_name_error
+from gateway.handlers.k03_metadata import INTERNAL_TOPICS
+from gateway.handlers.registry import api
+from rdmalog.config import TopicConfig
+from rdmalog.errors import (
     INVALID_CONFIG,
     INVALID_PARTITIONS,
     INVALID_REPLICATION_FACTOR,
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     TOPIC_ALREADY_EXISTS,
-    RequestContext,
     error_code_of,
-    topic_name_error,
 )
-from gateway.handlers.k03_metadata import INTERNAL_TOPICS
-from gateway.handlers.registry import api
-from rdmalog.config import TopicConfig
 
 log = logging.getLogger("gateway.create_topics")
 
@@ -94,7 +93,7 @@ def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
         )
     configs = {c["name"]: c["value"] for c in t.get("configs") or [] if c["value"] is not None}
     try:
-        config = broker.store.validate_new_topic(name, count, configs)
+        config = broker.validate_new_topic(name, count, configs)
     except Exception as exc:
         code = error_code_of(exc)
         return _fail(name, INVALID_CONFIG if code == -1 else code, str(exc) or None)

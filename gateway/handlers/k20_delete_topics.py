@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import logging
 
-from gateway.broker import (
+from gateway.broker import RequestContext
+from gateway.handlers.registry import api
+from rdmalog.errors import (
+    TOPIC_DELETION_DISABLED,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
-    RequestContext,
     error_code_of,
 )
-from gateway.handlers.registry import api
 
 log = logging.getLogger("gateway.delete_topics")
-
-TOPIC_DELETION_DISABLED = 73
 
 
 def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
@@ -35,9 +34,8 @@ def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
             "error_code": TOPIC_DELETION_DISABLED,
             "error_message": "Topic deletion is disabled.",
         }
-    logs = list(topic.partitions)
     try:
-        broker.store.delete_topic(topic.name)
+        broker.delete_topic(topic.name)
     except Exception as exc:
         code = error_code_of(exc)
         if code == -1:
@@ -48,8 +46,6 @@ def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
             "error_code": code,
             "error_message": str(exc) or None,
         }
-    for plog in logs:
-        broker.forget_log(plog)
     log.info("deleted topic %s", topic.name)
     return {"name": topic.name, "topic_id": topic.topic_id, "error_code": 0}
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.broker import INVALID_REQUEST, RequestContext
+from gateway.broker import RequestContext
 from gateway.handlers.registry import api
-
-COORDINATOR_NOT_AVAILABLE = 15
+from rdmalog.errors import COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST
 
 
 @api(22, 0, 5)
@@ -26,6 +25,6 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             "producer_epoch": -1,
         }
     # a new block of ids is fsync'ed before use: never on the event loop
-    allocate = ctx.broker.store.producer_ids.allocate
+    allocate = ctx.broker.allocate_producer_id
     producer_id = await asyncio.get_running_loop().run_in_executor(None, allocate)
     return {"throttle_time": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": 0}

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from gateway.broker import UNKNOWN_TOPIC_OR_PARTITION, RequestContext, partition_of
+from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
+from rdmalog.errors import FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
+from rdmalog.store.interface import Log
 
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
+FIELDS = PartitionFields(
+    topic="topic", index="partition", answer_index="partition", epoch="current_leader_epoch"
+)
 
 
-def _answer(plog, p: dict) -> dict:
+def _answer(plog: Log, p: dict) -> dict:
     current = p.get("current_leader_epoch", -1)
     entry = {"partition": p["partition"], "error_code": 0, "leader_epoch": -1, "end_offset": -1}
     if current != -1 and current < plog.leader_epoch:
@@ -24,19 +27,7 @@ def _answer(plog, p: dict) -> dict:
 @api(23, 2, 4)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Answer each partition from its leader epoch cache."""
-    broker = ctx.broker
-    topics = []
-    for t in request["topics"]:
-        topic = broker.topic(t["topic"])
-        parts = []
-        for p in t["partitions"]:
-            index = p["partition"]
-            plog = partition_of(topic, index)
-            if code := broker.leader_error(t["topic"], index, p.get("current_leader_epoch", -1)):
-                parts.append({"partition": index, "error_code": code})
-            elif plog is None:
-                parts.append({"partition": index, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
-            else:
-                parts.append(_answer(plog, p))
-        topics.append({"topic": t["topic"], "partitions": parts})
-    return {"throttle_time": 0, "topics": topics}
+    requested = ctx.broker.partitions(request["topics"], FIELDS)
+    for p, plog, parts in requested:
+        parts.append(_answer(plog, p))
+    return {"throttle_time": 0, "topics": requested.topics}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.broker import RequestContext, error_code_of
+from gateway.broker import RequestContext
 from gateway.handlers.registry import api
 from gateway.handlers.resources import (
     BROKER,
@@ -22,6 +22,7 @@ from rdmalog.config import (
     _broker_synonyms,
     _to_str,
 )
+from rdmalog.errors import INVALID_REQUEST, error_code_of
 
 
 def _synonyms(config: Any, row: ConfigEntry) -> list[dict]:
@@ -91,7 +92,8 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                     result["configs"] = _entries(broker.config, keys, synonyms, read_only=True)
             else:
                 result.update(
-                    error_code=42, error_message=f"resource type {rtype} is not supported"
+                    error_code=INVALID_REQUEST,
+                    error_message=f"resource type {rtype} is not supported",
                 )
         except Exception as exc:  # a store error on one resource must not fail the others
             result.update(error_code=error_code_of(exc), error_message=str(exc))

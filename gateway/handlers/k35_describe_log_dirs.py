@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import shutil
 
-from gateway.broker import RequestContext
+from gateway.broker import Broker, RequestContext
 from gateway.handlers.registry import api
 
 
-def _partitions(broker, wanted: list[dict] | None) -> list[dict]:
+def _partitions(broker: Broker, wanted: list[dict] | None) -> list[dict]:
     """Topics and partitions to report: all of them (topics null) or the requested ones we host."""
-    store = broker.store
     if wanted is None:
-        selection = {name: None for name in list(store.topics)}  # a snapshot: topics may be added
+        selection = {t.name: None for t in broker.topics()}
     else:
         selection = {t["topic"]: set(t["partitions"]) for t in wanted}
     out = []
     for name, indexes in selection.items():
-        topic = store.topics.get(name)
+        topic = broker.topic(name)
         if topic is None:
             continue
         parts = [
@@ -39,7 +38,7 @@ def _partitions(broker, wanted: list[dict] | None) -> list[dict]:
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """One result for the broker's log directory (rdmalog keeps all logs in one)."""
     broker = ctx.broker
-    log_dir = str(broker.store.dir)
+    log_dir = str(broker.log_dir)
     usage = shutil.disk_usage(log_dir)
     return {
         "throttle_time": 0,

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from gateway.broker import RequestContext, error_code_of
+from gateway.broker import Broker, RequestContext
 from gateway.handlers.registry import api
+from rdmalog.errors import (
+    INVALID_PARTITIONS,
+    INVALID_REPLICA_ASSIGNMENT,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    error_code_of,
+)
 
-INVALID_PARTITIONS = 37
-INVALID_REPLICA_ASSIGNMENT = 39
 
-
-def _grow(broker, t: dict, validate_only: bool) -> dict:
+def _grow(broker: Broker, t: dict, validate_only: bool) -> dict:
     name, count = t["name"], t["count"]
     out = {"name": name, "error_code": 0, "error_message": None}
     topic = broker.topic(name)
     if topic is None:
-        out.update(error_code=3, error_message=f"Topic {name} does not exist.")
+        out.update(
+            error_code=UNKNOWN_TOPIC_OR_PARTITION, error_message=f"Topic {name} does not exist."
+        )
         return out
     current = len(topic.partitions)
     if count <= current:
@@ -37,7 +42,7 @@ def _grow(broker, t: dict, validate_only: bool) -> dict:
     if validate_only:
         return out
     try:
-        broker.store.create_partitions(name, count)
+        broker.create_partitions(name, count)
     except Exception as exc:
         out.update(error_code=error_code_of(exc), error_message=str(exc))
     return out

@@ -5,8 +5,8 @@ from __future__ import annotations
 from gateway.broker import RequestContext
 from gateway.cluster.metadata import describe_cluster_brokers
 from gateway.handlers.registry import api
+from rdmalog.errors import UNSUPPORTED_ENDPOINT_TYPE
 
-UNSUPPORTED_ENDPOINT_TYPE = 119
 BROKERS_ENDPOINT = 1
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 

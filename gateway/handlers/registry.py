@@ -1,19 +1,17 @@
-"""The API registry: each `kNN_<api>.py` module declares its handler with `@api(...)`.
+"""The API registry: `HANDLERS` lists every API this gateway implements and the `kNN_<api>.py` module
+that declares its handler with `@api(...)`.
 
-Dropping a new `kNN_<name>.py` file into `gateway/handlers/` is enough to add an API: `load_all()`
-imports every such module, and ApiVersions advertises exactly what is registered.
+`load_all()` imports exactly those modules; one that fails to import, or does not register its key,
+stops start-up (no API silently missing from ApiVersions). ApiVersions advertises what is registered
+(`supported_apis()`). Adding an API is a new module and its line here.
 """
 
 from __future__ import annotations
 
 import importlib
-import logging
-import pkgutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-
-log = logging.getLogger("gateway.handlers")
 
 Handler = Callable[[Any, dict], Awaitable[dict | None]]
 
@@ -36,6 +34,40 @@ class ApiEntry:
     eager: bool = False
 
 
+# API key -> the module of gateway/handlers/ implementing it.
+HANDLERS: dict[int, str] = {
+    0: "k00_produce",
+    1: "k01_fetch",
+    2: "k02_list_offsets",
+    3: "k03_metadata",
+    8: "k08_offset_commit",
+    9: "k09_offset_fetch",
+    10: "k10_find_coordinator",
+    11: "k11_join_group",
+    12: "k12_heartbeat",
+    13: "k13_leave_group",
+    14: "k14_sync_group",
+    15: "k15_describe_groups",
+    16: "k16_list_groups",
+    18: "k18_api_versions",
+    19: "k19_create_topics",
+    20: "k20_delete_topics",
+    21: "k21_delete_records",
+    22: "k22_init_producer_id",
+    23: "k23_offset_for_leader_epoch",
+    32: "k32_describe_configs",
+    33: "k33_alter_configs",
+    35: "k35_describe_log_dirs",
+    37: "k37_create_partitions",
+    42: "k42_delete_groups",
+    43: "k43_elect_leaders",
+    44: "k44_incremental_alter_configs",
+    45: "k45_alter_partition_reassignments",
+    46: "k46_list_partition_reassignments",
+    47: "k47_offset_delete",
+    60: "k60_describe_cluster",
+}
+
 REGISTRY: dict[int, ApiEntry] = {}
 
 
@@ -56,18 +88,22 @@ def api(
     return register
 
 
-def load_all() -> dict[int, ApiEntry]:
-    """Import every `gateway.handlers.kNN_*` module (idempotent) and return the registry.
+def load_all(handlers: dict[int, str] = HANDLERS) -> dict[int, ApiEntry]:
+    """Import the handler module of every API in `handlers` (idempotent) and return the registry.
 
-    A module that fails to import is logged and left out (its API is then not advertised), so one
-    broken handler never takes the whole gateway down.
+    An import error propagates; a module that does not register its key raises RuntimeError.
     """
-    from gateway import handlers
-
-    for info in pkgutil.iter_modules(handlers.__path__):
-        if info.name[:1] == "k" and info.name[1:3].isdigit():
-            try:
-                importlib.import_module(f"gateway.handlers.{info.name}")
-            except Exception:
-                log.exception("handler module %s failed to import; its API is disabled", info.name)
+    for api_key, module in handlers.items():
+        importlib.import_module(f"gateway.handlers.{module}")
+        entry = REGISTRY.get(api_key)
+        if entry is None or entry.name != f"gateway.handlers.{module}":
+            raise RuntimeError(f"gateway.handlers.{module} does not register API key {api_key}")
     return REGISTRY
+
+
+def supported_apis() -> list[dict]:
+    """ApiVersions entries for every registered API."""
+    return [
+        {"api_key": e.api_key, "min_version": e.min_version, "max_version": e.max_version}
+        for e in sorted(REGISTRY.values(), key=lambda e: e.api_key)
+    ]

@@ -6,16 +6,14 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from gateway.broker import error_code_of
+from gateway.broker import Broker
 from rdmalog.config import TOPIC_DEFS, TopicConfig
+from rdmalog.errors import INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION, error_code_of
 
 # ConfigResource.Type in Kafka's clients
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
-
-INVALID_REQUEST = 42
-UNKNOWN_TOPIC_OR_PARTITION = 3
 
 # DescribeConfigs config_type values (ConfigDef.Type in Kafka)
 _TYPES = {
@@ -43,7 +41,7 @@ def unknown_resource(name: str) -> dict:
     }
 
 
-def broker_resource_error(broker: Any, name: str) -> dict | None:
+def broker_resource_error(broker: Broker, name: str) -> dict | None:
     """An error entry when a BROKER resource does not name this broker ("" is the default)."""
     if name in ("", str(broker.node_id)):
         return None
@@ -80,7 +78,7 @@ def request_error(names: list[str], values: list[str | None], null_ok: list[bool
 
 
 def alter_resource(
-    broker: Any,
+    broker: Broker,
     res: dict,
     validate_only: bool,
     null_ok: list[bool],
@@ -116,7 +114,7 @@ def alter_resource(
             new = topic.config.altered(changes, replace=replace)
             broker.cluster.registry.set_topic_configs(name, new.overrides)
         else:
-            broker.store.alter_topic_config(name, changes, replace=replace)
+            broker.alter_topic_config(name, changes, replace=replace)
     except Exception as exc:  # store errors carry their Kafka code
         out.update(error_code=error_code_of(exc), error_message=str(exc))
     return out
@@ -129,7 +127,7 @@ class ClusterTopic(NamedTuple):
     config: TopicConfig
 
 
-def cluster_topic(broker: Any, name: str) -> ClusterTopic | None:
+def cluster_topic(broker: Broker, name: str) -> ClusterTopic | None:
     """Cluster mode: the topic's config from ZooKeeper's /config/topics (None: no such topic)."""
     tv = broker.cluster.view.topic(name)
     if tv is None:

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from gateway import server
+from gateway import app
 from gateway.protocol import decode_response, encode_request
 from rdmalog.config import BrokerConfig
 
@@ -49,12 +49,12 @@ class Gateway:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.gw = self.loop.run_until_complete(server.start(self.config, ("127.0.0.1", 0)))
+        self.gw = self.loop.run_until_complete(app.start(self.config, ("127.0.0.1", 0)))
         self.ready.set()
         self.loop.run_forever()
 
     def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(server.shutdown(self.gw), self.loop).result(30)
+        asyncio.run_coroutine_threadsafe(app.shutdown(self.gw), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(30)
 

@@ -462,11 +462,11 @@ class InProcessBroker:
         import asyncio
         import threading
 
-        from gateway import server
+        from gateway import app
         from rdmalog.config import BrokerConfig
         from rdmalog.rdma.broker.service import RdmaService
 
-        self._server = server
+        self._app = app
         config = BrokerConfig.from_sources(
             None,
             {
@@ -480,7 +480,7 @@ class InProcessBroker:
 
         def run() -> None:
             asyncio.set_event_loop(self.loop)
-            self.gateway = self.loop.run_until_complete(server.start(config, ("127.0.0.1", 0)))
+            self.gateway = self.loop.run_until_complete(app.start(config, ("127.0.0.1", 0)))
             started.set()
             self.loop.run_forever()
 
@@ -495,7 +495,7 @@ class InProcessBroker:
         import asyncio
 
         self.rdma.stop()
-        asyncio.run_coroutine_threadsafe(self._server.shutdown(self.gateway), self.loop).result(30)
+        asyncio.run_coroutine_threadsafe(self._app.shutdown(self.gateway), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(30)
 

@@ -119,7 +119,7 @@ def test_the_graph_is_read():
     graph = import_graph()
     assert "rdmalog.rdma.transport.interface" in graph["rdmalog.rdma.transport.shm"]
     assert "rdmalog.rdma.transport.shm" in graph["rdmalog.rdma.transport.devices"]  # in a function
-    assert "rdmalog.config" in graph["gateway.server"]
+    assert "rdmalog.config" in graph["gateway.app"]
     tree = ast.parse("import a\nif TYPE_CHECKING:\n    import b\nelse:\n    import c\n")
     imported = {a.name for n in _runtime_nodes(tree) if isinstance(n, ast.Import) for a in n.names}
     assert imported == {"a", "c"}

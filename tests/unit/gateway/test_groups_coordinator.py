@@ -6,12 +6,12 @@ import struct
 
 import pytest
 
-from gateway.groups import errors as E
 from gateway.groups.clock import ManualClock
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.groups.model import CommitEntry, GroupConfig, JoinRequest, MemoryLog
 from gateway.groups.schema import GroupKey, OffsetKey, decode_group_value, decode_key
 from gateway.groups.state import GroupState
+from rdmalog import errors as E
 
 SESSION = 10_000
 REBALANCE = 30_000

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.groups import errors as E
+from rdmalog import errors as E
 from tests.unit.gateway.handler_harness import HandlerHarness, versions
 
 SUB = struct.pack(">hi", 0, 1) + b"\x00\x01t" + struct.pack(">i", -1)

@@ -1,0 +1,171 @@
+"""A running broker composed of its parts: the store, the group coordinator, the RDMA datapaths
+and the gateway's server, started and stopped in order (`start`/`shutdown`, `serve`, and `run`, the
+blocking entry point of `rdmalog serve`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from gateway.broker import Broker, SharedAppends
+from gateway.groups.service import GroupService
+from gateway.server import Gateway
+from rdmalog.config import BrokerConfig
+from rdmalog.errors import KafkaError
+from rdmalog.store.interface import LogStore
+
+log = logging.getLogger("gateway.app")
+
+
+def _listen_address(config: BrokerConfig, listen: tuple[str, int] | None) -> tuple[str, int]:
+    if listen is not None:
+        return listen
+    first = config.listeners[0] if config.listeners else None
+    return (first.host, first.port) if first else ("0.0.0.0", 9092)
+
+
+def open_store(
+    config: BrokerConfig, replicated: bool = False, cluster_id: str | None = None
+) -> LogStore:
+    """Open the rdmalog store of this broker (recovers every log); `replicated` in cluster mode."""
+    from rdmalog.store.log_manager import Store
+
+    store = Store(Path(config.log_dirs[0]), config, replicated=replicated, cluster_id=cluster_id)
+    store.open()
+    return store
+
+
+def start_rdma(
+    store: LogStore, config: BrokerConfig, groups: GroupService | None = None
+) -> SharedAppends | None:
+    """Start KafkaDirect's datapaths for native clients when `rdma.transport` names one; offsets
+    native consumers commit through commit slots go to `groups`' coordinator."""
+    transport = config.get("rdma.transport")
+    if transport == "none":
+        return None
+    from rdmalog.rdma.broker.service import RdmaService
+
+    service = RdmaService(
+        store,
+        transport,
+        config.get("rdma.host"),
+        config.get("rdma.control.port"),
+        order_timeout=config.get("rdma.order.timeout.ms") / 1000,
+        commit_sink=None if groups is None else _commit_sink(groups),
+        commit_interval=config.get("rdma.commit.interval.ms") / 1000,
+        slots_per_consumer=config.get("rdma.consumer.slots"),
+    ).start()
+    log.info("RDMA datapaths on %s, control requests at %s", transport, service.control_address)
+    return service
+
+
+def _commit_sink(groups: GroupService):
+    """Hand RDMA commit-slot offsets to the coordinator on its event loop, as simple commits
+    (generation -1, no member), the kind a Kafka consumer with manual assignment makes."""
+    from gateway.groups.model import CommitEntry
+
+    def commit(group: str, entries: list[CommitEntry], done) -> None:
+        errors = groups.coordinator.commit_offsets(group, -1, "", entries)
+        refused = {tp: e for tp, e in errors.items() if e}
+        if refused:
+            log.warning("RDMA commits of group %s refused (Kafka error codes): %s", group, refused)
+        done(errors)  # the consumer reads the answer from its slots' result words
+
+    def sink(group: str, offsets: dict[tuple[str, int], int], done) -> None:
+        entries = [CommitEntry(t, p, o) for (t, p), o in offsets.items()]
+        groups.loop.call_soon_threadsafe(commit, group, entries, done)
+
+    return sink
+
+
+async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
+    """Open the store and start a gateway on `listen` (or the first listener); return it running.
+    With `zookeeper.connect` the broker joins its cluster (gateway/cluster/node.py): the session and
+    cluster id before the store opens, replicas before the gateway listens, registration after."""
+    node = None
+    if config.get("zookeeper.connect"):
+        from gateway.cluster.node import ClusterNode
+
+        node = ClusterNode(config)
+        cluster_id = await asyncio.to_thread(node.connect)
+        store = open_store(config, replicated=True, cluster_id=cluster_id)
+    else:
+        store = open_store(config)
+    gateway = Gateway(Broker(config, store))
+    gateway.broker.cluster = node
+    try:
+        replicas = None
+        if node is not None:
+            await node.prepare(store, gateway.broker)
+            replicas = node.replicas
+        # groups are loaded from __consumer_offsets before the first client can ask for them (in
+        # a cluster, partition by partition as this broker comes to lead them)
+        loop = asyncio.get_running_loop()
+        gateway.broker.groups = GroupService(store, config, loop, replicas).start()
+        gateway.broker.rdma = start_rdma(store, config, gateway.broker.groups)
+        if node is not None and gateway.broker.rdma is not None:
+            node.serve_rdma(gateway.broker.rdma)
+        host, port = _listen_address(config, listen)
+        await gateway.start(host, port)
+        if node is not None:
+            await node.join()
+    except BaseException:
+        await gateway.stop()
+        if node is not None:
+            await node.stop()
+        store.close()
+        raise
+    return gateway
+
+
+async def shutdown(gateway: Gateway) -> None:
+    """Stop a gateway started by `start` and flush/close its store (in a cluster, leaderships move
+    away first: Kafka's controlled shutdown)."""
+    node = gateway.broker.cluster
+    if node is not None:
+        await node.controlled_shutdown()
+    await gateway.stop()
+    if node is not None:
+        await node.stop()
+    if gateway.broker.rdma is not None:
+        gateway.broker.rdma.stop()  # hands the last RDMA commits to the coordinator ...
+        await asyncio.sleep(0)  # ... which writes them here, before the store closes
+    if gateway.broker.groups is not None:
+        gateway.broker.groups.stop()
+    await asyncio.get_running_loop().run_in_executor(None, gateway.broker.store.close)
+    log.info("store flushed and closed")
+
+
+async def serve(config: BrokerConfig, listen: tuple[str, int] | None = None) -> None:
+    """Run a broker until cancelled; on cancellation finish in-flight requests, flush, close."""
+    gateway = await start(config, listen)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await shutdown(gateway)
+
+
+def run(config: BrokerConfig, listen: tuple[str, int] | None = None) -> None:
+    """Blocking entry point of `rdmalog serve`: serve until SIGTERM/SIGINT, then close cleanly."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, _stop, task, sig)
+        await serve(config, listen)
+
+    try:
+        asyncio.run(main())
+    except asyncio.CancelledError:
+        pass
+    except (OSError, KafkaError) as exc:  # cannot listen, or the store refuses its directory
+        log.error("broker failed to start: %s", exc)
+        raise SystemExit(1) from None
+
+
+def _stop(task: asyncio.Task, sig: signal.Signals) -> None:
+    log.info("received %s, shutting down", signal.Signals(sig).name)
+    task.cancel()
