@@ -75,13 +75,13 @@ def describe_cluster_brokers(view: ClusterView, listener: str | None = None) -> 
 async def answer_metadata(ctx: Any, request: dict) -> dict:
     """Metadata (key 3) in cluster mode: the view's brokers, controller and topics; a missing topic
     is auto-created in ZooKeeper (LEADER_NOT_AVAILABLE until its leaders are elected)."""
-    from gateway.broker import (
+    from gateway.broker import topic_name_error
+    from gateway.cluster.admin import auto_create
+    from rdmalog.errors import (
         INVALID_TOPIC_EXCEPTION,
         UNKNOWN_TOPIC_ID,
         UNKNOWN_TOPIC_OR_PARTITION,
-        topic_name_error,
     )
-    from gateway.cluster.admin import auto_create
 
     broker = ctx.broker
     node = broker.cluster
