@@ -90,7 +90,9 @@ def test_old_leader_truncates_what_was_not_committed(cluster: BrokerCluster) -> 
     for f in followers:
         cluster.broker(f).proc.send_signal(signal.SIGSTOP)
     try:
-        time.sleep(0.6)  # their pending long polls (replica.fetch.wait.max.ms) come back empty
+        # their pending long polls (replica.fetch.wait.max.ms=200) come back empty first; well
+        # under replica.lag.time.max.ms (3 s), so they stay in the ISR
+        time.sleep(1.5)
         assert (
             produce_error(cluster.broker(old).bootstrap, "kip101", [b"lost-1", b"lost-2"], acks=1)
             == 0
