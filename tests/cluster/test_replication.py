@@ -74,6 +74,11 @@ def test_acks_all_replicates_byte_for_byte(cluster: BrokerCluster) -> None:
     consumer.close()
     assert got == [b"v%d" % i for i in range(200)]
     leader = state["leader"]
+    # DescribeCluster: the three registered brokers and the controller ZooKeeper names
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    described = admin.describe_cluster().result(30)
+    assert sorted(n.id for n in described.nodes) == [1, 2, 3]
+    assert described.controller.id == cluster.controller()
     expect = _segment_bytes(cluster.broker(leader).data_dir, "r3")
     for b in (1, 2, 3):
         wait_for(
