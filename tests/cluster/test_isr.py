@@ -151,3 +151,31 @@ def test_leader_frozen_past_its_session_is_fenced(cluster: BrokerCluster) -> Non
     assert cluster.leader("frozen") == new
     assert read_all(cluster.bootstrap, "frozen") == [b"before", b"after"]
     _same_bytes(cluster, "frozen")
+
+
+def test_not_enough_replicas_after_append(cluster: BrokerCluster) -> None:
+    """An acks=all write waits for its followers; when both fall out of the ISR before they have it,
+    the leader answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (the record stays in its log)."""
+    import threading
+
+    create_topic(cluster.bootstrap, "after", min_insync_replicas="2")
+    cluster.wait_isr("after", {1, 2, 3})
+    leader = cluster.leader("after")
+    followers = sorted(set(cluster.brokers) - {leader})
+    for f in followers:
+        cluster.broker(f).proc.send_signal(signal.SIGSTOP)
+    codes: list[int] = []
+    try:
+        time.sleep(1.0)  # their pending long polls come back empty first
+        t = threading.Thread(
+            target=lambda: codes.append(
+                produce_error(cluster.broker(leader).bootstrap, "after", [b"waits"])
+            )
+        )
+        t.start()
+        t.join(30)  # replica.lag.time.max.ms (3 s) later the ISR is the leader alone
+    finally:
+        for f in followers:
+            cluster.broker(f).proc.send_signal(signal.SIGCONT)
+    assert codes == [20]  # NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    cluster.wait_isr("after", {1, 2, 3})
