@@ -28,6 +28,7 @@ from kazoo.exceptions import (
     NotEmptyError,
     RolledBackError,
 )
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from rdmalog.cluster import znodes as Z
@@ -91,15 +92,23 @@ class Registry:
         """Connect (waiting up to zookeeper.connection.timeout.ms) and make Kafka's persistent paths
         (and the chroot of a `host:port/chroot` connect string, as Kafka does)."""
         hosts, slash, chroot = self.connect.partition("/")
-        if slash and chroot.strip("/"):
-            root = KazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000)
-            root.start(timeout=self.connection_timeout_ms / 1000)
-            try:
-                root.ensure_path("/" + chroot.strip("/"))
-            finally:
-                root.stop()
-                root.close()
-        self.zk.start(timeout=self.connection_timeout_ms / 1000)
+        timeout = self.connection_timeout_ms / 1000
+        try:
+            if slash and chroot.strip("/"):
+                root = KazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000)
+                try:
+                    root.start(timeout=timeout)
+                    root.ensure_path("/" + chroot.strip("/"))
+                finally:
+                    root.stop()
+                    root.close()
+            self.zk.start(timeout=timeout)
+        except KazooTimeoutError:
+            self.zk.close()
+            raise RegistryError(
+                f"cannot reach ZooKeeper at {self.connect} within "
+                f"{self.connection_timeout_ms} ms (zookeeper.connection.timeout.ms)"
+            ) from None
         for path in Z.PERSISTENT_PATHS:
             self.zk.ensure_path(path)
         return self

@@ -345,8 +345,8 @@ class ReplicaManager:
             self._listen_appends(rep.log)
         rep.replicas = tv.replicas(p)
         state = tv.states.get(p)
-        if state is None or self.fenced:
-            return
+        if state is None or self.fenced or self.broker_epoch is None:
+            return  # no role before this broker is registered (a duplicate id never gets one)
         can_lead = self.broker_epoch is not None and state.mzxid > self.broker_epoch
         if state.leader == self.broker_id and can_lead:
             if rep.role == LEADER and rep.leader_epoch == state.leader_epoch:
@@ -455,7 +455,11 @@ class ReplicaManager:
         if code or acks != -1:
             return code
         rep = self.replicas[(topic, p)]
-        return NOT_ENOUGH_REPLICAS if len(rep.isr) < rep.min_isr() else NONE
+        # the smaller of what this leader applied and what its watch saw last (a shrink the
+        # controller wrote may not be reconciled yet): a refusal errs on the safe side
+        state = self.view.state(topic, p)
+        in_sync = len(rep.isr) if state is None else min(len(rep.isr), len(state.isr))
+        return NOT_ENOUGH_REPLICAS if in_sync < rep.min_isr() else NONE
 
     async def wait_replicated(self, topic: str, p: int, last_offset: int, timeout_s: float) -> int:
         """acks=all: wait until the high watermark passes `last_offset`; the produce's error code."""

@@ -61,6 +61,21 @@ def test_min_insync_replicas_with_followers_down(cluster: BrokerCluster) -> None
 
     cluster.broker(f2).stop(signal.SIGKILL)
     cluster.wait_isr("mi", {leader})
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster.broker(leader).bootstrap)
+
+    def partition_seen_by_leader() -> dict:
+        return admin.describe_topics(["mi"])[0]["partitions"][0]
+
+    # the leader's own Metadata: its watches have the one-member ISR
+    part = wait_for(
+        "the leader sees the ISR",
+        lambda: (p := partition_seen_by_leader())["isr_nodes"] == [leader] and p,
+    )
+    admin.close()
+    assert part["leader_id"] == leader and sorted(part["replica_nodes"]) == [1, 2, 3]
+    assert sorted(part["offline_replicas"]) == [f1, f2]
     future = producer.send("mi", b"refused")
     try:
         future.get(30)
@@ -68,15 +83,6 @@ def test_min_insync_replicas_with_followers_down(cluster: BrokerCluster) -> None
     except NotEnoughReplicasError:
         pass
     assert produce_error(cluster.broker(leader).bootstrap, "mi", [b"one-copy"], acks=1) == 0
-    # Metadata: the leader, all three replicas, the ISR and the two offline ones
-    from kafka import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=cluster.broker(leader).bootstrap)
-    (part,) = admin.describe_topics(["mi"])[0]["partitions"]
-    admin.close()
-    assert (part["leader_id"], part["isr_nodes"]) == (leader, [leader])
-    assert sorted(part["replica_nodes"]) == [1, 2, 3]
-    assert sorted(part["offline_replicas"]) == [f1, f2]
     assert produce_error(cluster.broker(leader).bootstrap, "mi", [b"nope"]) == NOT_ENOUGH_REPLICAS
 
     cluster.broker(f1).start()

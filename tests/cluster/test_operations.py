@@ -225,3 +225,40 @@ def test_auto_leader_rebalance(cluster: BrokerCluster) -> None:
     wait_for(
         "preferred leaders back", lambda: [cluster.leader("auto", p) for p in range(3)] == [1, 2, 3]
     )
+
+
+def test_a_second_broker_with_the_same_id_is_refused(
+    cluster: BrokerCluster, tmp_path: Path
+) -> None:
+    """It exits 1 with a message naming the id, and takes no role meanwhile: the first broker 1
+    keeps its replicas."""
+    from compat_tests.brokers import BrokerProcess, BrokerStartError
+
+    create_topic(cluster.bootstrap, "dup")
+    before = cluster.wait_isr("dup", {1, 2, 3})
+    twin = BrokerProcess(
+        tmp_path / "twin" / "data", dict(cluster.broker(1).overrides), log_dir=tmp_path / "twin"
+    )
+    try:
+        twin.start(timeout=60)
+    except BrokerStartError:
+        pass  # it may exit before it listens, or after
+    wait_for("the twin to exit", lambda: twin.proc.poll() is not None, timeout=60)
+    assert twin.proc.returncode == 1
+    assert "broker.id 1 is registered in ZooKeeper" in twin.stderr_tail()
+    assert cluster.state("dup") == before and cluster.registered() == {1, 2, 3}
+
+
+def test_zookeeper_unreachable_at_start(tmp_path: Path) -> None:
+    from compat_tests.brokers import BrokerProcess, BrokerStartError, free_port
+
+    dead = f"127.0.0.1:{free_port()}"
+    b = BrokerProcess(
+        tmp_path / "data",
+        {"broker.id": "1", "zookeeper.connect": dead, "zookeeper.connection.timeout.ms": "1500"},
+        log_dir=tmp_path,
+    )
+    with pytest.raises(BrokerStartError):
+        b.start(timeout=30)
+    assert b.proc.returncode == 1
+    assert f"cannot reach ZooKeeper at {dead} within 1500 ms" in b.stderr_tail()
