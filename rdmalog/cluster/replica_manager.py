@@ -37,6 +37,7 @@ from typing import Any
 from rdmalog.cluster import znodes as Z
 from rdmalog.cluster.registry import Registry, StaleStateError
 from rdmalog.cluster.view import ClusterWatcher, Event
+from rdmalog.config import TOPIC_DEFS
 from rdmalog.errors import InvalidConfigError
 
 log = logging.getLogger(__name__)
@@ -279,8 +280,6 @@ class ReplicaManager:
             self._reconcile(name, p)
 
     def _known_configs(self, configs: dict[str, str]) -> dict[str, str]:
-        from rdmalog.config import TOPIC_DEFS
-
         unknown = [k for k in configs if k not in TOPIC_DEFS]
         if unknown:
             log.warning("topic configs %s are not known here and left out", unknown)
