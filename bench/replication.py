@@ -291,14 +291,18 @@ def render(rows: dict, session_ms: int, args: argparse.Namespace) -> str:
 
 
 def write_section(path: Path, table: str) -> None:
-    """Replace this benchmark's section of `path` (or append it)."""
+    """Replace this benchmark's section of `path` up to its first subsection (kept: the notes on
+    the numbers), or append it."""
     text = path.read_text() if path.exists() else ""
     start = text.find(SECTION)
     if start < 0:
         text = text.rstrip("\n") + "\n\n" + table
     else:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + table + (text[end + 1 :] if end >= 0 else "")
+        ends = [
+            i for i in (text.find(m, start + len(SECTION)) for m in ("\n## ", "\n### ")) if i >= 0
+        ]
+        end = min(ends) if ends else -1
+        text = text[:start] + table + (text[end:] if end >= 0 else "")
     path.write_text(text)
 
 
