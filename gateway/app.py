@@ -29,9 +29,12 @@ def _listen_address(config: BrokerConfig, listen: tuple[str, int] | None) -> tup
 def open_store(
     config: BrokerConfig, replicated: bool = False, cluster_id: str | None = None
 ) -> LogStore:
-    """Open the rdmalog store of this broker (recovers every log); `replicated` in cluster mode."""
+    """Open the rdmalog store of this broker (recovers every log), its descriptor limit raised
+    first: each partition holds a file open. `replicated` and the cluster's id in cluster mode."""
+    from rdmalog.store.descriptors import raise_soft_limit
     from rdmalog.store.log_manager import Store
 
+    raise_soft_limit()
     store = Store(Path(config.log_dirs[0]), config, replicated=replicated, cluster_id=cluster_id)
     store.open()
     return store

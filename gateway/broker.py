@@ -250,6 +250,10 @@ class Broker:
         """Create `name` with the broker defaults (Metadata auto-creation)."""
         return self.create_topic(name, self.num_partitions, {})
 
+    def validate_new_partitions(self, name: str, total: int) -> None:
+        """Check growing topic `name` to `total` partitions (raises store errors)."""
+        self.store.validate_new_partitions(name, total)
+
     def create_partitions(self, name: str, total: int) -> None:
         """Grow topic `name` to `total` partitions."""
         self.store.create_partitions(name, total)

@@ -100,6 +100,7 @@ class Connection(asyncio.BufferedProtocol):
         self._read_paused = False
         self._write_paused = False
         self._drained: asyncio.Future | None = None
+        self._out: list[bytearray] = []  # responses written together when the loop turns
         self.active_at = time.monotonic()  # last bytes in or response out (idle timeout)
         self.frame_since: float | None = None  # when the frame now arriving began (its deadline)
         self.closed = False
@@ -128,6 +129,7 @@ class Connection(asyncio.BufferedProtocol):
         self._frames.close()
         self.gateway.forget(self)
         self._queue.clear()
+        self._out.clear()
         if isinstance(self._worker, asyncio.Task) and not self._worker.done():
             self._worker.cancel()
         if self._drained is not None and not self._drained.done():
@@ -142,6 +144,7 @@ class Connection(asyncio.BufferedProtocol):
             self._drained.set_result(None)
 
     def eof_received(self) -> bool:
+        self._flush_out()
         return False  # close once pending responses are written
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -265,6 +268,7 @@ class Connection(asyncio.BufferedProtocol):
     def abort(self) -> None:
         """Close the connection (after writing what is already queued)."""
         if not self.closed:
+            self._flush_out()
             self.closed = True
             self._queue.clear()
             if self.transport is not None:
@@ -367,8 +371,11 @@ class Connection(asyncio.BufferedProtocol):
         if self.closed or t is None or t.is_closing():
             return
         if not parts:
-            t.write(buf)
+            self._out.append(buf)
+            if len(self._out) == 1:
+                asyncio.get_running_loop().call_soon(self._flush_out)
             return
+        self._flush_out()
         mv = memoryview(buf)
         pos = 0
         # Small responses: cork so header and records leave as one segment (uncorked below).
@@ -397,6 +404,15 @@ class Connection(asyncio.BufferedProtocol):
             if cork and not self.closed:
                 with contextlib.suppress(OSError):
                     self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+
+    def _flush_out(self) -> None:
+        """Write the responses held by `send`: those answering requests that arrived together
+        leave in one write, one system call instead of one each (librdkafka sends a produce request
+        per partition, so a topic of many partitions brings many small requests at once)."""
+        out, self._out = self._out, []
+        t = self.transport
+        if out and t is not None and not t.is_closing():
+            t.write(out[0] if len(out) == 1 else b"".join(out))
 
     async def _send_slice(self, sl) -> None:
         count = sl.length

@@ -39,10 +39,11 @@ def _grow(broker: Broker, t: dict, validate_only: bool) -> dict:
             error_message=f"each new partition must be assigned to broker {broker.node_id} only",
         )
         return out
-    if validate_only:
-        return out
     try:
-        broker.create_partitions(name, count)
+        if validate_only:
+            broker.validate_new_partitions(name, count)
+        else:
+            broker.create_partitions(name, count)
     except Exception as exc:
         out.update(error_code=error_code_of(exc), error_message=str(exc))
     return out

@@ -5,7 +5,14 @@ Imports are lazy so that importing the store never requires the C extension or p
 
 from __future__ import annotations
 
-__all__ = ["BrokerDisconnected", "ClientClosedError", "Consumer", "Producer", "open_device"]
+__all__ = [
+    "BrokerDisconnected",
+    "ClientClosedError",
+    "Consumer",
+    "Producer",
+    "SaslCredentials",
+    "open_device",
+]
 
 
 def __getattr__(name: str):
@@ -17,7 +24,7 @@ def __getattr__(name: str):
         from rdmalog.rdma.client.consumer import Consumer
 
         return Consumer
-    if name in ("BrokerDisconnected", "ClientClosedError"):
+    if name in ("BrokerDisconnected", "ClientClosedError", "SaslCredentials"):
         from rdmalog.rdma.client import endpoint as client
 
         return getattr(client, name)

@@ -6,6 +6,12 @@ datapaths do not depend on the gateway. One TCP connection is one client session
 
 Requests (``{"op": ..., ...}``, answered by ``broker/grants.py``) and their replies:
 
+- ``authenticate {mechanism, data}`` -> ``{data, done}``: one step of a SASL exchange (PLAIN,
+  SCRAM-SHA-256, SCRAM-SHA-512; data base64), repeated until done. A service with credentials
+  configured refuses every other request before it (``authentication_required``), and closes the
+  connection after refused credentials (``SaslAuthenticationFailedError``). Every grant below is
+  checked against the service's authorizer for the session's principal
+  (``broker/access_control.py``).
 - ``hello`` -> ``{token, rdma_address, transport}``: the client connects a queue pair to
   ``rdma_address``, SENDs the token on it, then ``attach`` -> ``{session}`` binds the two.
 - ``produce_access {topic, partition, mode: exclusive|shared}`` -> ``{file_id, region, length,
@@ -36,22 +42,53 @@ import json
 import logging
 import socket
 import threading
+from base64 import b64decode, b64encode
 from collections.abc import Callable
 from typing import Any
 
-from rdmalog.errors import KafkaError
+from rdmalog.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    InvalidTopicError,
+    KafkaError,
+    SaslAuthenticationFailedError,
+    TopicAuthorizationFailedError,
+)
 from rdmalog.rdma.transport.interface import wait_readable
 
 log = logging.getLogger(__name__)
 
 MAX_LINE = 1 << 16
+_KAFKA_REFUSALS = {
+    c.__name__: c
+    for c in (
+        TopicAuthorizationFailedError,
+        GroupAuthorizationFailedError,
+        ClusterAuthorizationFailedError,
+        SaslAuthenticationFailedError,
+        InvalidTopicError,
+    )
+}
 
 
 class ControlError(Exception):
+    """A refused request: `code` and `message` travel in the reply; `close`: the server closes
+    the connection after answering (refused credentials)."""
+
+    close = False
+
     def __init__(self, code: str, message: str):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message  # without the code: what travels in a reply
+
+    def kafka_error(self) -> KafkaError | None:
+        """The Kafka error a Kafka client would get for this refusal (authorization,
+        authentication, an internal topic), None for the service's own codes."""
+        if self.code == "authentication_required":
+            return SaslAuthenticationFailedError(self.message)
+        cls = _KAFKA_REFUSALS.get(self.code)
+        return None if cls is None else cls(self.message)
 
 
 class Session:
@@ -153,12 +190,14 @@ class ControlServer:
                 line = _read_line(f)
                 if line is None:
                     break
+                close = False
                 try:
                     reply = self.handler(s, _parse(line))
                 except ControlError as e:
                     if e.code == "invalid_request":
                         log.info("control request from %s refused: %s", s.peer, e.message)
                     reply = {"error": e.code, "message": e.message}
+                    close = e.close
                 except KafkaError as e:  # e.g. an unknown topic: the client's mistake, not ours
                     log.info("control request refused: %s", e)
                     reply = {"error": type(e).__name__, "message": str(e)}
@@ -166,6 +205,8 @@ class ControlServer:
                     log.exception("control request failed")
                     reply = {"error": type(e).__name__, "message": str(e)}
                 s.sock.sendall(json.dumps(reply).encode() + b"\n")
+                if close:
+                    break
         except ControlError as e:  # a line over MAX_LINE: answered, then the connection closes
             log.info("control connection from %s closed: %s", s.peer, e.message)
             with contextlib.suppress(OSError):
@@ -179,6 +220,14 @@ class ControlServer:
             finally:
                 f.close()
                 s.sock.close()
+
+    def end(self, s: Session) -> None:
+        """End session s from here (its connection closes; `on_close` releases what it held)."""
+        with contextlib.suppress(OSError):
+            s.sock.shutdown(socket.SHUT_RDWR)
+
+    def sessions(self) -> list[Session]:
+        return list(self._sessions)
 
     def stop(self) -> None:
         self._stop.set()
@@ -212,6 +261,27 @@ class ControlClient:
         if "error" in reply:
             raise ControlError(reply["error"], reply.get("message", ""))
         return reply
+
+    def authenticate(self, mechanism: str, user: str, password: str) -> None:
+        """Run a SASL exchange (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) on this connection."""
+        from rdmalog.security.sasl import AuthenticationError, SaslClient
+
+        try:
+            client = SaslClient(mechanism, user, password)
+            out: bytes | None = client.first()
+            while out is not None:
+                try:
+                    data = b64encode(out).decode()
+                    r = self.request("authenticate", mechanism=mechanism, data=data)
+                except ControlError as e:
+                    raise e.kafka_error() or e from None
+                out = client.step(b64decode(r["data"]))
+                if r["done"] and out is not None:  # PLAIN: done with the first answer
+                    out = None
+        except AuthenticationError as e:  # refused on our side (a mechanism, the server's proof)
+            raise SaslAuthenticationFailedError(str(e)) from None
+        if not client.done:
+            raise SaslAuthenticationFailedError("the service ended the exchange early")
 
     def alive(self) -> bool:
         """False once the service closed the connection or its process died (one peek, no wait)."""

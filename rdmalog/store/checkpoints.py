@@ -6,7 +6,9 @@
 - `meta.properties` in a log dir: `version=1`, `cluster.id`, `node.id` (version 0 files use `broker.id`);
 - `partition.metadata` in a partition dir: `version: 0` and `topic_id: <base64url uuid>`.
 
-Every write is atomic: temp file, fsync, rename, fsync of the directory.
+Every write is atomic: temp file, fsync, rename, fsync of the directory; except `partition.metadata`
+when it is first written (after CreateTopics answered, as Kafka does): written as it is, since the
+topic record is the durable truth and an empty or missing file is written again at open.
 """
 
 from __future__ import annotations
@@ -99,9 +101,13 @@ def write_meta_properties(log_dir: Path, cluster_id: str, node_id: int) -> None:
 
 
 def read_partition_metadata(partition_dir: Path) -> uuid.UUID | None:
+    """The topic id a partition directory belongs to; None when the file is missing or empty (a
+    crash before its first write reached the disk)."""
     try:
         text = (Path(partition_dir) / PARTITION_METADATA).read_text(encoding="utf-8")
     except FileNotFoundError:
+        return None
+    if not text:
         return None
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     try:
@@ -112,8 +118,11 @@ def read_partition_metadata(partition_dir: Path) -> uuid.UUID | None:
         raise KafkaStorageError(f"malformed {partition_dir / PARTITION_METADATA}: {e}") from None
 
 
-def write_partition_metadata(partition_dir: Path, topic_id: uuid.UUID) -> None:
-    write_atomic(
-        Path(partition_dir) / PARTITION_METADATA,
-        f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}\n",
-    )
+def write_partition_metadata(partition_dir: Path, topic_id: uuid.UUID, sync: bool = True) -> None:
+    """Without `sync` the file is written in place, not synced (a missing one is written at open)."""
+    path = Path(partition_dir) / PARTITION_METADATA
+    text = f"version: 0\ntopic_id: {uuid_to_kafka(topic_id)}\n"
+    if sync:
+        write_atomic(path, text)
+    else:
+        path.write_text(text, encoding="utf-8")

@@ -96,8 +96,9 @@ class LeaderEpochCache:
             return None
         return cache
 
-    def save(self) -> None:
-        """Write the checkpoint atomically (temp file, fsync, rename), as Kafka does."""
+    def save(self, sync: bool = True) -> None:
+        """Write the checkpoint atomically (temp file, fsync unless not `sync`, rename), as Kafka
+        does; an unsynced write is synced by the log's next flush."""
         if self.path is None:
             return
         lines = "".join(f"{e} {o}\n" for e, o in self.entries)
@@ -105,6 +106,7 @@ class LeaderEpochCache:
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "w") as f:
             f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, self.path)

@@ -41,13 +41,17 @@ from rdmalog.errors import (
     InvalidTimestampError,
     KafkaStorageError,
     OffsetOutOfRangeError,
-    OutOfOrderSequenceError,
     RecordListTooLargeError,
 )
 from rdmalog.store.in_place import InPlaceAccess
-from rdmalog.store.index import IndexCorruptError
 from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
 from rdmalog.store.leader_epochs import LeaderEpochCache
+from rdmalog.store.log_loader import (
+    load_leader_epochs,
+    load_producer_state,
+    load_segments,
+    segment_bases,
+)
 from rdmalog.store.log_replication import ReplicatedLog
 from rdmalog.store.producer_state import ProducerStateTable
 from rdmalog.store.records import (
@@ -65,7 +69,6 @@ from rdmalog.store.segment import FileSlice, LogSegment
 log = logging.getLogger(__name__)
 
 INT_MAX = 2**31 - 1
-_LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".tmp")
 PRODUCER_STATE_FILE = "rdmalog-producer-state.json"
 
 
@@ -132,6 +135,9 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
         self.recovery_point = recovery_point
         self._clean_shutdown = clean_shutdown
         self._flush_target = 0  # the high watermark may not pass recovery_point below this
+        self._truncated = False  # a truncation not synced yet
+        self._ts_limits: tuple = (None,)  # (config, before.max.ms, after.max.ms, CreateTime?)
+        self._epochs_unsynced = False  # the leader epochs changed since the last flush
         self.last_flush_ms = clock()
         self._producers_checked_ms = clock()  # last producer.id.expiration check
         self._listeners: list[Callable[[PartitionLog], None]] = []
@@ -163,7 +169,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
 
     # --- open and recovery ---------------------------------------------------------------------------
 
-    def _segment(self, base_offset: int) -> LogSegment:
+    def _segment(self, base_offset: int, new: bool = False) -> LogSegment:
         cfg = self.config
         seg = LogSegment(
             self.dir,
@@ -172,65 +178,44 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
             index_bytes=cfg.segment_index_bytes,
             index_interval=cfg.index_interval_bytes,
             allocate_storage=cfg.preallocate,
+            new=new,
         )
         seg.created_ms = self.clock()
         return seg
 
+    def create(self) -> PartitionLog:
+        """Make a new, empty log: its directory (FileExistsError when it exists) and head segment.
+        On failure nothing is left behind."""
+        self.dir.mkdir()
+        try:
+            return self._start([self._segment(self.log_start_offset, new=True)], loaded=False)
+        except BaseException:
+            self.delete()
+            raise
+
     def open(self) -> PartitionLog:
-        """Load segments; after an unclean shutdown validate everything from the recovery point."""
+        """Load segments; after an unclean shutdown validate everything from the recovery point.
+        A missing directory is made (an empty log)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._clean_leftovers()
-        names = {p.name for p in self.dir.iterdir()}
-        bases = sorted(
-            int(n[:20]) for n in names if n.endswith(".log") and len(n) == 24 and n[:20].isdigit()
+        bases = segment_bases(self.dir)
+        if not bases:
+            return self._start([self._segment(self.log_start_offset, new=True)], loaded=False)
+        first = 0 if not self._clean_shutdown else len(bases)
+        if not self._clean_shutdown:  # recover from the segment holding the recovery point on
+            first = max(0, bisect.bisect_right(bases, self.recovery_point) - 1)
+        segs = load_segments(self.name, [self._segment(b) for b in bases], first)
+        return self._start(
+            segs, loaded=True, recovered_from=bases[first] if first < len(bases) else None
         )
-        for n in names:  # indexes whose log is gone (Kafka deletes them too)
-            stem, dot, suffix = n.partition(".")
-            if suffix in ("index", "timeindex") and f"{stem}.log" not in names:
-                os.unlink(self.dir / n)
-        segs = [self._segment(b) for b in bases] or [self._segment(self.log_start_offset)]
-        first_unflushed = 0 if not self._clean_shutdown else len(segs)
-        if not self._clean_shutdown:
-            first_unflushed = max(
-                0, bisect.bisect_right([s.base_offset for s in segs], self.recovery_point) - 1
-            )
-        i = 0
-        recovered = []
-        while i < len(segs):
-            seg = segs[i]
-            need_recovery = i >= first_unflushed
-            if not need_recovery:
-                try:
-                    seg.load()
-                except IndexCorruptError as e:
-                    log.warning("%s: %s; rebuilding the segment's indexes", self.name, e)
-                    need_recovery = True
-            if need_recovery:
-                prev_end = segs[i - 1].next_offset if i else None
-                _, corrupt = seg.recover(prev_end)
-                recovered.append(seg)
-                nxt = segs[i + 1].base_offset if i + 1 < len(segs) else None
-                # Bytes cut past the last batch that still ends where the next file begins were
-                # never committed (an RDMA write refused or revoked by a roll, left while a
-                # registration kept the trim waiting): the later segments follow on, keep them.
-                if nxt is not None and (
-                    seg.next_offset > nxt or (corrupt and seg.next_offset != nxt)
-                ):
-                    log.warning(
-                        "%s: segment %d was truncated; deleting %d later segment(s)",
-                        self.name, seg.base_offset, len(segs) - i - 1,
-                    )  # fmt: skip
-                    for later in segs[i + 1 :]:
-                        later.delete()
-                    del segs[i + 1 :]
-            i += 1
-        for seg in segs[:-1]:
-            seg.seal()
+
+    def _start(
+        self, segs: list[LogSegment], loaded: bool, recovered_from: int | None = None
+    ) -> PartitionLog:
+        """Take `segs` (the last one becomes the head) and the offsets they end at; a log that was
+        `loaded` also rebuilds its leader epochs and producer state (`recovered_from`: the first
+        offset of the segments recovery validated)."""
         head = segs[-1]
         head.preallocate()
-        for seg in recovered:  # recovered data becomes the new recovery point: make it durable
-            if seg.fd >= 0:
-                os.fsync(seg.fd)
         self.segments = segs
         self._bases = [s.base_offset for s in segs]
         self.log_end_offset = max(head.next_offset, head.base_offset)
@@ -245,42 +230,17 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
         )
         self._flush_target = 0
         self.last_flush_ms = self.clock()
-        self._load_leader_epochs()
-        self._load_producer_state()
+        if loaded:
+            self.leader_epochs = load_leader_epochs(self, recovered_from)
+            self.producer_state = load_producer_state(self, PRODUCER_STATE_FILE)
         self.closed = False
         return self
 
-    def _walk_headers(self, from_offset: int):
-        """(base offset, header) of every batch whose last offset >= `from_offset`."""
-        for seg in self.segments:
-            if seg.next_offset <= from_offset:
-                continue
-            for _, h in seg.headers():
-                if h[0] + h[6] >= from_offset:
-                    yield h[0], h
-
-    def _load_leader_epochs(self) -> None:
-        cache = LeaderEpochCache.load(self.dir / LEADER_EPOCH_FILE)
-        if cache is None:  # missing or unreadable: rebuild from the batches, as Kafka does
-            cache = LeaderEpochCache(self.dir / LEADER_EPOCH_FILE)
-            for base, h in self._walk_headers(self.log_start_offset):
-                cache.assign(h[2], base)
-            if cache.entries:
-                cache.save()
-        cache.truncate_from_end(self.log_end_offset)
-        self.leader_epochs = cache
-
-    def _load_producer_state(self) -> None:
-        path = self.dir / PRODUCER_STATE_FILE
-        restored = ProducerStateTable.restore(path)
-        path.unlink(missing_ok=True)  # valid for this run's start only; rewritten at close
-        table, start = restored if restored else (ProducerStateTable(), self.log_start_offset)
-        if start > self.log_end_offset:  # the log lost data the snapshot knew: rebuild it all
-            table, start = ProducerStateTable(), self.log_start_offset
-        for base, h in self._walk_headers(start):
-            if h[9] >= 0 and not h[5] & CONTROL_BIT:
-                table.update(h[9], h[10], h[11], h[12], base, base + h[6], h[8])
-        self.producer_state = table
+    def _save_epochs(self) -> None:
+        """The leader epochs changed: the next flush writes and syncs their checkpoint (off the
+        append path, as Kafka does since KAFKA-15046; recovery assigns the epochs of batches past
+        the recovery point again)."""
+        self._epochs_unsynced = True
 
     @property
     def leader_epoch(self) -> int:
@@ -294,21 +254,6 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
             if not self.leader_epochs.entries and epoch == self.leader_epoch:
                 return epoch, self.log_end_offset
             return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
-
-    def _clean_leftovers(self) -> None:
-        for p in list(self.dir.iterdir()):
-            name = p.name
-            if name.endswith(_LEFTOVER_SUFFIXES):
-                p.unlink(missing_ok=True)
-            elif name.endswith(".swap"):
-                # A .log.swap is a finished replacement (Kafka renames it into place); indexes are rebuilt.
-                target = self.dir / name[: -len(".swap")]
-                if target.name.endswith(".log"):
-                    os.replace(p, target)
-                    for suffix in (".index", ".timeindex"):
-                        (self.dir / (target.name[:-4] + suffix)).unlink(missing_ok=True)
-                else:
-                    p.unlink(missing_ok=True)
 
     # --- append --------------------------------------------------------------------------------------
 
@@ -338,12 +283,16 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
         """`message.timestamp.before/after.max.ms` (and the older difference.max.ms) for CreateTime
         topics, checked on each batch's max timestamp (a header field: no record decoding)."""
         cfg = self.config
-        if cfg.log_append_time:
-            return
-        diff = cfg.get("message.timestamp.difference.max.ms")
-        before = min(cfg.get("message.timestamp.before.max.ms"), diff)
-        after = min(cfg.get("message.timestamp.after.max.ms"), diff)
-        if before == after == LONG_MAX:
+        if self._ts_limits[0] is not cfg:
+            diff = cfg.get("message.timestamp.difference.max.ms")
+            self._ts_limits = (
+                cfg,
+                min(cfg.get("message.timestamp.before.max.ms"), diff),
+                min(cfg.get("message.timestamp.after.max.ms"), diff),
+                not cfg.log_append_time,
+            )
+        _, before, after, create_time = self._ts_limits
+        if not create_time or before == after == LONG_MAX:
             return
         now = self.clock()
         for info in infos:
@@ -358,14 +307,14 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
         self, mv: memoryview, infos: list[BatchInfo], leader_epoch: int | None, in_place: bool
     ) -> AppendResult:
         cfg = self.config
-        now = self.clock()
         log_append = cfg.log_append_time
+        now = self.clock() if log_append else -1
         with self.lock:
             if self.closed:
                 raise KafkaStorageError(f"{self.name} is closed")
             if leader_epoch is None:
                 leader_epoch = self.leader_epoch
-            duplicate = self._check_producers(infos)
+            duplicate = self.producer_state.check_batches(infos)
             if duplicate is not None:
                 return AppendResult(
                     duplicate.first_offset,
@@ -378,6 +327,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
                 )
             base = nxt = self.log_end_offset
             batches = []
+            top_ts = -1
             for info in infos:
                 pos = info.position
                 set_base_offset(mv, pos, nxt)
@@ -388,12 +338,13 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
                     max_ts = now
                 last = nxt + info.last_offset_delta
                 batches.append((pos, info.size, last, max_ts))
+                top_ts = max(top_ts, max_ts)
                 nxt = last + 1
             try:
                 if in_place:
                     self.active_segment.commit_written(batches, len(mv))
                 else:
-                    seg = self._maybe_roll(len(mv), max(b[3] for b in batches), nxt - 1)
+                    seg = self._maybe_roll(len(mv), top_ts, nxt - 1)
                     seg.append(mv, batches)
             except OSError as e:  # disk full, I/O error: Kafka's KAFKA_STORAGE_ERROR
                 raise KafkaStorageError(f"{self.name}: {e}") from e
@@ -405,7 +356,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
                         last - info.last_offset_delta, last, max_ts,
                     )  # fmt: skip
             if self.leader_epochs.assign(leader_epoch, base):
-                self.leader_epochs.save()
+                self._save_epochs()
             flush_needed = nxt - self.recovery_point >= cfg.flush_messages
             if flush_needed:
                 self._flush_target = nxt
@@ -424,39 +375,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
         """Whether these batches, about to be appended, include a retry of an idempotent producer's
         batch this log already holds (raises the Kafka error when they would be refused)."""
         with self.lock:
-            return self._check_producers(infos) is not None
-
-    def _check_producers(self, infos: list[BatchInfo]):
-        """Kafka's idempotence checks for the batches of one append (raises on a sequence or epoch
-        error); returns the earlier append's metadata when a batch is a retried duplicate."""
-        seen: dict[int, int] = {}  # producer id -> last sequence within this append
-        for info in infos:
-            pid = info.producer_id
-            if pid < 0 or info.attributes & CONTROL_BIT:
-                continue
-            if pid in seen:  # a second batch of the same producer in one request must follow on
-                if info.base_sequence != (seen[pid] + 1) % 2**31:
-                    raise OutOfOrderSequenceError(
-                        f"producer {pid}: batch sequence {info.base_sequence} does not follow {seen[pid]}"
-                    )
-            else:
-                dup = self.producer_state.check(
-                    pid, info.producer_epoch, info.base_sequence, info.count
-                )
-                if dup is not None:  # answered as a whole: through its producer's last batch
-                    tail = [i for i in infos if i.producer_id == pid][-1]
-                    if tail is not info:
-                        end = self.producer_state.check(
-                            pid, tail.producer_epoch, tail.base_sequence, tail.count
-                        )
-                        if end is None:  # part retried, part new: not one earlier append
-                            raise OutOfOrderSequenceError(
-                                f"producer {pid}: a duplicate batch and new ones in one append"
-                            )
-                        dup = dup._replace(last_seq=end.last_seq, last_offset=end.last_offset)
-                    return dup
-            seen[pid] = (info.base_sequence + info.count - 1) % 2**31
-        return None
+            return self.producer_state.check_batches(infos) is not None
 
     def _advance_hw(self, hw: int) -> bool:
         if hw > self.high_watermark:
@@ -536,7 +455,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
             if old.size == 0:
                 return old
             self._adopt_standby(self.log_end_offset)
-            new = self._segment(self.log_end_offset)
+            new = self._segment(self.log_end_offset, new=True)
             new.preallocate()
             self.segments.append(new)
             self._bases.append(new.base_offset)
@@ -567,13 +486,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
                 return None
             i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
             for seg in self.segments[i:]:
-                found = seg.find_position(offset)
-                if found is None:
-                    continue
-                pos, base, _ = found
-                if base >= upper:
-                    return None
-                return FileSlice(seg.handle, pos, seg.slice_length(pos, max_bytes, upper))
+                if seg.next_offset > offset:  # holds the first batch ending at or after `offset`
+                    return seg.slice(offset, max_bytes, upper)
             return None
 
     def offset_for_timestamp(
@@ -663,7 +577,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
         before = list(self.leader_epochs.entries)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
         if self.leader_epochs.entries != before:
-            self.leader_epochs.save()
+            self._save_epochs()
 
     def apply_retention(self, now: int | None = None) -> int:
         """Delete segments past `retention.ms` or beyond `retention.bytes`; return how many went."""
@@ -713,9 +627,10 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+            self._truncated = True
             self.producer_state.truncate_after(self.log_end_offset)
             self.leader_epochs.truncate_from_end(self.log_end_offset)
-            self.leader_epochs.save()
+            self._save_epochs()
 
     # --- flush and maintenance -----------------------------------------------------------------------
 
@@ -727,12 +642,21 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
                 return
             target = self.log_end_offset
             fds = []
-            for seg in self.segments:
-                if seg.next_offset > self.recovery_point or seg is self.segments[-1]:
-                    fds += seg.dup_fds()
+            epochs = self._epochs_unsynced
+            if target > self.recovery_point or self._truncated or epochs:  # else nothing new
+                self._truncated = self._epochs_unsynced = False
+                for seg in self.segments:
+                    if seg.next_offset > self.recovery_point or seg is self.segments[-1]:
+                        fds += seg.dup_fds()
+                if epochs:
+                    self.leader_epochs.save(sync=False)
+                    fds.append(os.open(self.leader_epochs.path, os.O_RDONLY))
         try:
             for fd in fds:
                 os.fsync(fd)
+        except BaseException:
+            self._epochs_unsynced |= epochs
+            raise
         finally:
             for fd in fds:
                 os.close(fd)
@@ -785,7 +709,9 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
             self._drop_standby()
             for seg in self.segments:
                 seg.close()
-            self.producer_state.snapshot(self.dir / PRODUCER_STATE_FILE, self.log_end_offset)
+            if self.log_end_offset > self.log_start_offset or self.producer_state.producers:
+                # spares the next start a walk of the log; an empty log has nothing to walk
+                self.producer_state.snapshot(self.dir / PRODUCER_STATE_FILE, self.log_end_offset)
 
     def delete(self) -> None:
         """Close the log and remove its directory (open FileSlices keep their files readable)."""

@@ -157,7 +157,7 @@ class ReplicatedLog:
     def _reset_locked(self: PartitionLog, offset: int) -> None:
         for seg in self.segments:
             seg.delete()
-        head = self._segment(offset)
+        head = self._segment(offset, new=True)
         head.preallocate()
         self.segments = [head]
         self._bases = [offset]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rdmalog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from rdmalog.store.records import CONTROL_BIT, BatchInfo
 
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
@@ -98,6 +99,34 @@ class ProducerStateTable:
                 f"producer {producer_id} epoch {epoch}: expected sequence "
                 f"{entry.last_seq + 1}, got {first_seq}"
             )
+        return None
+
+    def check_batches(self, infos: list[BatchInfo]) -> BatchMeta | None:
+        """Kafka's idempotence checks for the batches of one append (raises on a sequence or epoch
+        error); returns the earlier append's metadata when a batch is a retried duplicate."""
+        seen: dict[int, int] = {}  # producer id -> last sequence within this append
+        for info in infos:
+            pid = info.producer_id
+            if pid < 0 or info.attributes & CONTROL_BIT:
+                continue
+            if pid in seen:  # a second batch of the same producer in one request must follow on
+                if info.base_sequence != (seen[pid] + 1) % 2**31:
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid}: batch sequence {info.base_sequence} does not follow {seen[pid]}"
+                    )
+            else:
+                dup = self.check(pid, info.producer_epoch, info.base_sequence, info.count)
+                if dup is not None:  # answered as a whole: through its producer's last batch
+                    tail = [i for i in infos if i.producer_id == pid][-1]
+                    if tail is not info:
+                        end = self.check(pid, tail.producer_epoch, tail.base_sequence, tail.count)
+                        if end is None:  # part retried, part new: not one earlier append
+                            raise OutOfOrderSequenceError(
+                                f"producer {pid}: a duplicate batch and new ones in one append"
+                            )
+                        dup = dup._replace(last_seq=end.last_seq, last_offset=end.last_offset)
+                    return dup
+            seen[pid] = (info.base_sequence + info.count - 1) % 2**31
         return None
 
     def update(

@@ -1,12 +1,22 @@
-"""One log segment: a preallocated, memory-mapped `.log` file plus its `.index` and `.timeindex`.
+"""One log segment: a `.log` file plus its `.index` and `.timeindex`.
 
-Files are named as Kafka names them (`<20-digit base offset>.log` ...). The active segment's log file is
-preallocated to `segment.bytes` (a sparse ftruncate, or allocated blocks with the topic config
-`preallocate`) and mapped shared, so an RDMA transport can register `segment.mmap` and write into it;
-`segment.size` is the committed byte position (everything below it is whole, validated batches).
-Appends use one `os.pwrite`; on roll and close the files are trimmed to their data, as Kafka does
-with `preallocate`. Reads walk batch headers in the mapping from the offset index entry at or
-below the wanted offset.
+Files are named as Kafka names them (`<20-digit base offset>.log` ...). Appends to the head segment
+are one `os.pwrite` each at the committed end (`segment.size`: everything below it is whole, validated
+batches). The file is extended ahead of them in sparse steps (1 MiB, doubling up to `segment.bytes`),
+so most writes leave the file's size, and the file system's journal, alone; with the topic config
+`preallocate` its blocks are allocated to `segment.bytes` up front. On roll and close it is trimmed
+to its data, as Kafka trims preallocated files. Reads walk batch headers from the
+offset index entry at or below the wanted offset through `os.pread` windows, and hand out FileSlices
+for sendfile.
+
+Descriptors: the head segment holds its log file open (one descriptor, shared by its FileSlices); its
+indexes are kept in memory and written at flush, roll and close (`index.py`). A sealed segment holds
+nothing open: a read opens the file and the descriptor lives as long as the slices that use it.
+
+RDMA: `segment.mmap` is the file's shared, writable mapping, made on first use (a grant or a reader
+registration). For the head it first extends the file to `segment.bytes`, so a transport can register
+it and write into it past the committed end; `segment.capacity` is the file's length then. On roll and
+close the file is trimmed to its data, as Kafka trims preallocated files.
 """
 
 from __future__ import annotations
@@ -16,8 +26,10 @@ import mmap
 import os
 import struct
 import time
+import weakref
 import zlib
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,13 +48,15 @@ from rdmalog.store.records import (
 
 log = logging.getLogger(__name__)
 
-# baseOffset, batchLength, (skip 11: leader epoch, magic, crc, attributes), lastOffsetDelta,
+# baseOffset, batchLength, (skip the leader epoch) magic, (skip crc, attributes) lastOffsetDelta,
 # baseTimestamp, maxTimestamp: the header fields a read or a reload walk needs.
-_WALK = struct.Struct(">qi11xiqq")
-_MAGIC_AT = 16
+_WALK = struct.Struct(">qi4xb6xiqq")
 _LENGTH = struct.Struct(">i")
 _CRC = struct.Struct(">I")
+_MAGIC_AT = 16
 INT_MAX = 2**31 - 1
+READ_WINDOW = 65536  # bytes read per pread while walking batch headers
+EXTEND_STEP = 1 << 20  # the first step a head file is extended by; then it doubles
 
 
 def log_file_name(base_offset: int, suffix: str = ".log") -> str:
@@ -51,13 +65,18 @@ def log_file_name(base_offset: int, suffix: str = ".log") -> str:
 
 
 class FileHandle:
-    """A read-only open segment file shared by FileSlices; closed when the last reference goes, so a
-    retention deletion never closes a file under a pending sendfile."""
+    """An open segment file (read-write) shared by its segment and FileSlices; closed when the last
+    reference goes, so a retention deletion never closes a file under a pending sendfile."""
 
     __slots__ = ("file", "__weakref__")
 
-    def __init__(self, path: Path) -> None:
-        self.file = open(path, "rb", buffering=0)  # closed in __del__: lifetime is this object's
+    def __init__(self, path: Path, create: bool = False) -> None:
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        # "rb": what loop.sock_sendfile wants; the descriptor is read-write for the segment's pwrites
+        self.file = open(fd, "rb", buffering=0)  # closed in __del__: lifetime is this object's
+
+    def fileno(self) -> int:
+        return self.file.fileno()
 
     def __del__(self) -> None:
         f = getattr(self, "file", None)
@@ -78,11 +97,29 @@ class FileSlice:
         return self.handle.file
 
     def fileno(self) -> int:
-        return self.handle.file.fileno()
+        return self.handle.fileno()
 
     def read(self) -> bytes:
         """The slice's bytes (a copy; for tests and non-sendfile paths)."""
         return os.pread(self.fileno(), self.length, self.position)
+
+
+def walk_headers(
+    fd: int, start: int, end: int, fields: struct.Struct = _WALK
+) -> Iterator[tuple[int, tuple]]:
+    """(position, `fields` of its header) of each batch from byte `start` while a whole batch header
+    lies below `end`, read through pread windows (no mapping, no copy beyond one window)."""
+    buf, at, pos = b"", start, start
+    need = fields.size
+    while end - pos >= BATCH_OVERHEAD:
+        off = pos - at
+        if off + need > len(buf):
+            buf, at, off = os.pread(fd, min(READ_WINDOW, end - pos), pos), pos, 0
+            if len(buf) < need:
+                return
+        h = fields.unpack_from(buf, off)
+        yield pos, h
+        pos += h[1] + LOG_OVERHEAD
 
 
 class LogSegment:
@@ -98,28 +135,30 @@ class LogSegment:
         index_interval: int = 4096,
         file_suffix: str = "",
         allocate_storage: bool = False,
+        new: bool = False,
     ) -> None:
+        """`new`: create the segment (its log file is created, or taken as it is when a prepared
+        head file was renamed into place); otherwise `load()` or `recover()` an existing one."""
         self.dir = Path(directory)
         self.base_offset = base_offset
         self.segment_bytes = segment_bytes
         self.allocate_storage = allocate_storage  # Kafka's `preallocate`: blocks, not a sparse hole
         self.index_interval = index_interval
         self.path = self.dir / log_file_name(base_offset, ".log" + file_suffix)
-        idx_paths = [
-            self.dir / log_file_name(base_offset, s + file_suffix) for s in (".index", ".timeindex")
-        ]
-        self.indexes_missing = not all(p.exists() for p in idx_paths)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.handle = FileHandle(self.path)
         self.offset_index = OffsetIndex(
-            self.dir / log_file_name(base_offset, ".index" + file_suffix), base_offset, index_bytes
+            self.dir / log_file_name(base_offset, ".index" + file_suffix),
+            base_offset,
+            index_bytes,
+            new=new,
         )
         self.time_index = TimeIndex(
             self.dir / log_file_name(base_offset, ".timeindex" + file_suffix),
             base_offset,
             index_bytes,
+            new=new,
         )
         self.size = 0  # committed bytes
+        self.capacity = 0  # the file's length: committed bytes and space made for more
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset - 1
@@ -127,73 +166,133 @@ class LogSegment:
         self.created_ms = int(time.time() * 1000)
         self.bytes_since_index = 0
         self.flushed_size = 0
-        self.mmap: mmap.mmap | None = None
-        self.capacity = 0
+        self.active = False  # the head: file held open, indexes in memory
+        self.closed = False
         self.deleted = False
         self.trim_pending = False
+        self.is_full = False  # an index holds its maximum: the log rolls
+        self._mmap: mmap.mmap | None = None
+        self._handle: FileHandle | None = None  # held while active
+        self._handle_ref: weakref.ref[FileHandle] | None = None  # the last one, while slices use it
+        if new:
+            h = self._open(create=True)
+            self.capacity = os.fstat(h.fileno()).st_size
 
-    # --- mapping and capacity ---
-    def _remap(self, length: int) -> None:
-        old = self.mmap
-        self.mmap = mmap.mmap(self.fd, length) if length else None
-        self.capacity = length
-        if old is not None:
+    @property
+    def indexes_missing(self) -> bool:
+        return not (self.offset_index.on_disk and self.time_index.on_disk)
+
+    # --- the file, its descriptor and its mapping ---
+    def _open(self, create: bool = False) -> FileHandle:
+        h = self._handle
+        if h is None:
+            h = self._handle_ref() if self._handle_ref is not None else None
+            if h is None:
+                if self.closed:
+                    raise KafkaStorageError(f"{self.path} is closed")
+                h = FileHandle(self.path, create)
+                self._handle_ref = weakref.ref(h)
+            if self.active or create:
+                self._handle = h
+        return h
+
+    @property
+    def handle(self) -> FileHandle:
+        """The open log file: held by the head; opened on demand for a sealed segment (and closed
+        once nothing, such as a pending FileSlice, uses it)."""
+        return self._open()
+
+    @property
+    def mmap(self) -> mmap.mmap | None:
+        """The log file's shared, writable mapping, made on first use (what an RDMA transport
+        registers and writes into). The head's file is extended to `segment.bytes` first, so the
+        mapping covers the space producers may write; a sealed segment maps its data. None for an
+        empty sealed segment, and once the segment is closed."""
+        if self._mmap is None and not self.closed:
+            if self.active:
+                self._extend(max(self.segment_bytes, self.capacity))
+            if self.capacity:
+                h = self.handle  # held until the mapping (which dups the descriptor) exists
+                self._mmap = mmap.mmap(h.fileno(), self.capacity)
+        return self._mmap
+
+    def _unmap(self) -> bool:
+        """Close the mapping; False (and it stays) while it is exported (registered by a transport)."""
+        if self._mmap is not None:
             try:
-                old.close()
-            except BufferError:  # exported (e.g. registered by a transport): the GC closes it later
-                pass
+                self._mmap.close()
+            except BufferError:
+                return False
+            self._mmap = None
+        return True
+
+    def _let_go_of_mapping(self) -> None:
+        """Unmap, or forget an exported mapping: it stays valid for its users, the GC unmaps it."""
+        if not self._unmap():
+            self._mmap = None
+
+    def _extend(self, capacity: int) -> None:
+        """Grow the file to `capacity` bytes (a sparse ftruncate; blocks allocated with
+        `allocate_storage`, so a full disk is an error here rather than a SIGBUS on a later write
+        through the mapping) and any mapping with it."""
+        if capacity <= self.capacity:
+            return
+        h = self.handle
+        fd = h.fileno()
+        os.ftruncate(fd, capacity)
+        if self.allocate_storage:
+            try:
+                os.posix_fallocate(fd, self.size, capacity - self.size)
+            except OSError as e:
+                os.ftruncate(fd, max(self.size, self.capacity))
+                raise KafkaStorageError(f"cannot preallocate {self.path}: {e}") from e
+        self.capacity = capacity
+        if self._mmap is not None:
+            self._let_go_of_mapping()
+            self._mmap = mmap.mmap(fd, capacity)
 
     def preallocate(self, capacity: int | None = None) -> None:
-        """Make the segment active: grow the file to `capacity` and map it. Sparse by default;
-        with `allocate_storage` (topic config `preallocate`) the blocks are allocated now, so a
-        full disk is an error here rather than a SIGBUS on a later write through the mapping."""
-        capacity = max(capacity or self.segment_bytes, self.size)
-        if capacity != self.capacity:
-            os.ftruncate(self.fd, capacity)
-            if self.allocate_storage and capacity > self.size:
-                try:
-                    os.posix_fallocate(self.fd, self.size, capacity - self.size)
-                except OSError as e:
-                    os.ftruncate(self.fd, max(self.size, self.capacity))
-                    raise KafkaStorageError(f"cannot preallocate {self.path}: {e}") from e
-            self._remap(capacity)
-        self.offset_index.preallocate()
-        self.time_index.preallocate()
+        """Make the segment the head: its file held open and its indexes in memory, ready for
+        appends. With `allocate_storage` (topic config `preallocate`), or once mapped, the file is
+        extended to `capacity` (default `segment.bytes`)."""
+        self.active = True
+        self._open(create=True)
+        self.offset_index.activate()
+        self.time_index.activate()
+        if capacity is not None or self.allocate_storage or self._mmap is not None:
+            self._extend(max(capacity or self.segment_bytes, self.size))
 
     def ensure_capacity(self, nbytes: int) -> None:
-        """Grow the mapping for an append larger than the preallocated space (a lone huge batch)."""
-        if self.size + nbytes > self.capacity:
-            self.preallocate(self.size + nbytes)
+        """Grow a mapped file for an append larger than the space made for it (a lone huge batch):
+        the mapping keeps covering the data. An unmapped file just grows with the write."""
+        if self._mmap is not None and self.size + nbytes > self.capacity:
+            self._extend(self.size + nbytes)
 
     def seal(self) -> None:
-        """Trim files to their data (on roll and close); record the final time index entry."""
+        """Write the indexes and trim the file to its data (on roll and close), recording the final
+        time index entry; the segment then holds no descriptor."""
         self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-        self.offset_index.trim()
-        self.time_index.trim()
+        self.offset_index.seal()
+        self.time_index.seal()
         self.try_trim()
+        self.active = False
+        self._handle = None
 
     def try_trim(self) -> bool:
         """Shrink the log file to its data unless its mapping is still exported (registered by a
         transport): cutting a file under a live mapping would fault on the next touch past the end.
         Then `trim_pending` stays set and the log retries from maintenance and at close."""
-        if self.capacity == self.size or self.fd < 0:
+        if self.capacity <= self.size or self.closed:
             self.trim_pending = False
             return True
-        if self.mmap is not None:
-            try:
-                self.mmap.close()
-            except BufferError:
-                self.trim_pending = True
-                return False
-            self.mmap = None
-        os.ftruncate(self.fd, self.size)
-        self._remap(self.size)
+        if not self._unmap():
+            self.trim_pending = True
+            return False
+        h = self.handle
+        os.ftruncate(h.fileno(), self.size)
+        self.capacity = self.size
         self.trim_pending = False
         return True
-
-    @property
-    def is_full(self) -> bool:
-        return self.offset_index.is_full or self.time_index.is_full
 
     # --- append ---
     def append(self, buf: memoryview | bytes, batches: list[tuple[int, int, int, int]]) -> None:
@@ -202,12 +301,19 @@ class LogSegment:
         pos0 = self.size
         n = len(buf)
         if pos0 + n > self.capacity:
-            self.ensure_capacity(n)
-        written = os.pwrite(self.fd, buf, pos0)
+            if self._mmap is not None:
+                self.ensure_capacity(n)
+            else:  # sparse steps, doubling: a write inside the file leaves its size alone
+                step = max(2 * self.capacity, EXTEND_STEP)
+                self._extend(max(pos0 + n, min(step, self.segment_bytes)))
+        h = self._open()
+        written = os.pwrite(h.fileno(), buf, pos0)
         if written != n:
             raise OSError(f"short write to {self.path}: {written} of {n} bytes")
         self._index_batches(pos0, batches)
         self.size = pos0 + n
+        if self.size > self.capacity:
+            self.capacity = self.size
 
     def _index_batches(self, pos0: int, batches: list[tuple[int, int, int, int]]) -> None:
         for p, size, last_offset, max_ts in batches:
@@ -219,6 +325,7 @@ class LogSegment:
                 self.offset_index.append(last_offset, pos0 + p)
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
                 self.bytes_since_index = 0
+                self.is_full = self.offset_index.is_full or self.time_index.is_full
             self.bytes_since_index += size
             self.next_offset = last_offset + 1
 
@@ -231,51 +338,52 @@ class LogSegment:
     def load(self) -> None:
         """Open a cleanly closed segment: size from the file, end offset from a header walk that starts
         at the last index entry. Raises IndexCorruptError when an index fails its sanity check."""
-        file_size = os.fstat(self.fd).st_size
-        self._remap(file_size)
+        h = self.handle  # a local reference keeps the descriptor open while it is used
+        fd = h.fileno()
+        file_size = self.capacity = os.fstat(fd).st_size
         if self.indexes_missing and file_size:
             raise IndexCorruptError(f"{self.path}: index files are missing")
         self.offset_index.sanity_check(file_size)
         self.time_index.sanity_check(INT_MAX)
-        last_off, pos = self.offset_index.last_entry()
+        self.is_full = self.offset_index.is_full or self.time_index.is_full
+        _, pos = self.offset_index.last_entry()
         self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
         if self.max_timestamp < 0:
             self.offset_of_max_timestamp = self.base_offset - 1
         self.next_offset = self.base_offset
         end = pos
-        while file_size - end >= BATCH_OVERHEAD:
-            base, length, lod, _, max_ts = _WALK.unpack_from(self.mmap, end)
+        for at, (base, length, magic, lod, _, max_ts) in walk_headers(fd, pos, file_size):
             if (
                 length < MIN_BATCH_LENGTH
-                or end + length + LOG_OVERHEAD > file_size
+                or at + length + LOG_OVERHEAD > file_size
                 or base < self.next_offset
+                or magic != 2
             ):
-                break
-            if self.mmap[end + _MAGIC_AT] != 2:
                 break
             if max_ts > self.max_timestamp:
                 self.max_timestamp, self.offset_of_max_timestamp = max_ts, base + lod
             self.next_offset = base + lod + 1
-            end += length + LOG_OVERHEAD
-        if end != file_size and any(self.mmap[end : min(file_size, end + LOG_OVERHEAD)]):
+            end = at + length + LOG_OVERHEAD
+        if end != file_size and any(os.pread(fd, min(file_size - end, LOG_OVERHEAD), end)):
             raise IndexCorruptError(f"{self.path}: data after byte {end} is not a batch")
         self.size = self.flushed_size = end
         self.bytes_since_index = end - pos
-        self._load_first_timestamp()
+        self._load_first_timestamp(fd)
 
-    def _load_first_timestamp(self) -> None:
+    def _load_first_timestamp(self, fd: int) -> None:
         if self.size >= BATCH_OVERHEAD:
-            self.first_batch_timestamp = _WALK.unpack_from(self.mmap, 0)[4]
+            self.first_batch_timestamp = _WALK.unpack(os.pread(fd, _WALK.size, 0))[5]
 
     def recover(self, min_offset: int | None = None) -> tuple[int, bool]:
         """Validate every batch (length, magic, CRC, increasing offsets), rebuild both indexes and cut the
         file after the last valid batch, zeroing the tail. Returns (valid bytes, whether something that
         was not a clean zero tail had to be cut)."""
-        file_size = os.fstat(self.fd).st_size
-        self._remap(file_size)
-        mm = self.mmap
+        h = self.handle
+        fd = h.fileno()
+        file_size = self.capacity = os.fstat(fd).st_size
         self.offset_index.reset()
         self.time_index.reset()
+        self.is_full = False
         self.size = self.bytes_since_index = 0
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset - 1
         self.first_batch_timestamp = -1
@@ -283,26 +391,29 @@ class LogSegment:
         self.next_offset = expected
         pos = 0
         batches = []
-        while mm is not None:
-            size = batch_is_valid(mm, pos, file_size)
-            if not size:
-                break
-            base, _, lod, _, max_ts = _WALK.unpack_from(mm, pos)
-            if base < expected or base + lod - self.base_offset > INT_MAX:
-                break
-            batches.append((pos, size, base + lod, max_ts))
-            expected = base + lod + 1
-            pos += size
-        self._check_not_legacy_format(mm, pos, file_size)
+        # A scan of the whole file: a private read-only mapping (sequential readahead), let go after.
+        scan = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ) if file_size else nullcontext()
+        with scan as mm:
+            while mm is not None:
+                size = batch_is_valid(mm, pos, file_size)
+                if not size:
+                    break
+                base, _, _, lod, _, max_ts = _WALK.unpack_from(mm, pos)
+                if base < expected or base + lod - self.base_offset > INT_MAX:
+                    break
+                batches.append((pos, size, base + lod, max_ts))
+                expected = base + lod + 1
+                pos += size
+            self._check_not_legacy_format(mm, pos, file_size)
+            corrupt = pos < file_size and any(mm[pos : min(file_size, pos + LOG_OVERHEAD)])  # type: ignore[index]
         self._index_batches(0, batches)
         self.size = pos
-        corrupt = pos < file_size and any(mm[pos : min(file_size, pos + LOG_OVERHEAD)])  # type: ignore[index]
         if pos < file_size:
             if corrupt:
                 log.warning("%s: invalid or torn data at byte %d; truncating", self.path, pos)
             self._cut(pos)
         self.flushed_size = 0
-        self._load_first_timestamp()
+        self._load_first_timestamp(fd)
         return pos, corrupt
 
     def _check_not_legacy_format(self, mm: mmap.mmap | None, pos: int, file_size: int) -> None:
@@ -329,13 +440,15 @@ class LogSegment:
             )
 
     def _cut(self, size: int) -> None:
-        # Truncate then re-grow: stale bytes past the end become zeros, never an old batch.
-        cap = self.capacity
-        self._remap(0)
-        os.ftruncate(self.fd, size)
-        if cap > size:
-            os.ftruncate(self.fd, cap)
-        self._remap(max(cap, size))
+        """Cut the file after `size` bytes: stale bytes past it become zeros, never an old batch. A
+        mapped file then grows back to its length, so the mapping stays backed."""
+        h = self.handle
+        fd = h.fileno()
+        os.ftruncate(fd, size)
+        if self._mmap is not None and self.capacity > size:
+            os.ftruncate(fd, self.capacity)
+        else:
+            self.capacity = size
 
     def truncate_to(self, offset: int) -> int:
         """Drop batches at or after `offset` (whole batches). Returns the bytes removed."""
@@ -346,66 +459,63 @@ class LogSegment:
         if start >= self.size:
             return 0
         removed = self.size - start
-        self.offset_index.truncate_to(offset)
-        self.time_index.truncate_to(offset)
-        cap = self.capacity
         self.size = start
         self._cut(start)
-        if cap > start:
-            self.preallocate(cap)
-        self.recover()  # recompute max timestamp / next offset from what is left
+        self.recover()  # recompute indexes, max timestamp and next offset from what is left
         return removed
 
     # --- reads ---
     def find_position(self, offset: int) -> tuple[int, int, int] | None:
         """(position, base offset, size) of the first batch whose last offset >= `offset`, or None."""
-        if self.mmap is None:
+        if not self.size:
             return None
-        _, pos = self.offset_index.lookup(offset)
-        mm, end = self.mmap, self.size
-        while end - pos >= BATCH_OVERHEAD:
-            base, length, lod, _, _ = _WALK.unpack_from(mm, pos)
+        _, start = self.offset_index.lookup(offset)
+        h = self.handle
+        for pos, (base, length, _, lod, _, _) in walk_headers(h.fileno(), start, self.size):
             if base + lod >= offset:
                 return pos, base, length + LOG_OVERHEAD
-            pos += length + LOG_OVERHEAD
         return None
 
-    def slice_length(self, pos: int, max_bytes: int, upper_offset: int) -> int:
-        """Bytes of whole batches from `pos` with base offset < `upper_offset`, within `max_bytes` but at
-        least one batch."""
-        mm, end = self.mmap, self.size
-        total = 0
-        while end - (pos + total) >= BATCH_OVERHEAD:
-            base, length = _WALK.unpack_from(mm, pos + total)[:2]
-            size = length + LOG_OVERHEAD
-            if base >= upper_offset or (total and total + size > max_bytes):
+    def slice(self, offset: int, max_bytes: int, upper_offset: int) -> FileSlice | None:
+        """Whole batches from the one holding `offset` (the first whose last offset >= `offset`) that
+        start below `upper_offset`, within `max_bytes` but at least one; None when there is none."""
+        if not self.size:
+            return None
+        _, start = self.offset_index.lookup(offset)
+        handle = self.handle
+        first, total = -1, 0
+        for pos, (base, length, _, lod, _, _) in walk_headers(handle.fileno(), start, self.size):
+            if base >= upper_offset:
                 break
-            total += size
-        return total
+            size = length + LOG_OVERHEAD
+            if first < 0:
+                if base + lod >= offset:
+                    first, total = pos, size
+            elif total + size > max_bytes:
+                break
+            else:
+                total += size
+        return FileSlice(handle, first, total) if first >= 0 else None
 
     def headers(self, start: int = 0) -> Iterator[tuple[int, tuple]]:
-        """(position, HEADER fields) of every committed batch from byte `start`: a walk over the
-        mapping without copying or decoding (rebuilding producer state and leader epochs)."""
-        pos = start
-        while self.size - pos >= BATCH_OVERHEAD:
-            h = HEADER.unpack_from(self.mmap, pos)  # type: ignore[arg-type]
-            yield pos, h
-            pos += h[1] + LOG_OVERHEAD
+        """(position, HEADER fields) of every committed batch from byte `start` (rebuilding producer
+        state and leader epochs)."""
+        h = self.handle
+        yield from walk_headers(h.fileno(), start, self.size, HEADER)
 
     def batch_at(self, pos: int) -> RecordBatch:
-        """A copy of the batch at `pos` (no view into the mapping outlives the call)."""
-        assert self.mmap is not None
-        length = _WALK.unpack_from(self.mmap, pos)[1]
-        return RecordBatch(self.mmap[pos : pos + length + LOG_OVERHEAD])
+        """A copy of the batch at `pos`."""
+        h = self.handle
+        fd = h.fileno()
+        length = _LENGTH.unpack(os.pread(fd, 4, pos + 8))[0]
+        return RecordBatch(os.pread(fd, length + LOG_OVERHEAD, pos))
 
-    def batches(self, start: int = 0):
-        """Walk batches from byte `start` (copies each batch: safe against later remaps)."""
-        pos = start
-        while self.size - pos >= BATCH_OVERHEAD:
-            base, length = _WALK.unpack_from(self.mmap, pos)[:2]
-            size = length + LOG_OVERHEAD
-            yield pos, RecordBatch(bytes(self.mmap[pos : pos + size]))  # type: ignore[index]
-            pos += size
+    def batches(self, start: int = 0) -> Iterator[tuple[int, RecordBatch]]:
+        """Walk batches from byte `start`, each a copy."""
+        handle = self.handle
+        fd = handle.fileno()
+        for pos, header in walk_headers(fd, start, self.size):
+            yield pos, RecordBatch(os.pread(fd, header[1] + LOG_OVERHEAD, pos))
 
     def find_offset_by_timestamp(self, timestamp: int, min_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `min_offset` whose timestamp is >=
@@ -437,37 +547,36 @@ class LogSegment:
 
     # --- durability and life cycle ---
     def dup_fds(self) -> list[int]:
-        """Duplicated descriptors of the log and index files: the caller fsyncs and closes them
-        without holding the log lock (a concurrent deletion cannot close them underneath)."""
-        if self.fd < 0:
+        """New descriptors of the log and index files (pending index entries written first): the
+        caller fsyncs and closes them without holding the log lock (a concurrent deletion cannot
+        close them underneath)."""
+        if self.closed:
             return []
-        fds = [os.dup(self.fd)]
-        for idx in (self.offset_index, self.time_index):
-            if idx.fd >= 0:
-                fds.append(os.dup(idx.fd))
+        h = self.handle
+        fds = [os.dup(h.fileno())]
+        try:
+            for idx in (self.offset_index, self.time_index):
+                fds.append(idx.open_for_sync())
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
         return fds
 
     def close(self) -> None:
-        if self.fd < 0:
+        if self.closed:
             return
         self.seal()
-        self.offset_index.close()
-        self.time_index.close()
-        self._remap(0)
-        os.close(self.fd)
-        self.fd = -1
+        self._let_go_of_mapping()
+        self.closed = True
+        self._handle_ref = None
 
     def delete(self) -> None:
         """Rename files to `.deleted`, then unlink; open FileSlices keep reading the unlinked file."""
-        self.deleted = True
-        paths = [self.path, self.offset_index.path, self.time_index.path]
-        if self.fd >= 0:
-            self.offset_index.close()
-            self.time_index.close()
-            self._remap(0)
-            os.close(self.fd)
-            self.fd = -1
-        for p in paths:
+        self.deleted = self.closed = True
+        self._let_go_of_mapping()
+        self._handle = self._handle_ref = None
+        for p in (self.path, self.offset_index.path, self.time_index.path):
             try:
                 os.rename(p, str(p) + ".deleted")
                 os.unlink(str(p) + ".deleted")

@@ -55,6 +55,7 @@ class _SessionSlots:
         self.index: dict[tuple[str, str, int], int] = {}  # (group, topic, partition) -> slot
         self.folded: list[int] = []  # the word last folded into the coordinator, per slot
         self.closed = False
+        self.window = None  # what the session is handed: a window bound to its queue pair
 
 
 class CommitSlots:
@@ -66,8 +67,9 @@ class CommitSlots:
         self._lock = threading.Lock()
         self._sessions: dict[int, _SessionSlots] = {}
 
-    def slot(self, session: int, group: str, topic: str, partition: int) -> dict:
-        """The slot of (group, topic, partition) for a session: region, index and its word now."""
+    def slot(self, session: int, group: str, topic: str, partition: int, qp) -> dict:
+        """The slot of (group, topic, partition) for a session: region (a window over the
+        session's commit region, bound to its queue pair `qp`), index and its word now."""
         if self.sink is None:
             raise ValueError("this broker has no group coordinator to fold commits into")
         if not group:
@@ -76,6 +78,9 @@ class CommitSlots:
             ss = self._sessions.get(session)
             if ss is None:
                 ss = self._sessions[session] = _SessionSlots(self.device)
+                ss.window = qp.bind_window(
+                    ss.mr, 0, ss.mr.length, Access.REMOTE_ATOMIC | Access.REMOTE_READ
+                )
             key = (group, topic, int(partition))
             i = ss.index.get(key)
             if i is None:
@@ -84,7 +89,7 @@ class CommitSlots:
                 i = ss.index[key] = len(ss.folded)
                 ss.folded.append(0)
             return {
-                "region": ss.mr.remote().to_dict(),
+                "region": ss.window.remote().to_dict(),
                 "index": i,
                 "word": load(ss.mr.buf, i * SLOT_BYTES),
                 "results_at": RESULTS_AT,
@@ -130,4 +135,6 @@ class CommitSlots:
             if ss is not None:
                 ss.closed = True
         if ss is not None:
+            if ss.window is not None:
+                ss.window.invalidate()
             ss.mr.deregister()

@@ -2,7 +2,11 @@
 consumers' READs with their metadata slots, commit slots, and what a session gives back at its end.
 
 Each request `{"op": name, ...}` is answered by `Grants._op_<name>` (the requests: control.py).
-A session first binds its queue pair (`hello`, then `attach`); every other request needs that.
+A session authenticates first when the service requires it (`access_control.py`, which also
+authorizes every grant), then binds its queue pair (`hello`, then `attach`); every other request
+needs that. What a session is handed are memory windows bound to its queue pair, never a
+region's own key: a producer's reach only from the committed position to the end of the file,
+a consumer's the file it asked for.
 
 Lock order: a file's lock, then the service's lock, then the log's lock (the log's
 `head_for_writing`, `file_for_reading` and `next_file` hold it for their block).
@@ -14,6 +18,7 @@ import itertools
 import threading
 
 from rdmalog.errors import OffsetOutOfRangeError
+from rdmalog.rdma.broker.access_control import AccessControl
 from rdmalog.rdma.broker.commit_slots import CommitSlots
 from rdmalog.rdma.broker.ordered_commits import OrderedCommits
 from rdmalog.rdma.broker.partitions import (
@@ -29,6 +34,7 @@ from rdmalog.rdma.control import ControlError, Session, arg
 from rdmalog.rdma.transport._atomic64 import store
 from rdmalog.rdma.transport.interface import Access
 from rdmalog.rdma.wire import word_encode
+from rdmalog.security.authorizer import Operation
 from rdmalog.store.in_place import SegmentFile
 
 ATTACH_TIMEOUT = 10.0  # seconds `attach` waits for the session's queue pair to say hello
@@ -52,6 +58,7 @@ class Grants:
         prefault: Prefaulter,
         slots_per_consumer: int,
         hello_reply: dict,
+        access: AccessControl,
     ):
         self.store = store
         self.device = device
@@ -64,6 +71,7 @@ class Grants:
         self.prefault = prefault
         self.slots_per_consumer = slots_per_consumer
         self.hello_reply = hello_reply
+        self.access = access
         self._file_ids = itertools.count(1)
 
     def handle(self, s: Session, req: dict) -> dict:
@@ -72,11 +80,15 @@ class Grants:
         handler = getattr(self, f"_op_{op}", None) if isinstance(op, str) else None
         if handler is None:
             raise ControlError("invalid_request", f"unknown op {op!r:.64}")
-        if op not in ("hello", "attach") and "qp" not in s.state:
+        self.access.check_authenticated(s, op)
+        if op not in ("authenticate", "hello", "attach") and "qp" not in s.state:
             raise ControlError("not_attached", "attach a queue pair first")
         return handler(s, req)
 
-    # -- the session's queue pair ------------------------------------------------------------------
+    # -- the session's principal and queue pair ----------------------------------------------------
+    def _op_authenticate(self, s: Session, req: dict) -> dict:
+        return self.access.authenticate(s, req)
+
     def _op_hello(self, s: Session, req: dict) -> dict:
         return {"token": self.queue_pairs.token(s), **self.hello_reply}
 
@@ -88,10 +100,12 @@ class Grants:
     # -- requests ----------------------------------------------------------------------------------
     def _op_produce_access(self, s: Session, req: dict) -> dict:
         topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+        self.access.check_topic(s, topic, Operation.WRITE)
         return self._produce_access(s, topic, partition, arg(req, "mode", str, "exclusive"))
 
     def _op_read_access(self, s: Session, req: dict) -> dict:
         topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+        self.access.check_topic(s, topic, Operation.READ)
         return self._read_access(s, topic, partition, arg(req, "offset", int))
 
     def _op_release(self, s: Session, req: dict) -> dict:
@@ -101,20 +115,26 @@ class Grants:
 
     def _op_commit_slot(self, s: Session, req: dict) -> dict:
         topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+        group = arg(req, "group", str, "")
+        self.access.check_group(s, group)
+        self.access.check_topic(s, topic, Operation.READ)
         self.store.partition(topic, partition)  # raises for an unknown topic or partition
         try:
-            return self.commit_slots.slot(s.id, arg(req, "group", str, ""), topic, partition)
+            return self.commit_slots.slot(s.id, group, topic, partition, s.state["qp"].qp)
         except ValueError as e:
             raise ControlError("invalid_request", str(e)) from e
 
     def _op_partitions(self, s: Session, req: dict) -> dict:
         """How many partitions a topic has (a native producer's partitioner needs it)."""
-        return {"partitions": len(self.store.topic(arg(req, "topic", str)).partitions)}
+        topic = arg(req, "topic", str)
+        self.access.check_topic(s, topic, Operation.DESCRIBE)
+        return {"partitions": len(self.store.topic(topic).partitions)}
 
     def _op_producer_id(self, s: Session, req: dict) -> dict:
         """An idempotent native producer's id (Kafka's InitProducerId)."""
         if self.store.producer_ids is None:
             raise ControlError("invalid_request", "this store hands out no producer ids")
+        self.access.check_cluster(s, Operation.IDEMPOTENT_WRITE)
         return {"producer_id": self.store.producer_ids.allocate(), "producer_epoch": 0}
 
     def _op_bye(self, s: Session, req: dict) -> dict:
@@ -124,6 +144,7 @@ class Grants:
 
     def _op_next_file(self, s: Session, req: dict) -> dict:
         topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+        self.access.check_topic(s, topic, Operation.WRITE if "file_id" in req else Operation.READ)
         if "file_id" in req:  # producer: the head is full; roll it and grant the new one
             f = self.files.get(arg(req, "file_id", int))
             mode = arg(req, "mode", str, "exclusive")
@@ -158,7 +179,7 @@ class Grants:
                     if f.mode == mode:
                         f.sessions.add(s.id)
                         s.state.setdefault("grants", set()).add(f.file_id)
-                        return self._grant_reply(f)
+                        return self._grant_reply(f, s)
                 self.ordering.revoke(f)  # a different mode for the same, sole holder
             plog = ps.log
             with plog.head_for_writing() as (head, position):
@@ -175,7 +196,7 @@ class Grants:
             self.files[f.file_id] = f
             ps.produce = f
             s.state.setdefault("grants", set()).add(f.file_id)
-            reply = self._grant_reply(f)
+            reply = self._grant_reply(f, s)
         # Outside the locks: a preallocated head file is made resident, as registering it with
         # an RNIC would pin it (its first megabytes before the producer hears of it, the rest in
         # the background). Then nothing is left to allocate, and the prefaulter's writable lead
@@ -199,18 +220,21 @@ class Grants:
         raise ControlError("no_file_id", "all 65535 file ids in use")
 
     @staticmethod
-    def _grant_reply(f: ProduceFile) -> dict:
+    def _grant_reply(f: ProduceFile, s: Session) -> dict:
+        """What the holder is told: its own windows (bound to its queue pair) over the file and
+        the reservation word, addressed as the file is."""
+        data, word = f.window_for(s.id, s.state["qp"].qp)
         r = {
             "file_id": f.file_id,
             "mode": f.mode,
-            "region": f.mr.remote().to_dict(),
+            "region": data.remote().to_dict(),
             "length": f.capacity,
             "position": f.expect_pos,
             "base_offset": f.segment.base_offset,
             "order": f.next_order,
         }
-        if f.word_mr is not None:
-            r["word"] = f.word_mr.remote().to_dict()
+        if word is not None:
+            r["word"] = word.remote().to_dict()
         return r
 
     # -- consumers ---------------------------------------------------------------------------------
@@ -250,13 +274,13 @@ class Grants:
                 lrb, mutable, _ = ps.log.readable_end(seg)
             s.state.setdefault("reads", set()).add(key)
             return {
-                "region": rf.mr.remote().to_dict(),
+                "region": rf.window_for(s.id, s.state["qp"].qp).remote().to_dict(),
                 "base_offset": seg.base_offset,
                 "start": start,
                 "lrb": lrb,
                 "mutable": bool(mutable),
                 "slot": slot,
-                "slots": region.mr.remote().to_dict() if region is not None else None,
+                "slots": region.window_for(s.state["qp"].qp) if region is not None else None,
             }
 
     def _release_read(self, s: Session, topic: str, partition: int, base: int) -> None:
@@ -272,6 +296,7 @@ class Grants:
             slot = rf.slots.pop(s.id, None)
             if slot is not None:
                 slot[0].clear(slot[1])
+            rf.drop_reader(s.id)
             rf.refs.discard(s.id)
             if not rf.refs:
                 del ps.readers[base]
@@ -284,15 +309,52 @@ class Grants:
         self.commit_slots.close_session(s.id)
         with self.lock:
             for fid in s.state.pop("grants", ()):
-                f = self.files.get(fid)
-                if f is not None and s.id in f.sessions:  # not an id reused by another grant
-                    f.sessions.discard(s.id)
-                    if not f.sessions:
-                        self.ordering.revoke(f)
-                    elif f.word_mr is not None and not f.revoked:
-                        self.ordering.holder_left(f)  # shared: it may have left a hole
+                self._drop_holder(s, fid)
             for topic, partition, base in list(s.state.get("reads", ())):
                 self._release_read(s, topic, partition, base)
             region = s.state.pop("slots", None)
             if region is not None:
-                region.mr.deregister()
+                region.close()
+
+    def _drop_holder(self, s: Session, fid: int) -> None:
+        """s gives up produce file fid (service lock held): its windows go; the grant with the
+        last holder."""
+        f = self.files.get(fid)
+        if f is not None and s.id in f.sessions:  # not an id reused by another grant
+            f.sessions.discard(s.id)
+            f.drop_holder(s.id)
+            if not f.sessions:
+                self.ordering.revoke(f)
+            elif f.word_mr is not None and not f.revoked:
+                self.ordering.holder_left(f)  # shared: it may have left a hole
+
+    def recheck(self, s: Session) -> None:
+        """The authorizer changed: withdraw what s holds and may no longer have (its windows
+        answer REM_ACCESS_ERR from now on; its next request for them is refused)."""
+        with self.lock:
+            for fid in list(s.state.get("grants", ())):
+                f = self.files.get(fid)
+                if f is not None and not self.access.may(s, f.part.log.topic, Operation.WRITE):
+                    s.state["grants"].discard(fid)
+                    self._drop_holder(s, fid)
+            for key in list(s.state.get("reads", ())):
+                if not self.access.may(s, key[0], Operation.READ):
+                    self._revoke_read(s, key)
+
+    def _revoke_read(self, s: Session, key: tuple[str, int, int]) -> None:
+        """Withdraw s's READ access to file `key` (service lock held): its window goes and its
+        metadata slot says the file is sealed, so the consumer asks for the next file (refused)
+        rather than waiting on a cleared slot."""
+        s.state["reads"].discard(key)
+        ps = self.partitions.by_key.get(key[:2])
+        rf = ps.readers.get(key[2]) if ps else None
+        if rf is None:
+            return
+        slot = rf.slots.pop(s.id, None)
+        if slot is not None:
+            slot[0].retire(slot[1], key, key[2])
+        rf.drop_reader(s.id)
+        rf.refs.discard(s.id)
+        if not rf.refs:
+            del ps.readers[key[2]]
+            rf.withdraw()

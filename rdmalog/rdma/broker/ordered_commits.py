@@ -127,6 +127,7 @@ class OrderedCommits:
             return False
         start = f.expect_pos
         end = start + sum(n for _, n, _ in run)
+        f.narrow(end)  # before validating: from here on no holder can change these bytes
         try:
             infos = plog.validate_written(f.segment, start, end)
         except (HeadMovedError, KafkaError):
@@ -175,6 +176,7 @@ class OrderedCommits:
             reply(order, AckStatus.FULL, -1, -1, 0)
             return
         start = f.expect_pos
+        f.narrow(start + byte_len)  # before validating: no holder can change these bytes now
         try:
             res = plog.commit_written(f.segment, start, start + byte_len)
         except HeadMovedError:
@@ -308,9 +310,16 @@ class OrderedCommits:
             raise PolicyViolationError("partition is held by an exclusive RDMA producer")
         data = memoryview(buf)
         n = len(data)
+        floor = f.expect_pos  # every reservation from now on starts at or above it
         try:
             order, pos = word_decode(fetch_add(f.word_mr.buf, 0, reservation_add(n)))
         except ValueError:  # the word was just revoked (its buffer released): the head changed
+            return self.append(topic, partition, buf, leader_epoch)
+        if pos < floor:  # the word was moved back (a holder's FETCH_AND_ADD can add anything):
+            # never copy over committed bytes; the grant is unusable, its holders get new ones
+            log.warning("%s: reservation word moved below the committed position", ps.log.name)
+            with f.lock:
+                self.revoke(f)
             return self.append(topic, partition, buf, leader_epoch)
         done = threading.Event()
         result: list = []

@@ -17,7 +17,7 @@ from rdmalog.errors import NotLeaderOrFollowerError
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport._atomic64 import store
 from rdmalog.rdma.transport.interface import Access
-from rdmalog.rdma.wire import SLOT_SIZE, slot_word
+from rdmalog.rdma.wire import SLOT_SIZE, slot_word, word_decode
 from rdmalog.store.in_place import SegmentFile
 
 # (order, status, base offset, last offset, next position[, log append time]): the time, -1
@@ -51,13 +51,55 @@ class ProduceFile:
         self.standby_asked = False  # the next head file was asked for (preallocate)
         self.orphaned_below: int | None = None  # orders reserved before a holder's session ended
         self.resident = False  # made resident at the grant: no prefault lead (see grants.py)
+        # session id -> (window over the file, window over the word or None): what each holder
+        # was handed, bound to its queue pair; the file's own region key is never handed out
+        self.windows: dict[int, tuple] = {}
+
+    def window_for(self, session: int, qp) -> tuple:
+        """The holder's windows, bound on its queue pair at its first grant: [committed
+        position, end of file) of the head (moved up with every commit, see `narrow`) and the
+        reservation word."""
+        w = self.windows.get(session)
+        if w is None:
+            acc = Access.REMOTE_WRITE
+            data = qp.bind_window(self.mr, self.expect_pos, self.capacity, acc)
+            word = None
+            if self.word_mr is not None:
+                word = qp.bind_window(self.word_mr, 0, 8, Access.REMOTE_ATOMIC)
+                if hasattr(word, "on_atomic"):  # tcp: the engine executes the holder's
+                    # FETCH_AND_ADDs, so it can admit its WRITEs to what they reserved only
+                    data.reservations = []
+                    word.on_atomic = functools.partial(_reserved, data)
+            w = self.windows[session] = (data, word)
+        return w
+
+    def narrow(self, position: int) -> None:
+        """Bytes below `position` are being validated and committed: nobody's to write from now
+        on, so every holder's window starts there (before the broker looks at them, so what it
+        validated is what it commits)."""
+        for data, _ in list(self.windows.values()):
+            data.narrow(position)
+
+    def drop_holder(self, session: int) -> None:
+        """Withdraw one holder's windows (its session ended, or it may no longer write here)."""
+        w = self.windows.pop(session, None)
+        for window in w or ():
+            if window is not None:
+                window.invalidate()
 
     def revoke(self) -> None:
         """Withdraw remote access now (flags and deregistration only: safe under the log lock)."""
         self.revoked = True
+        for session in list(self.windows):
+            self.drop_holder(session)
         for mr in (self.mr, self.word_mr):
             if mr is not None and mr.rkey:
                 mr.deregister()
+
+
+def _reserved(data, old: int, new: int) -> None:
+    """A holder's FETCH_AND_ADD on the reservation word took [old position, new position)."""
+    data.reserve(word_decode(old)[1], word_decode(new)[1])
 
 
 class SlotRegion:
@@ -67,6 +109,18 @@ class SlotRegion:
         self.mr = device.alloc_mr(nslots * SLOT_SIZE, Access.LOCAL_WRITE | Access.REMOTE_READ)
         self.free = list(range(nslots - 1, -1, -1))  # pop() gives the lowest: keep slots close
         self.retired: dict[tuple[str, int, int], int] = {}  # withdrawn file -> its slot
+        self._window = None
+
+    def window_for(self, qp) -> dict:
+        """What the session is told of its slots: a READ window bound to its queue pair."""
+        if self._window is None:
+            self._window = qp.bind_window(self.mr, 0, self.mr.length, Access.REMOTE_READ)
+        return self._window.remote().to_dict()
+
+    def close(self) -> None:
+        if self._window is not None:
+            self._window.invalidate()
+        self.mr.deregister()
 
     def take(self) -> int:
         if not self.free:
@@ -102,6 +156,20 @@ class ReadFile:
         self.key, self.segment, self.mr = key, seg, mr  # key: (topic, partition, base offset)
         self.slots: dict[int, tuple[SlotRegion, int]] = {}  # session id -> (region, slot index)
         self.refs: set[int] = set()
+        self.windows: dict[int, object] = {}  # session id -> its READ window, on its queue pair
+
+    def window_for(self, session: int, qp):
+        w = self.windows.get(session)
+        if w is None:
+            w = self.windows[session] = qp.bind_window(
+                self.mr, 0, self.mr.length, Access.REMOTE_READ
+            )
+        return w
+
+    def drop_reader(self, session: int) -> None:
+        w = self.windows.pop(session, None)
+        if w is not None:
+            w.invalidate()
 
     def withdraw(self) -> None:
         """Deregister it: READs of it fail from now on. The metadata slots still on it say it is
@@ -111,6 +179,8 @@ class ReadFile:
         for region, idx in self.slots.values():
             region.retire(idx, self.key, self.segment.base_offset)
         self.slots.clear()
+        for session in list(self.windows):
+            self.drop_reader(session)
         self.mr.deregister()
 
 

@@ -32,6 +32,7 @@ class ClientQP:
     def __init__(self, device, qp, acks_due: set[ClientQP]):
         self.qp = qp
         self.session: int | None = None
+        self.owner: Session | None = None  # the control session it is bound to
         # One region: RECV_DEPTH 64-byte receive buffers, then the acknowledgements to send.
         self.mr = device.alloc_mr(ACKS_AT + ACKS_PER_SEND * ACK_SIZE, Access.LOCAL_WRITE)
         self._lock = threading.Lock()
@@ -45,6 +46,8 @@ class ClientQP:
         longer the service's), and so are acknowledgements still due to it (writes of a dead
         producer given up later): their buffer is gone."""
         with self._lock:  # after any send_acks under way, before any later one
+            if self.closed:  # closed by another thread (its session's end, its own error)
+                return
             self.closed = True
             self._outbox.clear()
         self.qp.close()
@@ -147,7 +150,7 @@ class QueuePairs:
             if s is not None:
                 old = s.state.get("qp")
                 s.state["qp"] = cqp
-                cqp.session = s.id
+                cqp.session, cqp.owner = s.id, s
                 self._bound.notify_all()
         if old is not None and old is not cqp:
             self.drop(old)

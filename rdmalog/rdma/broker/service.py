@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 
+from rdmalog.rdma.broker.access_control import AccessControl
 from rdmalog.rdma.broker.commit_slots import CommitSink, CommitSlots
 from rdmalog.rdma.broker.grants import Grants
 from rdmalog.rdma.broker.ordered_commits import Arrival, OrderedCommits
@@ -36,6 +37,8 @@ from rdmalog.rdma.control import ControlServer, Session
 from rdmalog.rdma.transport.devices import open_device
 from rdmalog.rdma.transport.interface import Opcode, Status, TransportError
 from rdmalog.rdma.wire import AckStatus, imm_decode
+from rdmalog.security.authorizer import Authorizer
+from rdmalog.security.sasl import Credentials
 
 # Enum members read on hot paths, as module constants: attribute access on an Enum class
 # costs ~10x a global lookup on Python 3.11.
@@ -59,7 +62,11 @@ class RdmaService:
         slots_per_consumer: int = 1024,
         commit_sink: CommitSink | None = None,
         commit_interval: float = 0.1,
+        credentials: Credentials | None = None,
+        authorizer: Authorizer | None = None,
     ):
+        """`credentials`: require SASL on control connections (None: every session is
+        User:ANONYMOUS); `authorizer`: what each principal may be granted (None: everything)."""
         self.store = store
         self.kind = transport
         self.host = host
@@ -97,9 +104,12 @@ class RdmaService:
             prefault=self.prefault,
             slots_per_consumer=slots_per_consumer,
             hello_reply={"rdma_address": self.rdma_address, "transport": transport},
+            access=AccessControl(credentials, authorizer),
         )
         self.control = ControlServer(self.grants.handle, self._session_closed, host, control_port)
         self.control_address = self.control.address
+        self.grants.access.authorizer.add_listener(self._access_changed)
+        _warn_if_exposed(transport, host, credentials is not None)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -227,9 +237,14 @@ class RdmaService:
         cqp = self.qps.get(wc.qp_num)
         if cqp is None:
             return None
-        if wc.status != _SUCCESS:  # flushed: the client is gone; its session cleans up,
-            if cqp.session is None:  # and one that never said hello has none to do it
+        if wc.status != _SUCCESS:  # flushed: the client is gone or its queue pair is in error
+            if cqp.owner is None:  # one that never said hello has no session to clean up
                 self.queue_pairs.drop(cqp)
+            elif not cqp.closed:  # its session ends with it: a queue pair in error (a key
+                # it guessed, an access outside its windows) takes the client's access along
+                log.info("rdma: session %d ends: its queue pair is gone", cqp.session)
+                self.queue_pairs.drop(cqp)
+                self.control.end(cqp.owner)
             return None
         if wc.opcode == _RECV:  # hello: bind this QP to the control session
             self.queue_pairs.hello(cqp, wc.wr_id)
@@ -246,6 +261,14 @@ class RdmaService:
         self.grants.release_session(s)
         self.queue_pairs.session_closed(s)
 
+    def _access_changed(self) -> None:
+        """The authorizer changed (any thread): withdraw grants no longer allowed."""
+        for s in self.control.sessions():
+            try:
+                self.grants.recheck(s)
+            except Exception:  # one session's failure must not keep the others' grants
+                log.exception("rdma: re-checking session %d after an ACL change failed", s.id)
+
     # -- introspection (tests, bench) --------------------------------------------------------------
     def stats(self) -> dict:
         with self.lock:
@@ -257,3 +280,23 @@ class RdmaService:
                     len(rf.slots) for p in self.parts.values() for rf in p.readers.values()
                 ),
             }
+
+
+def _warn_if_exposed(transport: str, host: str, authenticated: bool) -> None:
+    """The control port and the tcp transport carry no TLS: say so when they listen beyond the
+    loopback interface (trusted networks only, see docs/rdma.md "Security")."""
+    import ipaddress
+
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if loopback:
+        return
+    what = "control requests" + (" and tcp datapaths" if transport == "tcp" else "")
+    log.warning(
+        "rdma: %s listen on %s without TLS: use a trusted network only%s",
+        what,
+        host,
+        "" if not authenticated else " (SASL PLAIN would send passwords in clear: prefer SCRAM)",
+    )

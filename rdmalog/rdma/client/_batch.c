@@ -1,18 +1,24 @@
-/* The native consumer's hot loop: the records of one uncompressed v2 record batch, decoded in C.
+/* The native consumer's hot loop in C: the whole uncompressed v2 record batches of a READ,
+ * decoded into records.
  *
- * decode_plain(buf, pos, size, base_offset, base_ts, max_ts, log_append, count, min_offset,
- *              topic, partition, record_type, out, limit) appends record_type(topic, partition,
+ * take(buf, pos, end, offset, room, topic, partition, record_type, out) walks the batches of
+ *              buf[pos:end] as the consumer's _take does and stops at the first one it does not
+ *              finish (see take()); decode_plain(buf, pos, size, base_offset, base_ts, max_ts,
+ *              log_append, count, min_offset, topic, partition, record_type, out, limit) decodes
+ *              one batch whose header the caller read. Both append record_type(topic, partition,
  *              offset, timestamp, key, value, headers, timestamp_type) to the list `out` for every
- *              record whose offset is >= min_offset, at most `limit` of them (a poll's max_records).  `record_type` is a tuple subclass with exactly eight fields (the
- *              consumer's NamedTuple); rdmalog/rdma/client/consumer.py holds the same logic in Python.
+ *              record whose offset is >= the minimum, at most the limit (a poll's max_records).
+ * `record_type` is a tuple subclass with exactly eight fields (the consumer's NamedTuple);
+ * rdmalog/rdma/client/consumer.py holds the same logic in Python.
  * headers is a tuple of (str, bytes | None) pairs.  Records hold only strings, numbers, bytes and such
  * tuples, so they are kept off the cyclic garbage collector's lists: a poll of thousands of records
  * otherwise triggers collections that traverse every one of them (40% of decoding time measured).
- * Malformed records raise ValueError; nothing is read outside [pos, pos + size).
+ * Malformed records raise ValueError; nothing is read outside the range given.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define BATCH_OVERHEAD 61
 
@@ -98,34 +104,18 @@ static PyObject *new_record(PyTypeObject *tp) {
 #endif
 }
 
-static PyObject *decode_plain(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t pos, size;
-    long long base, base_ts, max_ts, min_offset;
-    int log_append, count;
-    Py_ssize_t limit;
-    PyObject *topic, *partition, *rtype, *out;
-    if (!PyArg_ParseTuple(args, "y*nnLLLpiLOOOO!n", &view, &pos, &size, &base, &base_ts, &max_ts,
-                          &log_append, &count, &min_offset, &topic, &partition, &rtype,
-                          &PyList_Type, &out, &limit))
-        return NULL;
-    PyTypeObject *tp = (PyTypeObject *)rtype;
-    if (!PyType_Check(rtype) || !PyType_IsSubtype(tp, &PyTuple_Type)) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
-        return NULL;
-    }
-    if (pos < 0 || size < BATCH_OVERHEAD || pos + size > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "batch outside the buffer");
-        return NULL;
-    }
-    const unsigned char *start = (const unsigned char *)view.buf;
-    cursor c = {start + pos + BATCH_OVERHEAD, start + pos + size};
+/* Append the records of one uncompressed batch's record section [c->p, c->end) to `out`: those
+ * with offsets >= min_offset, at most `limit`. Returns how many were appended, -1 with an
+ * exception set (records appended before the fault stay in `out`: the caller drops them). */
+static Py_ssize_t decode_records(cursor c, long long base, long long base_ts, long long max_ts,
+                                 int log_append, long count, long long min_offset,
+                                 Py_ssize_t limit, PyObject *topic, PyObject *partition,
+                                 PyTypeObject *tp, PyObject *out) {
+    Py_ssize_t appended = 0;
     int ok = 1;
     PyObject *last_ts = NULL; /* the previous record's timestamp object, reused while it repeats */
     long long last_ts_value = 0;
-    for (int i = 0; ok && i < count && limit > 0; i++) {
+    for (long i = 0; i < count && appended < limit; i++) {
         int64_t len, ts_delta, off_delta;
         if (varint(&c, &len) < 0) { ok = 0; break; }
         if (len < 1 || len > c.end - c.p) {
@@ -185,17 +175,440 @@ static PyObject *decode_plain(PyObject *self, PyObject *args) {
         PyTuple_SET_ITEM(rec, 5, value);
         PyTuple_SET_ITEM(rec, 6, hdrs);
         PyTuple_SET_ITEM(rec, 7, PyLong_FromLong(log_append ? 1 : 0)); /* small int: cached */
-        if (PyList_Append(out, rec) < 0) ok = 0;
+        int failed = PyList_Append(out, rec) < 0;
         Py_DECREF(rec);
-        limit--;
+        if (failed) { ok = 0; break; }
+        appended++;
     }
     Py_XDECREF(last_ts);
+    return ok ? appended : -1;
+}
+
+static int record_type_ok(PyObject *rtype) {
+    if (!PyType_Check(rtype) || !PyType_IsSubtype((PyTypeObject *)rtype, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *decode_plain(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, size;
+    long long base, base_ts, max_ts, min_offset;
+    int log_append, count;
+    Py_ssize_t limit;
+    PyObject *topic, *partition, *rtype, *out;
+    if (!PyArg_ParseTuple(args, "y*nnLLLpiLOOOO!n", &view, &pos, &size, &base, &base_ts, &max_ts,
+                          &log_append, &count, &min_offset, &topic, &partition, &rtype,
+                          &PyList_Type, &out, &limit))
+        return NULL;
+    if (!record_type_ok(rtype)) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (pos < 0 || size < BATCH_OVERHEAD || pos + size > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "batch outside the buffer");
+        return NULL;
+    }
+    const unsigned char *start = (const unsigned char *)view.buf;
+    cursor c = {start + pos + BATCH_OVERHEAD, start + pos + size};
+    Py_ssize_t n = decode_records(c, base, base_ts, max_ts, log_append, count, min_offset, limit,
+                                  topic, partition, (PyTypeObject *)rtype, out);
     PyBuffer_Release(&view);
-    if (!ok) return NULL;
+    if (n < 0) return NULL;
     Py_RETURN_NONE;
 }
 
+static inline uint32_t be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static inline uint64_t be64(const unsigned char *p) {
+    return (uint64_t)be32(p) << 32 | be32(p + 4);
+}
+
+/* The v2 batch header fields take reads (Kafka's RecordBatch layout). */
+#define LENGTH_AT 8
+#define ATTRIBUTES_AT 21
+#define LAST_DELTA_AT 23
+#define BASE_TS_AT 27
+#define MAX_TS_AT 35
+#define COUNT_AT 57
+#define CODEC_MASK 0x07
+#define TIMESTAMP_TYPE_BIT 0x08
+#define CONTROL_BIT 0x20
+
+/* take(buf, pos, end, offset, room, topic, partition, record_type, out) -> (pos, offset, room)
+ *
+ * The native consumer's _take for the common case, in one call: walks the whole batches of
+ * buf[pos:end], skips those below `offset`, decodes uncompressed data batches into `out` (records
+ * at offsets >= `offset`, at most `room`), and returns where it stopped, the next offset to
+ * return and the room left. It stops, leaving the rest to the caller's Python loop (which does
+ * the same and more), at the first batch it does not finish: a partial one, one past the room,
+ * an impossible length, a compressed or control batch, or records that do not decode (those of
+ * that batch are taken back out of `out`, and the caller's decode raises again). */
+static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "take(buf, pos, end, offset, room, topic, partition, record_type, out)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    long long offset = PyLong_AsLongLong(args[3]);
+    Py_ssize_t room = PyLong_AsSsize_t(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *topic = args[5], *partition = args[6], *rtype = args[7], *out = args[8];
+    if (!record_type_ok(rtype)) return NULL;
+    if (!PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "out must be a list");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (pos < 0 || end < pos || end > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "range outside the buffer");
+        return NULL;
+    }
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    int failed = 0;
+    while (end - pos >= BATCH_OVERHEAD && room > 0) {
+        const unsigned char *h = buf + pos;
+        long long size = (long long)(int32_t)be32(h + LENGTH_AT) + 12;
+        if (size < BATCH_OVERHEAD || size > end - pos) break;
+        long long base = (long long)be64(h);
+        long long last = base + (int32_t)be32(h + LAST_DELTA_AT);
+        if (last >= offset) {
+            int attributes = (int)(int16_t)((uint16_t)h[ATTRIBUTES_AT] << 8 | h[ATTRIBUTES_AT + 1]);
+            if (attributes & (CODEC_MASK | CONTROL_BIT)) break;
+            Py_ssize_t before = PyList_GET_SIZE(out);
+            cursor c = {h + BATCH_OVERHEAD, h + size};
+            Py_ssize_t n = decode_records(
+                c, base, (long long)be64(h + BASE_TS_AT), (long long)be64(h + MAX_TS_AT),
+                (attributes & TIMESTAMP_TYPE_BIT) != 0, (long)(int32_t)be32(h + COUNT_AT), offset,
+                room, topic, partition, (PyTypeObject *)rtype, out);
+            if (n < 0) { /* this batch's records come out again; malformed ones are the
+                            caller's to report (its decode raises the same), others propagate */
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                int malformed = PyErr_GivenExceptionMatches(type, PyExc_ValueError);
+                if (PyList_SetSlice(out, before, PyList_GET_SIZE(out), NULL) < 0) {
+                    Py_XDECREF(type);
+                    Py_XDECREF(value);
+                    Py_XDECREF(tb);
+                    failed = 1;
+                } else if (malformed) {
+                    Py_XDECREF(type);
+                    Py_XDECREF(value);
+                    Py_XDECREF(tb);
+                } else {
+                    PyErr_Restore(type, value, tb);
+                    failed = 1;
+                }
+                break;
+            }
+            room -= n;
+            if (room <= 0 && n > 0) {
+                PyObject *lastrec = PyList_GET_ITEM(out, PyList_GET_SIZE(out) - 1);
+                long long got = PyLong_AsLongLong(PyTuple_GET_ITEM(lastrec, 2));
+                if (got < last) { /* the batch's other records: the next poll */
+                    offset = got + 1;
+                    break;
+                }
+            }
+            offset = last + 1;
+        }
+        pos += size;
+    }
+    PyBuffer_Release(&view);
+    if (failed) return NULL;
+    PyObject *r = PyTuple_New(3), *items[3] = {PyLong_FromSsize_t(pos),
+                                               PyLong_FromLongLong(offset),
+                                               PyLong_FromSsize_t(room)};
+    if (!r || !items[0] || !items[1] || !items[2]) {
+        Py_XDECREF(r);
+        for (int i = 0; i < 3; i++) Py_XDECREF(items[i]);
+        return NULL;
+    }
+    for (int i = 0; i < 3; i++) PyTuple_SET_ITEM(r, i, items[i]);
+    return r;
+}
+
+/* -- encoding: the native producer's batches of uncompressed records -------------------------- */
+
+/* CRC-32C (Castagnoli), as Kafka's batch CRC: the SSE4.2 instruction where the CPU has it. */
+static uint32_t crc_table[256];
+static int crc_hw;
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[i] = c;
+    }
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    crc_hw = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t c, const unsigned char *p,
+                                                           size_t n) {
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = (uint32_t)__builtin_ia32_crc32di(c, v);
+    }
+    for (; n; n--) c = __builtin_ia32_crc32qi(c, *p++);
+    return c;
+}
+#endif
+
+static uint32_t crc32c(const unsigned char *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (crc_hw) return ~crc_sse42(c, p, n);
+#endif
+    for (; n; n--) c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return ~c;
+}
+
+static inline uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+
+static inline Py_ssize_t varint_len(int64_t v) {
+    uint64_t z = zigzag(v);
+    Py_ssize_t n = 1;
+    while (z >= 0x80) {
+        z >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline unsigned char *put_varint(unsigned char *p, int64_t v) {
+    uint64_t z = zigzag(v);
+    while (z >= 0x80) {
+        *p++ = (unsigned char)(z | 0x80);
+        z >>= 7;
+    }
+    *p++ = (unsigned char)z;
+    return p;
+}
+
+static inline unsigned char *put_be(unsigned char *p, uint64_t v, int bytes) {
+    for (int i = bytes - 1; i >= 0; i--) *p++ = (unsigned char)(v >> (8 * i));
+    return p;
+}
+
+/* A key, value or header field: bytes-like, str (UTF-8) or None (length -1). */
+typedef struct {
+    const char *p;
+    Py_ssize_t n;
+    Py_buffer view;
+    int has_view;
+} field_t;
+
+static int get_field(PyObject *o, field_t *f) {
+    f->has_view = 0;
+    f->p = NULL;
+    f->n = -1;
+    if (o == Py_None) return 0;
+    if (PyUnicode_Check(o)) {
+        f->p = PyUnicode_AsUTF8AndSize(o, &f->n);
+        return f->p ? 0 : -1;
+    }
+    if (PyObject_GetBuffer(o, &f->view, PyBUF_SIMPLE) < 0) return -1;
+    f->has_view = 1;
+    f->p = (const char *)f->view.buf;
+    f->n = f->view.len;
+    return 0;
+}
+
+static Py_ssize_t field_len(const field_t *f) { return varint_len(f->n) + (f->n > 0 ? f->n : 0); }
+
+static unsigned char *put_field(unsigned char *p, const field_t *f) {
+    p = put_varint(p, f->n);
+    if (f->n > 0) {
+        memcpy(p, f->p, (size_t)f->n);
+        p += f->n;
+    }
+    return p;
+}
+
+static PyObject *str_key, *str_value, *str_headers, *str_timestamp; /* a Record's fields */
+
+typedef struct {
+    field_t key, value;
+    Py_ssize_t first_header, nheaders, body;
+    long long ts;
+} rec_t;
+
+/* encode_plain(records, now_ms) -> bytearray: records.build_batch(records, now_ms=now_ms) for
+ * uncompressed batches, in C: Records (key, value, headers, timestamp: None is now_ms) or
+ * (key, value) pairs; base offset 0, CreateTime, no producer id, and the batch's CRC-32C. */
+static PyObject *encode_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "encode_plain(records, now_ms)");
+        return NULL;
+    }
+    long long now = PyLong_AsLongLong(args[1]);
+    if (now == -1 && PyErr_Occurred()) return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "records must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n == 0) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "a batch needs at least one record");
+        return NULL;
+    }
+    rec_t *recs = PyMem_Calloc((size_t)n, sizeof(rec_t));
+    field_t *hdrs = NULL;
+    Py_ssize_t nh = 0, hcap = 0, got = 0, size = BATCH_OVERHEAD;
+    PyObject *held = PyList_New(0); /* the header lists and pairs, alive while their fields are */
+    PyObject *result = NULL;
+    long long base_ts = 0, max_ts = 0;
+    if (!recs || !held) goto done;
+    for (; got < n; got++) {
+        PyObject *item = PySequence_Fast_ITEMS(seq)[got];
+        rec_t *r = &recs[got];
+        PyObject *key, *value, *headers = NULL, *ts = NULL;
+        r->key.has_view = r->value.has_view = 0;
+        if ((PyTuple_Check(item) || PyList_Check(item)) && PySequence_Fast_GET_SIZE(item) == 2) {
+            key = Py_NewRef(PySequence_Fast_ITEMS(item)[0]);
+            value = Py_NewRef(PySequence_Fast_ITEMS(item)[1]);
+        } else {
+            key = PyObject_GetAttr(item, str_key);
+            value = key ? PyObject_GetAttr(item, str_value) : NULL;
+            headers = value ? PyObject_GetAttr(item, str_headers) : NULL;
+            ts = headers ? PyObject_GetAttr(item, str_timestamp) : NULL;
+            if (!ts) {
+                Py_XDECREF(key);
+                Py_XDECREF(value);
+                Py_XDECREF(headers);
+                goto done;
+            }
+        }
+        int bad = PyList_Append(held, key) < 0 || PyList_Append(held, value) < 0 ||
+                  get_field(key, &r->key) < 0 || get_field(value, &r->value) < 0;
+        Py_DECREF(key);
+        Py_DECREF(value);
+        r->ts = now;
+        if (!bad && ts && ts != Py_None) {
+            r->ts = PyLong_AsLongLong(ts);
+            bad = r->ts == -1 && PyErr_Occurred();
+        }
+        Py_XDECREF(ts);
+        r->first_header = nh;
+        PyObject *hseq = NULL;
+        if (!bad && headers && headers != Py_None) {
+            hseq = PySequence_Fast(headers, "headers must be a sequence of (key, value) pairs");
+            bad = !hseq || PyList_Append(held, hseq) < 0;
+        }
+        Py_XDECREF(headers);
+        if (bad) {
+            Py_XDECREF(hseq);
+            got++; /* its fields (if any) are released below */
+            goto done;
+        }
+        Py_ssize_t h = hseq ? PySequence_Fast_GET_SIZE(hseq) : 0;
+        if (nh + 2 * h > hcap) {
+            Py_ssize_t cap = 2 * (nh + 2 * h) + 8;
+            field_t *grown = PyMem_Realloc(hdrs, (size_t)cap * sizeof(field_t));
+            if (!grown) {
+                Py_XDECREF(hseq);
+                PyErr_NoMemory();
+                got++;
+                goto done;
+            }
+            hdrs = grown;
+            hcap = cap;
+        }
+        Py_ssize_t body = 1 + field_len(&r->key) + field_len(&r->value) + varint_len(h);
+        for (Py_ssize_t i = 0; i < h; i++) {
+            PyObject *pair = PySequence_Fast_ITEMS(hseq)[i];
+            if (!(PyTuple_Check(pair) || PyList_Check(pair)) || PySequence_Fast_GET_SIZE(pair) != 2) {
+                PyErr_SetString(PyExc_TypeError, "a header is a (key, value) pair");
+                bad = 1;
+            } else if (get_field(PySequence_Fast_ITEMS(pair)[0], &hdrs[nh]) < 0) {
+                bad = 1;
+            } else if (get_field(PySequence_Fast_ITEMS(pair)[1], &hdrs[nh + 1]) < 0) {
+                if (hdrs[nh].has_view) PyBuffer_Release(&hdrs[nh].view);
+                bad = 1;
+            }
+            if (bad) break;
+            body += field_len(&hdrs[nh]) + field_len(&hdrs[nh + 1]);
+            nh += 2;
+        }
+        Py_XDECREF(hseq); /* `held` keeps it alive */
+        r->nheaders = (nh - r->first_header) / 2;
+        if (bad) {
+            got++;
+            goto done;
+        }
+        if (got == 0) base_ts = max_ts = r->ts;
+        if (r->ts > max_ts) max_ts = r->ts;
+        r->body = body; /* without the offset and timestamp deltas: base_ts is known only now */
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        rec_t *r = &recs[i];
+        r->body += varint_len(r->ts - base_ts) + varint_len(i);
+        size += varint_len(r->body) + r->body;
+    }
+    if (size > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "batch too large");
+        goto done;
+    }
+    result = PyByteArray_FromStringAndSize(NULL, size);
+    if (!result) goto done;
+    unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(result), *p = out;
+    p = put_be(p, 0, 8);                        /* base offset */
+    p = put_be(p, (uint64_t)(size - 12), 4);    /* batch length */
+    p = put_be(p, (uint64_t)-1, 4);             /* partition leader epoch */
+    *p++ = 2;                                   /* magic */
+    p = put_be(p, 0, 4);                        /* CRC, below */
+    p = put_be(p, 0, 2);                        /* attributes */
+    p = put_be(p, (uint64_t)(n - 1), 4);        /* last offset delta */
+    p = put_be(p, (uint64_t)base_ts, 8);
+    p = put_be(p, (uint64_t)max_ts, 8);
+    p = put_be(p, (uint64_t)-1, 8);             /* producer id */
+    p = put_be(p, (uint64_t)-1, 2);             /* producer epoch */
+    p = put_be(p, (uint64_t)-1, 4);             /* base sequence */
+    p = put_be(p, (uint64_t)n, 4);              /* record count */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        rec_t *r = &recs[i];
+        p = put_varint(p, r->body);
+        *p++ = 0; /* record attributes */
+        p = put_varint(p, r->ts - base_ts);
+        p = put_varint(p, i);
+        p = put_field(p, &r->key);
+        p = put_field(p, &r->value);
+        p = put_varint(p, r->nheaders);
+        for (Py_ssize_t k = 0; k < 2 * r->nheaders; k++) p = put_field(p, &hdrs[r->first_header + k]);
+    }
+    put_be(out + 17, crc32c(out + 21, (size_t)(size - 21)), 4);
+done:
+    for (Py_ssize_t i = 0; recs && i < got; i++) {
+        if (recs[i].key.has_view) PyBuffer_Release(&recs[i].key.view);
+        if (recs[i].value.has_view) PyBuffer_Release(&recs[i].value.view);
+    }
+    for (Py_ssize_t i = 0; i < nh; i++)
+        if (hdrs[i].has_view) PyBuffer_Release(&hdrs[i].view);
+    PyMem_Free(hdrs);
+    PyMem_Free(recs);
+    Py_XDECREF(held);
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"take", (PyCFunction)(void (*)(void))take, METH_FASTCALL,
+     "take(buf, pos, end, offset, room, topic, partition, record_type, out) -> (pos, offset, "
+     "room): decode the whole uncompressed batches of buf[pos:end] into out"},
+    {"encode_plain", (PyCFunction)(void (*)(void))encode_plain, METH_FASTCALL,
+     "encode_plain(records, now_ms) -> bytearray: build_batch of uncompressed records, in C"},
     {"decode_plain", decode_plain, METH_VARARGS,
      "decode_plain(buf, pos, size, base_offset, base_ts, max_ts, log_append, count, min_offset, "
      "topic, partition, record_type, out, limit): append the batch's records (at most limit) to out"},
@@ -205,4 +618,12 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_batch",
                                     "decode an uncompressed v2 record batch", -1, methods};
 
-PyMODINIT_FUNC PyInit__batch(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__batch(void) {
+    crc_init();
+    str_key = PyUnicode_InternFromString("key");
+    str_value = PyUnicode_InternFromString("value");
+    str_headers = PyUnicode_InternFromString("headers");
+    str_timestamp = PyUnicode_InternFromString("timestamp");
+    if (!str_key || !str_value || !str_headers || !str_timestamp) return NULL;
+    return PyModule_Create(&module);
+}

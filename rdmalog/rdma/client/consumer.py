@@ -21,10 +21,11 @@ from typing import NamedTuple
 from rdmalog.errors import CorruptRecordError, KafkaError
 from rdmalog.rdma import commit_words
 from rdmalog.rdma.client.commit_results import PendingCommits
-from rdmalog.rdma.client.endpoint import Endpoint
+from rdmalog.rdma.client.endpoint import Endpoint, SaslCredentials
 from rdmalog.rdma.client.offsets import OffsetCommitError
 from rdmalog.rdma.commit_words import MAX_OFFSET, SLOT_BYTES, add_for, next_word
 from rdmalog.rdma.control import ControlError
+from rdmalog.rdma.transport._atomic64 import sync_words
 from rdmalog.rdma.transport.interface import Access, Opcode, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import LRB_MASK, SLOT_MUTABLE, SLOT_SIZE, SLOT_VALID
 from rdmalog.store.records import (
@@ -45,8 +46,9 @@ _SUCCESS = Status.SUCCESS
 
 try:  # the C decoder of uncompressed batches (setup.py builds it; optional)
     from rdmalog.rdma.client._batch import decode_plain as _c_decode_plain
+    from rdmalog.rdma.client._batch import take as _c_take
 except ImportError:  # pragma: no cover - a source tree without the extension built
-    _c_decode_plain = None
+    _c_decode_plain = _c_take = None
 
 EARLIEST, LATEST = -2, -1
 _RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}  # auto_offset_reset
@@ -57,8 +59,6 @@ IDLE_CHECK = 4096  # empty polls between two looks at the control connection (br
 # change in how soon a new record is returned (larger caps cost latency: 500 us, +0.1 ms)
 IDLE_NAP, IDLE_NAP_MAX = 20e-6, 200e-6
 _LEN = struct.Struct(">i")
-_SLOT = struct.Struct("<QQ")
-MAX_SLOTS = 4096
 
 
 CommitCallback = Callable[[dict[tuple[str, int], int], Exception | None], None]
@@ -139,6 +139,7 @@ class Consumer(Endpoint):
         bootstrap: str | None = None,
         auto_offset_reset: str = "earliest",
         check_crcs: bool = False,
+        sasl: SaslCredentials | None = None,
     ):
         if group_id is not None and not bootstrap:
             raise ValueError("group_id needs bootstrap: offsets live in the group coordinator")
@@ -148,7 +149,7 @@ class Consumer(Endpoint):
             raise ValueError(
                 f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
             )
-        super().__init__(control_address, transport, timeout)
+        super().__init__(control_address, transport, timeout, sasl)
         self.fetch_size = fetch_size
         self.reset = _RESETS[auto_offset_reset]  # None: an offset outside the log is an error
         self.check_crcs = check_crcs
@@ -156,6 +157,7 @@ class Consumer(Endpoint):
         # refused seek)
         self._deferred: Exception | None = None
         self.parts: dict[tuple[str, int], _Assignment] = {}
+        self._reading: list[_Assignment] | None = None  # assignments not paused (cached)
         # (callback, offsets, error) of answered commits not run yet: one that raised left them
         self._answered: deque[tuple] = deque()
         self._register()
@@ -179,12 +181,28 @@ class Consumer(Endpoint):
         self._results_mr = None  # tcp: where they are READ to
         self._results_look = 0.0
         self._pending = PendingCommits()
-        self._commits_waiting = self._pending.waiting  # tested on every poll: a list, not a call
+        self._commits_waiting = self._pending.waiting  # a list, not a call: see _attend
+        # Something a poll must do before reading, which the path where nothing went wrong never
+        # pays for: a broken session to raise, commit answers to look at or callbacks to run, an
+        # error found after the records a poll returned. Set where each of those arises.
+        self._due = True
         self.slots: RemoteRegion | None = None
-        self._slot_mr = self.device.alloc_mr(MAX_SLOTS * SLOT_SIZE, Access.LOCAL_WRITE)
+        # The slot words are applied from a local copy (registered: a READ lands in it), made
+        # when the first file with a slot is opened; on shm it is synced from a live view of the
+        # slot region instead of READ.
+        self._slot_mr = self._slot_words = None
         self._slot_view = None  # shm: live view of our slot region
-        self._slot_q = None
         self._active: list[_Assignment] | None = None  # assignments with a slot (cached)
+        # (live view or None, local copy, first byte, end byte) of the slots of _active
+        self._look: tuple | None = None
+        # shm, while every readable partition has been read up to what the slots showed and
+        # nothing is due: that look, and an empty poll is one C compare of it (sync_words).
+        # Anything that changes what a poll would do clears it (None: the next poll reads).
+        self._quiet: tuple | None = None
+
+    def disconnected(self, why: str):
+        self._due, self._quiet = True, None  # every poll raises from now on (_attend)
+        return super().disconnected(why)
 
     def _reconnected(self) -> None:
         """Re-register and re-request every assignment from the next offset to deliver."""
@@ -203,6 +221,7 @@ class Consumer(Endpoint):
         None: the group's committed offset when there is one (and it is still in the log), else
         `auto_offset_reset`.
         """
+        self._reading = self._quiet = None
         for tp in list(self.parts):
             if tp not in partitions:
                 a = self.parts.pop(tp)
@@ -259,10 +278,12 @@ class Consumer(Endpoint):
         back-pressure): their positions, and what was already read, stay."""
         for a in self._assigned(partitions):
             a.paused = True
+        self._reading = self._quiet = None
 
     def resume(self, partitions: list[tuple[str, int]]) -> None:
         for a in self._assigned(partitions):
             a.paused = False
+        self._reading = self._quiet = None
 
     def paused(self) -> list[tuple[str, int]]:
         return [tp for tp, a in self.parts.items() if a.paused]
@@ -323,8 +344,10 @@ class Consumer(Endpoint):
             slot[2] = words[slot[3]] = word
         if callback is not None and words:
             self._pending.add(callback, dict(offsets), words)
+            self._due, self._quiet = True, None
         elif callback is not None:  # nothing to commit: answered by the next poll(), as Kafka's
             self._answered.append((callback, dict(offsets), None))
+            self._due, self._quiet = True, None
 
     def _commit_slot(self, topic: str, partition: int) -> list[int]:
         """[addr, rkey, word, index] of the partition's commit slot, asked for the first time."""
@@ -382,6 +405,7 @@ class Consumer(Endpoint):
     def _call_back(self, calls) -> None:
         """Run commit callbacks in order; one that raises leaves the rest for the next poll()."""
         self._answered.extend(calls)
+        self._due, self._quiet = True, None  # one that raises leaves the rest to the next poll
         while self._answered:
             cb, offsets, error = self._answered.popleft()
             cb(offsets, error)
@@ -415,20 +439,21 @@ class Consumer(Endpoint):
         a.mutable, a.slot, a.more = r["mutable"], r["slot"], False
         a.head = a.have = 0
         a.active = True
-        self._active = None
+        self._active = self._quiet = None
         if a.mr is None:
             a.mr = self.device.alloc_mr(max(4 * self.fetch_size, 1 << 16), Access.LOCAL_WRITE)
         if r.get("slots") and self.slots is None:
             self.slots = RemoteRegion.from_dict(r["slots"])
-            view = self.qp.map_remote(self.slots.addr, self.slots.rkey, self.slots.length)
-            if view is not None:
-                self._slot_view = view
-                self._slot_q = view.cast("Q")
+            self._slot_mr = self.device.alloc_mr(self.slots.length, Access.LOCAL_WRITE)
+            self._slot_words = self._slot_mr.buf.cast("Q")
+            self._slot_view = self.qp.map_remote(
+                self.slots.addr, self.slots.rkey, self.slots.length
+            )
 
     def _release(self, a: _Assignment) -> None:
         if a.active:
             a.active = False
-            self._active = None
+            self._active = self._quiet = None
             try:
                 self.control("release", topic=a.topic, partition=a.partition, base_offset=a.base)
             except (ControlError, TransportError):
@@ -445,99 +470,130 @@ class Consumer(Endpoint):
         return self._poll(timeout, max_batches, True)
 
     def _poll(self, timeout: float, max_records: int, raw: bool) -> list:
-        if self.broken is not None:
-            raise self.disconnected(self.broken)
-        if self._commits_waiting or self._answered:
-            self._look_at_commits()
-        self._raise_deferred()  # found by the last poll, which returned the records before it
-        out: list[ConsumerRecord] = []
         deadline = None
         spins = 0
         nap = IDLE_NAP
         while True:
-            refreshed = False
-            for a in self.parts.values():
-                if a.paused:
-                    continue
-                try:
-                    if not a.active:  # its last seek was refused: again (raises while it lasts)
-                        self.seek(a.topic, a.partition, a.offset)
-                    if not a.more:
-                        if a.pos >= a.lrb and a.slot >= 0 and not refreshed:
-                            self._refresh_slots()
-                            refreshed = True
-                        if a.pos >= a.lrb and not a.mutable:
-                            self._next_file(a)  # sealed and read to its end
-                    if a.more or a.pos < a.lrb:
-                        self._fetch(a, out, raw, max_records - len(out))
-                        if len(out) >= max_records:
-                            return out
-                except Exception as e:
-                    if not out:
-                        raise
-                    # Other partitions' records are taken (their positions moved): they come
-                    # now, the error with the next poll.
-                    self._deferred = e
+            quiet = self._quiet
+            if quiet is None or sync_words(*quiet):  # shm, caught up: nothing new, nothing to do
+                out = self._read_all(max_records, raw)
+                if out:
+                    self._idle = 0
                     return out
-            if out:
-                self._idle = 0
-                return out
-            self._raise_deferred()
             self._idle += 1
             if self._idle >= IDLE_CHECK:  # quiet for a while: make sure the broker is still there
                 self._idle = 0
                 self.check()
             if timeout <= 0:
-                return out
+                return []
             if deadline is None:
                 deadline = time.monotonic() + timeout
             elif time.monotonic() >= deadline:
-                return out
+                return []
             spins += 1
             if spins > 64:  # busy-poll briefly (latency), then let the core go
                 time.sleep(nap)
-                if self._slot_q is None:  # each look is a READ someone serves (tcp: the
+                if self._slot_view is None:  # each look is a READ someone serves (tcp: the
                     nap = min(2 * nap, IDLE_NAP_MAX)  # broker's engine): back off while idle
 
-    def _raise_deferred(self) -> None:
+    def _read_all(self, max_records: int, raw: bool) -> list:
+        """One pass over the unpaused partitions: what they have, at most `max_records`. A pass
+        that finds nothing on shm, with nothing due, leaves `_quiet` set to the look it made."""
+        self._quiet = None
+        if self._due:
+            self._attend()
+        reading = self._reading
+        if reading is None:
+            reading = self._reading = [a for a in self.parts.values() if not a.paused]
+        out: list = []
+        look = None  # the slot look of this pass, once made
+        for a in reading:
+            try:
+                if not a.active:  # its last seek was refused: again (raises while it lasts)
+                    self.seek(a.topic, a.partition, a.offset)
+                if not a.more:
+                    if a.pos >= a.lrb and a.slot >= 0 and look is None:
+                        look = self._refresh_slots()
+                    if a.pos >= a.lrb and not a.mutable:
+                        self._next_file(a)  # sealed and read to its end
+                if a.more or a.pos < a.lrb:
+                    self._fetch(a, out, raw, max_records - len(out))
+                    if len(out) >= max_records:
+                        return out
+            except Exception as e:
+                if not out:
+                    raise
+                # Other partitions' records are taken (their positions moved): they come
+                # now, the error with the next poll.
+                self._deferred = e
+                self._due = True
+                return out
+        if out:
+            return out
+        if self._due:  # e.g. a corrupt batch found with nothing before it to return
+            self._attend()
+        if (
+            look is not None
+            and look[0] is not None  # a live view: looking again costs no READ
+            and self._active is not None  # no file opened or released since that look
+            and not self._due
+            and all(
+                a.active and not a.more and a.slot >= 0 and a.mutable and a.pos >= a.lrb
+                for a in reading
+            )
+        ):
+            self._quiet = look
+        return out
+
+    def _attend(self) -> None:
+        """What a poll does first once something is due: raise for a broken session, run the
+        callbacks of answered commits, raise the error found after the records the last poll
+        returned."""
+        if self.broken is not None:
+            raise self.disconnected(self.broken)
+        if self._commits_waiting or self._answered:
+            self._look_at_commits()  # a callback that raises leaves _due set
+        self._due = bool(self._commits_waiting or self._answered)
         if self._deferred is not None:
             e, self._deferred = self._deferred, None
             raise e
 
-    def _refresh_slots(self) -> None:
-        """One look at all active slots (a READ of their smallest covering range)."""
+    def _refresh_slots(self) -> tuple | None:
+        """Bring the local copy of the active slots up to date (on shm a compare-and-copy of the
+        live mapping, elsewhere a READ of their smallest covering range) and apply it; returns
+        the look made (`_look`), None when no assignment has a slot."""
         active = self._active
         if active is None:
-            active = self._active = [a for a in self.parts.values() if a.active and a.slot >= 0]
-        if not active or self.slots is None:
-            return
-        if self._slot_q is not None:  # shm: the live mapping (the empty-poll path, inlined)
-            q = self._slot_q
-            for a in active:
-                i = a.slot * 2
-                w0 = q[i]
-                if w0 & SLOT_VALID and q[i + 1] == a.base:
-                    lrb = w0 & LRB_MASK
-                    if lrb > a.lrb:
-                        a.lrb = lrb
-                    a.mutable = bool(w0 & SLOT_MUTABLE)
-            return
-        lo = min(a.slot for a in active)
-        hi = max(a.slot for a in active) + 1
-        n = (hi - lo) * SLOT_SIZE
-        addr = self.slots.addr + lo * SLOT_SIZE
-        self._read(self._slot_mr, 0, n, addr, self.slots.rkey, "metadata slot READ")
+            active = self._watch()
+        look = self._look
+        if look is None:
+            return None
+        if look[0] is not None:
+            sync_words(*look)
+        else:
+            lo, hi = look[2], look[3]
+            addr = self.slots.addr + lo
+            self._read(self._slot_mr, lo, hi - lo, addr, self.slots.rkey, "metadata slot READ")
+        words = self._slot_words
         for a in active:
-            w0, w1 = _SLOT.unpack_from(self._slot_mr.buf, (a.slot - lo) * SLOT_SIZE)
-            self._apply_slot(a, w0, w1)
+            i = a.slot * 2
+            w0 = words[i]
+            if w0 & SLOT_VALID and words[i + 1] == a.base:
+                lrb = w0 & LRB_MASK
+                if lrb > a.lrb:
+                    a.lrb = lrb
+                a.mutable = bool(w0 & SLOT_MUTABLE)
+        return look
 
-    @staticmethod
-    def _apply_slot(a: _Assignment, w0: int, w1: int) -> None:
-        if w0 & SLOT_VALID and w1 == a.base:
-            lrb = w0 & LRB_MASK
-            if lrb > a.lrb:
-                a.lrb = lrb
-            a.mutable = bool(w0 & SLOT_MUTABLE)
+    def _watch(self) -> list[_Assignment]:
+        """The active assignments with a slot (`_active`), and the look covering their slots."""
+        active = self._active = [a for a in self.parts.values() if a.active and a.slot >= 0]
+        self._look = None
+        if active and self._slot_mr is not None:
+            lo = min(a.slot for a in active) * SLOT_SIZE
+            hi = (max(a.slot for a in active) + 1) * SLOT_SIZE
+            self._look = (self._slot_view, self._slot_mr.buf, lo, hi)
+        return active
 
     def _next_file(self, a: _Assignment) -> None:
         if a.have:  # the sealed file ends inside a batch: its length is corrupt (it was
@@ -558,7 +614,7 @@ class Consumer(Endpoint):
                 return
             raise
         a.active = False
-        self._active = None
+        self._active = self._quiet = None
         self._open(a, r)
 
     def _fetch(self, a: _Assignment, out: list, raw: bool, room: int) -> None:
@@ -597,6 +653,10 @@ class Consumer(Endpoint):
         where it is: the next READ lands behind it while the buffer has room (no move per READ)."""
         buf = a.mr.buf
         p, end = a.head, a.head + a.have
+        if _c_take is not None and not raw and not self.check_crcs:  # uncompressed data batches
+            p, a.offset, room = _c_take(
+                buf, p, end, a.offset, room, a.topic, a.partition, ConsumerRecord, out
+            )  # the loop below takes what it stopped at, if anything
         while end - p >= BATCH_OVERHEAD:
             size = _LEN.unpack_from(buf, p + 8)[0] + LOG_OVERHEAD
             if size > end - p:
@@ -666,6 +726,7 @@ class Consumer(Endpoint):
             f"{a.topic}-{a.partition}: the record batch of offsets {first}-{last} {why}; "
             f"seek to {last + 1} to skip it"
         )
+        self._due = True
         a.more = True
 
     def _grow(self, a: _Assignment, need: int) -> None:
@@ -693,6 +754,7 @@ class Consumer(Endpoint):
         if self.offsets is not None:
             self.offsets.close()
         super().close()
+        self._due, self._quiet = True, None  # every poll raises ClientClosedError (_attend)
         if first is not None:
             raise first
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import time
+from dataclasses import dataclass
 
 from rdmalog.rdma.control import ControlClient, ControlError
 from rdmalog.rdma.transport.devices import open_device
@@ -29,16 +30,39 @@ class ClientClosedError(RuntimeError):
     clients refuse every operation after close); make a new one."""
 
 
+@dataclass(frozen=True)
+class SaslCredentials:
+    """Who the client is to a service that requires authentication: a SASL mechanism (PLAIN,
+    SCRAM-SHA-256, SCRAM-SHA-512) and the user's name and password (kafka-python's
+    sasl_mechanism, sasl_plain_username, sasl_plain_password)."""
+
+    mechanism: str
+    username: str
+    password: str = ""
+
+    def __repr__(self) -> str:
+        return f"SaslCredentials({self.mechanism!r}, {self.username!r}, password=...)"
+
+
 class Endpoint:
     """Control connection + transport device + one RC queue pair to the broker, bound by a token.
 
-    The token travels in a SEND on the new queue pair, so the broker learns which control session
-    (and so which grants and metadata slots) the queue pair belongs to.
+    The control connection authenticates first when `sasl` is given. The token travels in a SEND
+    on the new queue pair, so the broker learns which control session (and so which grants and
+    metadata slots) the queue pair belongs to. Refusals by the broker's authorizer raise the
+    Kafka error a Kafka client would get (TopicAuthorizationFailedError, ...).
     """
 
-    def __init__(self, control_address: str, transport: str | None = None, timeout: float = 10.0):
+    def __init__(
+        self,
+        control_address: str,
+        transport: str | None = None,
+        timeout: float = 10.0,
+        sasl: SaslCredentials | None = None,
+    ):
         self.control_address = control_address
         self.timeout = timeout
+        self.sasl = sasl
         self.broken: str | None = None  # why the session is gone (None while connected)
         self.closed = False
         self._transport = transport
@@ -48,7 +72,12 @@ class Endpoint:
         self.ctl = ControlClient(self.control_address, self.timeout)
         self.device = self.cq = self.qp = None
         try:
-            hello = self.ctl.request("hello")
+            if self.sasl is not None:
+                self.ctl.authenticate(self.sasl.mechanism, self.sasl.username, self.sasl.password)
+            try:
+                hello = self.ctl.request("hello")
+            except ControlError as e:
+                raise e.kafka_error() or e from None
             self.kind = self._transport or hello["transport"]
             if self.kind != hello["transport"]:
                 raise TransportError(f"broker serves {hello['transport']}, not {self.kind}")
@@ -99,7 +128,7 @@ class Endpoint:
         except ControlError as e:
             if e.code == "disconnected":
                 raise self.disconnected(str(e)) from e
-            raise
+            raise e.kafka_error() or e from None
 
     def reconnect(self, timeout: float = 30.0) -> None:
         """Drop the old session and open a new one, retrying until the broker answers."""

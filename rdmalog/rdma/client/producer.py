@@ -29,7 +29,12 @@ from rdmalog.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from rdmalog.rdma.client.endpoint import BrokerDisconnected, ClientClosedError, Endpoint
+from rdmalog.rdma.client.endpoint import (
+    BrokerDisconnected,
+    ClientClosedError,
+    Endpoint,
+    SaslCredentials,
+)
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport.interface import Access, Opcode, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import (
@@ -43,6 +48,11 @@ from rdmalog.rdma.wire import (
 )
 from rdmalog.store.compression import Codec
 from rdmalog.store.records import BATCH_OVERHEAD, Record, build_batch, read_header, stamp_producer
+
+try:  # build_batch of uncompressed records in C (setup.py builds it; optional)
+    from rdmalog.rdma.client._batch import encode_plain as _c_encode
+except ImportError:  # pragma: no cover - a source tree without the extension built
+    _c_encode = None
 
 # Enum members read on hot paths, as module constants: attribute access on an Enum class
 # costs ~10x a global lookup on Python 3.11.
@@ -178,8 +188,9 @@ class Producer(Endpoint):
         timeout: float = 10.0,
         compression: int = Codec.NONE,
         idempotent: bool = False,
+        sasl: SaslCredentials | None = None,
     ):
-        super().__init__(control_address, transport, timeout)
+        super().__init__(control_address, transport, timeout, sasl)
         self.idempotent = idempotent
         self.producer_id, self.producer_epoch = -1, -1
         self._next_sequence: dict[tuple[str, int], int] = {}
@@ -318,7 +329,11 @@ class Producer(Endpoint):
     def send_records(
         self, topic: str, partition: int, records: Iterable[Record | tuple]
     ) -> Delivery:
-        return self.send_batch(topic, partition, build_batch(records, compression=self.compression))
+        if self.compression or _c_encode is None:
+            batch = build_batch(records, compression=self.compression)
+        else:  # records.build_batch in C: the same bytes
+            batch = _c_encode(records, int(time.time() * 1000))
+        return self.send_batch(topic, partition, batch)
 
     def send_batch(self, topic: str, partition: int, batch) -> Delivery:
         """Send ready v2 record batch bytes (one or more whole batches): any bytes-like object
@@ -539,8 +554,8 @@ class Producer(Endpoint):
                 raise
             self._fail(d, e)
             return
-        except ControlError as e:
-            self._fail(d, ProduceError(str(e)))
+        except (ControlError, KafkaError) as e:  # a Kafka error: the authorizer's refusal
+            self._fail(d, e if isinstance(e, KafkaError) else ProduceError(str(e)))
             self._partition_counts.pop(d.topic, None)  # the topic may have changed: ask again
             return
         n = d.length

@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -26,11 +27,69 @@ static uint64_t *word_at(Py_buffer *view, Py_ssize_t off) {
     return (uint64_t *)p;
 }
 
-static PyObject *fetch_add(PyObject *self, PyObject *args) {
+/* The arguments of a METH_FASTCALL function (these run once or more per datapath operation, and
+ * PyArg_ParseTuple's format parsing costs as much as the work): one letter per argument, as its
+ * format units - 'w' writable buffer (Py_buffer *, released by the caller once this succeeded),
+ * 'y' readable buffer, 'n' Py_ssize_t, 'K' unsigned long long and 'I' unsigned int (masked, as
+ * "K" and "I"), 'O' an object (borrowed). On failure nothing is left acquired. */
+static int parse(const char *name, PyObject *const *args, Py_ssize_t nargs, const char *spec, ...) {
+    Py_ssize_t want = (Py_ssize_t)strlen(spec);
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
+        return 0;
+    }
+    Py_buffer *held[4];
+    int nheld = 0, ok = 1;
+    va_list ap;
+    va_start(ap, spec);
+    for (Py_ssize_t i = 0; ok && i < want; i++) {
+        PyObject *o = args[i];
+        switch (spec[i]) {
+        case 'w':
+        case 'y': {
+            Py_buffer *b = va_arg(ap, Py_buffer *);
+            ok = PyObject_GetBuffer(o, b, spec[i] == 'w' ? PyBUF_WRITABLE : PyBUF_SIMPLE) == 0;
+            if (ok) held[nheld++] = b;
+            break;
+        }
+        case 'n': {
+            Py_ssize_t *v = va_arg(ap, Py_ssize_t *);
+            *v = PyNumber_AsSsize_t(o, PyExc_OverflowError);
+            ok = !(*v == -1 && PyErr_Occurred());
+            break;
+        }
+        case 'K': {
+            unsigned long long *v = va_arg(ap, unsigned long long *);
+            ok = PyLong_Check(o);
+            if (ok) *v = PyLong_AsUnsignedLongLongMask(o);
+            else PyErr_Format(PyExc_TypeError, "%s(): an int is required", name);
+            ok = ok && !(*v == (unsigned long long)-1 && PyErr_Occurred());
+            break;
+        }
+        case 'I': {
+            unsigned int *v = va_arg(ap, unsigned int *);
+            ok = PyLong_Check(o);
+            if (ok) *v = (unsigned int)PyLong_AsUnsignedLongMask(o);
+            else PyErr_Format(PyExc_TypeError, "%s(): an int is required", name);
+            ok = ok && !(*v == (unsigned int)-1 && PyErr_Occurred());
+            break;
+        }
+        case 'O':
+            *va_arg(ap, PyObject **) = o;
+            break;
+        }
+    }
+    va_end(ap);
+    if (!ok)
+        while (nheld) PyBuffer_Release(held[--nheld]);
+    return ok;
+}
+
+static PyObject *fetch_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
     Py_ssize_t off;
     unsigned long long add;
-    if (!PyArg_ParseTuple(args, "w*nK", &view, &off, &add)) return NULL;
+    if (!parse("fetch_add", args, nargs, "wnK", &view, &off, &add)) return NULL;
     uint64_t *w = word_at(&view, off);
     uint64_t old = 0;
     if (w) old = __atomic_fetch_add(w, (uint64_t)add, __ATOMIC_SEQ_CST);
@@ -38,11 +97,12 @@ static PyObject *fetch_add(PyObject *self, PyObject *args) {
     return w ? PyLong_FromUnsignedLongLong(old) : NULL;
 }
 
-static PyObject *compare_swap(PyObject *self, PyObject *args) {
+static PyObject *compare_swap(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
     Py_ssize_t off;
     unsigned long long expected, desired;
-    if (!PyArg_ParseTuple(args, "w*nKK", &view, &off, &expected, &desired)) return NULL;
+    if (!parse("compare_swap", args, nargs, "wnKK", &view, &off, &expected, &desired))
+        return NULL;
     uint64_t *w = word_at(&view, off);
     uint64_t cur = expected;
     if (w)  /* on failure cur receives the current value; on success it stays == expected */
@@ -52,21 +112,21 @@ static PyObject *compare_swap(PyObject *self, PyObject *args) {
     return w ? PyLong_FromUnsignedLongLong(cur) : NULL;
 }
 
-static PyObject *load(PyObject *self, PyObject *args) {
+static PyObject *load(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
     Py_ssize_t off;
-    if (!PyArg_ParseTuple(args, "y*n", &view, &off)) return NULL;
+    if (!parse("load", args, nargs, "yn", &view, &off)) return NULL;
     uint64_t *w = word_at(&view, off);
     uint64_t v = w ? __atomic_load_n(w, __ATOMIC_ACQUIRE) : 0;
     PyBuffer_Release(&view);
     return w ? PyLong_FromUnsignedLongLong(v) : NULL;
 }
 
-static PyObject *store(PyObject *self, PyObject *args) {
+static PyObject *store(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
     Py_ssize_t off;
     unsigned long long v;
-    if (!PyArg_ParseTuple(args, "w*nK", &view, &off, &v)) return NULL;
+    if (!parse("store", args, nargs, "wnK", &view, &off, &v)) return NULL;
     uint64_t *w = word_at(&view, off);
     if (w) __atomic_store_n(w, (uint64_t)v, __ATOMIC_RELEASE);
     PyBuffer_Release(&view);
@@ -82,11 +142,11 @@ static uint64_t now_ns(void) {
 
 /* Spin (GIL released) until the word differs from `old` or `spin_ns` pass; returns the word.
  * Lets a poller wait for a ring tail without a syscall and without starving other threads. */
-static PyObject *wait_change(PyObject *self, PyObject *args) {
+static PyObject *wait_change(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
     Py_ssize_t off;
     unsigned long long old, spin_ns;
-    if (!PyArg_ParseTuple(args, "y*nKK", &view, &off, &old, &spin_ns)) return NULL;
+    if (!parse("wait_change", args, nargs, "ynKK", &view, &off, &old, &spin_ns)) return NULL;
     uint64_t *w = word_at(&view, off);
     if (!w) {
         PyBuffer_Release(&view);
@@ -144,10 +204,10 @@ static int do_copy(char *d, const char *s, size_t n) {
     return 1;
 }
 
-static PyObject *guarded_copy(PyObject *self, PyObject *args) {
+static PyObject *guarded_copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer dst, src;
     Py_ssize_t doff, soff, n;
-    if (!PyArg_ParseTuple(args, "w*ny*nn", &dst, &doff, &src, &soff, &n)) return NULL;
+    if (!parse("copy", args, nargs, "wnynn", &dst, &doff, &src, &soff, &n)) return NULL;
     if (n < 0 || doff < 0 || soff < 0 || doff + n > dst.len || soff + n > src.len) {
         PyBuffer_Release(&dst);
         PyBuffer_Release(&src);
@@ -170,6 +230,115 @@ static PyObject *guarded_copy(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* Buffer arguments of the METH_FASTCALL functions below; released by release_all. */
+static int get_buffers(PyObject *const *objs, Py_buffer *views, const int *writable, int n) {
+    for (int i = 0; i < n; i++) {
+        if (PyObject_GetBuffer(objs[i], &views[i], writable[i] ? PyBUF_WRITABLE : PyBUF_SIMPLE) <
+            0) {
+            while (--i >= 0) PyBuffer_Release(&views[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void release_all(Py_buffer *views, int n) {
+    for (int i = 0; i < n; i++) PyBuffer_Release(&views[i]);
+}
+
+/* sync_words(src, dst, start, end) -> bool: copy the 64-bit words in bytes [start, end) of a
+ * shared mapping into dst at the same offsets, each an acquire load as the peer stores them;
+ * True when any of them differed from what dst held. The native consumer's look at its metadata
+ * slots: while it has read everything they showed, an empty poll is this one call. */
+static PyObject *sync_words(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "sync_words(src, dst, start, end)");
+        return NULL;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[2]), end = PyLong_AsSsize_t(args[3]);
+    if ((start == -1 || end == -1) && PyErr_Occurred()) return NULL;
+    Py_buffer v[2];
+    static const int writable[2] = {0, 1};
+    if (get_buffers(args, v, writable, 2) < 0) return NULL;
+    const char *src = (const char *)v[0].buf;
+    char *dst = (char *)v[1].buf;
+    if (start < 0 || end < start || end > v[0].len || end > v[1].len || (start | end) & 7 ||
+        ((uintptr_t)src & 7) || ((uintptr_t)dst & 7)) {
+        release_all(v, 2);
+        PyErr_SetString(PyExc_IndexError, "sync_words: range outside the buffers or unaligned");
+        return NULL;
+    }
+    int changed = 0;
+    for (Py_ssize_t off = start; off < end; off += 8) {
+        uint64_t w = __atomic_load_n((const uint64_t *)(src + off), __ATOMIC_ACQUIRE);
+        uint64_t *d = (uint64_t *)(dst + off);
+        if (*d != w) {
+            *d = w;
+            changed = 1;
+        }
+    }
+    release_all(v, 2);
+    return PyBool_FromLong(changed);
+}
+
+/* Where a shm region table entry keeps a memory window's start, end and bound queue pair (0: a
+ * region, any queue pair); see shm.py's entry layout. */
+#define E_START 224
+#define E_END 232
+#define E_QP 240
+#define MR_ENTRY 256
+
+/* copy_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n, qp, remote_off) -> bool:
+ * a shm READ or WRITE of a peer region already mapped, in one call: the peer's region table
+ * word at entry_off still holds rkey (acquire: a deregistered region fails as a revoked RNIC key
+ * does), a window entry is bound to queue pair qp and holds [remote_off, remote_off + n), both
+ * ranges lie in their buffers, and the copy did not fault. False for any of those; the caller's
+ * general path tells them apart. */
+static PyObject *copy_checked(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "copy_checked(table, entry_off, rkey, dst, dst_off, src, "
+                                         "src_off, n, qp, remote_off)");
+        return NULL;
+    }
+    Py_ssize_t eoff = PyLong_AsSsize_t(args[1]), doff = PyLong_AsSsize_t(args[4]);
+    Py_ssize_t soff = PyLong_AsSsize_t(args[6]), n = PyLong_AsSsize_t(args[7]);
+    Py_ssize_t roff = PyLong_AsSsize_t(args[9]);
+    unsigned long long rkey = PyLong_AsUnsignedLongLong(args[2]);
+    unsigned long long qp = PyLong_AsUnsignedLongLong(args[8]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *objs[3] = {args[0], args[3], args[5]};
+    Py_buffer v[3];
+    static const int writable[3] = {0, 1, 0};
+    if (get_buffers(objs, v, writable, 3) < 0) return NULL;
+    int ok = 0;
+    uint64_t *w = eoff >= 0 && eoff + MR_ENTRY <= v[0].len && !(((uintptr_t)v[0].buf + eoff) & 7)
+                      ? (uint64_t *)((char *)v[0].buf + eoff)
+                      : NULL;
+    int window_ok = 0;
+    if (w && rkey && __atomic_load_n(w, __ATOMIC_ACQUIRE) == rkey) {
+        uint64_t bound = __atomic_load_n(w + E_QP / 8, __ATOMIC_ACQUIRE);
+        uint64_t lo = __atomic_load_n(w + E_START / 8, __ATOMIC_ACQUIRE);
+        uint64_t hi = __atomic_load_n(w + E_END / 8, __ATOMIC_ACQUIRE);
+        window_ok = bound == 0 || (bound == qp && roff >= 0 && n >= 0 && (uint64_t)roff >= lo &&
+                                   (uint64_t)(roff + n) <= hi);
+    }
+    if (window_ok && n >= 0 && doff >= 0 && soff >= 0 && doff + n <= v[1].len &&
+        soff + n <= v[2].len) {
+        if (!bus_installed) install_bus();
+        char *d = (char *)v[1].buf + doff;
+        const char *s = (const char *)v[2].buf + soff;
+        if (n >= 65536) { /* as copy(): a large copy lets other threads run */
+            Py_BEGIN_ALLOW_THREADS
+            ok = do_copy(d, s, (size_t)n);
+            Py_END_ALLOW_THREADS
+        } else {
+            ok = do_copy(d, s, (size_t)n);
+        }
+    }
+    release_all(v, 3);
+    return PyBool_FromLong(ok);
+}
+
 /* The shm completion ring (shm.py's _Ring): a header of three words on separate cache lines
  * (reserve @0, head @64, waiting @128), then slots of `slot_size` bytes: seq u64, then kind,
  * qp_num, imm, byte_len (u32 each), then a SEND's payload. One call per push or pop instead of
@@ -189,13 +358,13 @@ static int ring_ok(Py_buffer *v, Py_ssize_t nslots, Py_ssize_t slot_size) {
 /* ring_push(buf, nslots, slot_size, kind, qp_num, imm, byte_len, payload) -> -1 when full,
  * else 1 if the owner announced it sleeps (ring its doorbell), 0 if not. Payload: bytes-like
  * (a SEND) or None; at most slot_size - 24 bytes. */
-static PyObject *ring_push(PyObject *self, PyObject *args) {
+static PyObject *ring_push(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer v, pay = {0};
     Py_ssize_t nslots, slot_size;
     unsigned int kind, qpn, imm, blen;
     PyObject *payload;
-    if (!PyArg_ParseTuple(args, "w*nnIIIIO", &v, &nslots, &slot_size, &kind, &qpn, &imm, &blen,
-                          &payload))
+    if (!parse("ring_push", args, nargs, "wnnIIIIO", &v, &nslots, &slot_size, &kind, &qpn, &imm,
+               &blen, &payload))
         return NULL;
     if (!ring_ok(&v, nslots, slot_size)) goto fail;
     if (payload != Py_None) {
@@ -239,11 +408,11 @@ fail:
 /* ring_pop(buf, nslots, slot_size, head) -> (kind, qp_num, imm, byte_len, payload) of the slot
  * at `head` once published (payload: bytes for a SEND (kind 1), else None), and the ring's head
  * advanced; None when nothing is published there yet. */
-static PyObject *ring_pop(PyObject *self, PyObject *args) {
+static PyObject *ring_pop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer v;
     Py_ssize_t nslots, slot_size;
     unsigned long long h;
-    if (!PyArg_ParseTuple(args, "w*nnK", &v, &nslots, &slot_size, &h)) return NULL;
+    if (!parse("ring_pop", args, nargs, "wnnK", &v, &nslots, &slot_size, &h)) return NULL;
     if (!ring_ok(&v, nslots, slot_size)) {
         PyBuffer_Release(&v);
         return NULL;
@@ -267,23 +436,42 @@ static PyObject *ring_pop(PyObject *self, PyObject *args) {
     __atomic_store_n((uint64_t *)(base + 64), h + 1, __ATOMIC_RELEASE);
     PyBuffer_Release(&v);
     if (!payload) return NULL;
-    return Py_BuildValue("(IIIIN)", hdr[0], hdr[1], hdr[2], hdr[3], payload);
+    PyObject *r = PyTuple_New(5);
+    if (!r) {
+        Py_DECREF(payload);
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++) {
+        PyObject *x = PyLong_FromUnsignedLong(hdr[i]);
+        if (!x) {
+            Py_DECREF(r);
+            Py_DECREF(payload);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(r, i, x);
+    }
+    PyTuple_SET_ITEM(r, 4, payload);
+    return r;
 }
 
 static PyMethodDef methods[] = {
-    {"copy", guarded_copy, METH_VARARGS,
+    {"copy", (PyCFunction)(void (*)(void))guarded_copy, METH_FASTCALL,
      "copy(dst, dst_off, src, src_off, n) -> bool; False if the mapping faulted (SIGBUS)"},
-    {"fetch_add", fetch_add, METH_VARARGS, "fetch_add(buf, off, add) -> old value"},
-    {"compare_swap", compare_swap, METH_VARARGS,
+    {"fetch_add", (PyCFunction)(void (*)(void))fetch_add, METH_FASTCALL, "fetch_add(buf, off, add) -> old value"},
+    {"compare_swap", (PyCFunction)(void (*)(void))compare_swap, METH_FASTCALL,
      "compare_swap(buf, off, expected, desired) -> old value (swapped iff old == expected)"},
-    {"load", load, METH_VARARGS, "load(buf, off) -> value (acquire)"},
-    {"store", store, METH_VARARGS, "store(buf, off, value) (release)"},
-    {"wait_change", wait_change, METH_VARARGS,
+    {"load", (PyCFunction)(void (*)(void))load, METH_FASTCALL, "load(buf, off) -> value (acquire)"},
+    {"store", (PyCFunction)(void (*)(void))store, METH_FASTCALL, "store(buf, off, value) (release)"},
+    {"wait_change", (PyCFunction)(void (*)(void))wait_change, METH_FASTCALL,
      "wait_change(buf, off, old, spin_ns) -> value; spins without the GIL"},
-    {"ring_push", ring_push, METH_VARARGS,
+    {"ring_push", (PyCFunction)(void (*)(void))ring_push, METH_FASTCALL,
      "ring_push(buf, nslots, slot_size, kind, qp_num, imm, byte_len, payload) -> -1 full, "
      "1 doorbell needed, 0 not"},
-    {"ring_pop", ring_pop, METH_VARARGS,
+    {"sync_words", (PyCFunction)(void (*)(void))sync_words, METH_FASTCALL,
+     "sync_words(src, dst, start, end) -> bool: copy words, True if any differed"},
+    {"copy_checked", (PyCFunction)(void (*)(void))copy_checked, METH_FASTCALL,
+     "copy_checked(table, entry_off, rkey, dst, dst_off, src, src_off, n, qp, remote_off) -> bool"},
+    {"ring_pop", (PyCFunction)(void (*)(void))ring_pop, METH_FASTCALL,
      "ring_pop(buf, nslots, slot_size, head) -> (kind, qp_num, imm, byte_len, payload) or None"},
     {NULL, NULL, 0, NULL},
 };

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import enum
 import json
+import secrets
 import select
 import socket
+from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -136,6 +138,30 @@ class MemoryRegion(Protocol):
     def deregister(self) -> None: ...
 
 
+class MemoryWindow(Protocol):
+    """A type 2 memory window (ibv_bind_mw): part of a registered region, reachable under its
+    own rkey and only through the queue pair it was bound on. It is addressed as its region is
+    (`remote().addr` is the region's base), but only [start, end) of it is reachable, with the
+    access it was bound with. What a peer does outside it is a remote access error that moves
+    the peer's queue pair to the error state (see `QueuePair.bind_window`)."""
+
+    rkey: int
+    start: int
+    end: int
+
+    def remote(self) -> RemoteRegion: ...
+
+    def narrow(self, start: int) -> None:
+        """Move the window's start up to `start` (a producer's committed position). The software
+        transports do it in place; an RNIC would need a new bind (a new rkey), so `verbs` keeps
+        the window it bound."""
+        ...
+
+    def invalidate(self) -> None:
+        """Withdraw it (IBV_WR_LOCAL_INV): its rkey answers REM_ACCESS_ERR from now on."""
+        ...
+
+
 class CompletionQueue(Protocol):
     def poll(self, max_entries: int = 16) -> list[WorkCompletion]:
         """Return up to `max_entries` completions without blocking."""
@@ -218,6 +244,13 @@ class QueuePair(Protocol):
         swap: int,
     ) -> None: ...
 
+    def bind_window(self, mr: MemoryRegion, start: int, end: int, access: Access) -> MemoryWindow:
+        """Bind a window over [start, end) of `mr` (registered by this side) for this queue
+        pair's peer: only this queue pair reaches it. On `tcp` the engine enforces it; on `shm`
+        the peer's transport does (the initiator executes one-sided verbs there); on `verbs` the
+        RNIC does (a type 2 MW; the region needs IBV_ACCESS_MW_BIND)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -258,6 +291,37 @@ class Listener(Protocol):
     ) -> QueuePair: ...
 
     def close(self) -> None: ...
+
+
+def new_rkey(taken) -> int:
+    """A random, nonzero 32-bit key that `taken` (live and recently retired keys) does not hold:
+    a peer cannot guess another's key, and a key a peer may still hold is not handed out again."""
+    while True:
+        rkey = secrets.randbits(32)
+        if rkey and rkey not in taken:
+            return rkey
+
+
+class RetiredKeys:
+    """The last `limit` keys withdrawn: a peer naming one of them held it legitimately (its access
+    was revoked since: an error completion), while a key never handed out is a guess (the queue
+    pair goes to the error state). Bounded, so a long-lived device does not grow with every key."""
+
+    def __init__(self, limit: int = 1 << 16):
+        self._order: deque[int] = deque()
+        self._set: set[int] = set()
+        self.limit = limit
+
+    def add(self, rkey: int) -> None:
+        if rkey in self._set:
+            return
+        self._order.append(rkey)
+        self._set.add(rkey)
+        while len(self._order) > self.limit:
+            self._set.discard(self._order.popleft())
+
+    def __contains__(self, rkey: int) -> bool:
+        return rkey in self._set
 
 
 def check_bounds(length_of_region: int, offset: int, length: int) -> bool:

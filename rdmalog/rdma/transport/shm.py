@@ -2,9 +2,12 @@
 
 Layout of one device (one per process and role) in a directory under /dev/shm:
 
-- ``mrtable``: the registered regions (rkey, length, access, file path, file offset). A peer maps
-  it, maps a region's file on first use and re-checks the entry's rkey word on every operation, so
-  a deregistered region answers REM_ACCESS_ERR like a revoked RNIC key.
+- ``mrtable``: the registered regions and memory windows (rkey, length, access, file path, file
+  offset; a window's bounds and queue pair). A region's address names its entry (``index << 32``);
+  a peer maps the entry's file on first use and re-checks the entry's rkey word (and a window's
+  bounds) on every operation, so a deregistered region answers REM_ACCESS_ERR like a revoked
+  RNIC key. Keys are random; a key the entry never held (a guess) moves the peer's queue pair to
+  the error state, as an RNIC's remote access error does.
 - ``cq-N``: the receive side of a completion queue, a multi-producer ring of fixed slots. A peer's
   WRITE_WITH_IMM and SEND push a slot (imm, byte_len, inline SEND payload) after the data copy,
   so the target sees the data before the notification (release/acquire on the slot word). A slot
@@ -16,15 +19,20 @@ One-sided READ/WRITE are memcpy into/out of the peer's mapping; FETCH_AND_ADD/CM
 real 64-bit atomics on it (the `_atomic64` extension). A READ costs the target no CPU at all.
 Connection setup (the rdmacm analogue) is a JSON handshake over a Unix stream socket, which stays
 open so each side can tell when the other is gone.
+
+The files (directories, mappings, the ring) are `shm_files.py`'s. Same user only: a device's
+directory is created 0700 and its files 0600, and a device refuses a
+peer directory (and a listener) that is not a private directory of its own user. Every check on
+this transport is made by the initiator's code (there is no NIC between the processes), so it
+stops a client's mistakes, not a hostile process of the broker's user, which can open the
+broker's files anyway (see docs/rdma.md, "Security").
 """
 
 from __future__ import annotations
 
-import fcntl
 import itertools
-import mmap
+import logging
 import os
-import shutil
 import socket
 import struct
 import tempfile
@@ -36,12 +44,10 @@ from collections import deque
 from rdmalog.rdma.transport._atomic64 import (
     compare_swap,
     copy,
+    copy_checked,
     fetch_add,
     load,
-    ring_pop,
-    ring_push,
     store,
-    wait_change,
 )
 from rdmalog.rdma.transport.interface import (
     MAX_SEND_BYTES,
@@ -52,25 +58,40 @@ from rdmalog.rdma.transport.interface import (
     TransportError,
     WorkCompletion,
     accept_setup,
+    new_rkey,
     recv_setup,
     send_setup,
     wait_readable,
 )
+from rdmalog.rdma.transport.shm_files import (
+    KIND_DISCONNECT,
+    KIND_SEND,
+    KIND_WRITE_IMM,
+    RING_STALL_S,
+    SLOT_HDR,
+    Ring,
+    check_private_dir,
+    inside,
+    lock_owner,
+    make_file,
+    map_file,
+    remove_dir,
+    sweep,
+)
+
+log = logging.getLogger(__name__)
 
 MR_ENTRIES = 1024
 SETUP_LIMIT = 65536  # bytes of a connection-setup line (ring and region paths)
 MR_ENTRY = 256
-MR_PATH_MAX = MR_ENTRY - 40
-ADDR_SHIFT = 32  # region addresses are rkey << 32: unique per region, offsets up to 4 GiB
+# Entry layout: rkey @0 (published last), length @8, access @16, file offset @24, path length @32,
+# path @40; window start @E_START, end @E_END, bound peer queue pair @E_QP (0: a region, any
+# queue pair), the key the entry held before (withdrawn) @E_RETIRED.
+E_START, E_END, E_QP, E_RETIRED = 224, 232, 240, 248
+MR_PATH_MAX = E_START - 40
+ADDR_SHIFT = 32  # region addresses are index << 32: the entry, offsets up to 4 GiB
+_OFF_MASK = (1 << ADDR_SHIFT) - 1
 
-RING_HDR = 256  # reserve @0, head @64, waiting @128: separate cache lines
-SLOT_HDR = 24  # seq u64, kind u32, qp_num u32, imm u32, byte_len u32
-KIND_SEND, KIND_WRITE_IMM, KIND_DISCONNECT = 1, 2, 3
-# A slot claimed but unpublished this long was claimed by a producer that died mid-push: the owner
-# skips it (before pushers waiting on a full ring give up, `_Ring.push`'s 1 s).
-RING_STALL_S = 0.5
-
-PAGE = mmap.ALLOCATIONGRANULARITY
 # plain ints on the hot path: IntFlag arithmetic costs microseconds
 _RW, _RR, _RA = int(Access.REMOTE_WRITE), int(Access.REMOTE_READ), int(Access.REMOTE_ATOMIC)
 _LW = int(Access.LOCAL_WRITE)
@@ -89,39 +110,6 @@ _RECV_RDMA_WITH_IMM = Opcode.RECV_RDMA_WITH_IMM
 _FETCH_AND_ADD = Opcode.FETCH_AND_ADD
 
 
-def _make_file(path: str, size: int) -> None:
-    """Create a file of `size` bytes with its blocks allocated: a sparse file on a full tmpfs
-    (Docker's /dev/shm is 64 MiB) maps fine, and its first touched page that cannot be backed
-    kills the toucher with SIGBUS - a peer pushing into a ring, not just its owner."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError as e:
-        os.unlink(path)
-        raise TransportError(f"cannot allocate {size} bytes for {path}: {e}") from e
-    finally:
-        os.close(fd)
-
-
-def _map_file(
-    path: str, offset: int, length: int, write: bool, clamp: bool = False
-) -> tuple[mmap.mmap, memoryview]:
-    """Map [offset, offset+length) of a file shared; returns the mapping and a view of the range.
-    `clamp`: map only what the file still holds (a sealed segment is trimmed to its data)."""
-    start = offset - offset % PAGE
-    fd = os.open(path, os.O_RDWR if write else os.O_RDONLY)
-    try:
-        if clamp:
-            length = max(0, min(length, os.fstat(fd).st_size - offset))
-            if length == 0:
-                raise ValueError("nothing left of the region's file")
-        prot = mmap.PROT_READ | (mmap.PROT_WRITE if write else 0)
-        m = mmap.mmap(fd, length + offset - start, mmap.MAP_SHARED, prot, offset=start)
-    finally:
-        os.close(fd)
-    return m, memoryview(m)[offset - start : offset - start + length]
-
-
 class ShmMR:
     """A registered region of this device."""
 
@@ -131,9 +119,11 @@ class ShmMR:
         self.rkey = self.lkey = rkey
         self.buf = memoryview(buf).cast("B")
         self.length = len(self.buf)
-        self.addr = rkey << ADDR_SHIFT
+        self.addr = idx << ADDR_SHIFT
         self.access = int(access)
         self._owned = owned  # the mapping alloc_mr created, closed on deregister
+        self.path: bytes = b""
+        self.file_offset = 0
 
     def remote(self) -> RemoteRegion:
         return RemoteRegion(self.addr, self.rkey, self.length)
@@ -144,73 +134,31 @@ class ShmMR:
             self.rkey = 0
 
 
-class _Ring:
-    """A multi-producer, single-consumer ring of fixed slots in a shared file."""
+class ShmWindow:
+    """A memory window: an entry of its own (key, bounds, the peer queue pair it is bound to) over
+    its region's file, checked by the peer's transport on every access."""
 
-    def __init__(self, path: str, nslots: int, slot_size: int, create: bool):
-        self.path, self.nslots, self.slot_size = path, nslots, slot_size
-        size = RING_HDR + nslots * slot_size
-        if create:
-            _make_file(path, size)
-        self._map, self.buf = _map_file(path, 0, size, True)
-        self.head = load(self.buf, 64)  # consumer-local copy of the head index
-        self._stall = (-1, 0.0)  # (head, since when) of an unpublished claimed slot
+    def __init__(self, qp: ShmQP, mr: ShmMR, start: int, end: int, access: Access):
+        self.device, self.mr = qp.device, mr
+        self.start, self.end = start, end
+        self.index, self.rkey = qp.device._publish(
+            mr.length, access, mr.path, mr.file_offset, start, end, qp.peer_qp_num
+        )
+        self.addr = self.index << ADDR_SHIFT
 
-    def slot_off(self, seq: int) -> int:
-        return RING_HDR + (seq % self.nslots) * self.slot_size
+    def remote(self) -> RemoteRegion:
+        return RemoteRegion(self.addr, self.rkey, self.mr.length)
 
-    def push(self, kind: int, qp_num: int, imm: int, byte_len: int, payload=None, wait=1.0) -> int:
-        """Claim a slot, fill it, publish it (one C call): 1 if the owner sleeps and its doorbell
-        must be rung, 0 if not, -1 if the ring stayed full for `wait` seconds."""
-        r = ring_push(self.buf, self.nslots, self.slot_size, kind, qp_num, imm, byte_len, payload)
-        if r >= 0:
-            return r
-        deadline = time.monotonic() + wait
-        while r < 0 and time.monotonic() < deadline:  # full: the consumer is behind (CQ overrun)
-            time.sleep(0)
-            r = ring_push(
-                self.buf, self.nslots, self.slot_size, kind, qp_num, imm, byte_len, payload
-            )
-        return r
+    def narrow(self, start: int) -> None:
+        start = max(self.start, min(start, self.end))
+        if self.rkey and start != self.start:
+            self.start = start
+            store(self.device._table, self.index * MR_ENTRY + E_START, start)
 
-    def pop(self):
-        """(kind, qp_num, imm, byte_len, payload bytes or None) of the next published slot, or
-        None."""
-        e = ring_pop(self.buf, self.nslots, self.slot_size, self.head)
-        if e is not None:
-            self.head += 1
-            return e
-        if self.stalled():  # claimed, unpublished: a push under way, or its producer was killed
-            now = time.monotonic()
-            if self._stall[0] != self.head:
-                self._stall = (self.head, now)
-            elif now - self._stall[1] >= RING_STALL_S:  # killed: the slot would block the ring
-                self.head += 1
-                store(self.buf, 64, self.head)
-                return self.pop()
-        return None
-
-    def stalled(self) -> bool:
-        """Whether a slot is claimed at the head but not published (yet)."""
-        return load(self.buf, 0) != self.head
-
-    def ready(self) -> bool:
-        return load(self.buf, self.slot_off(self.head)) == self.head + 1
-
-    def spin(self, spin_ns: int) -> bool:
-        """Spin without the GIL until the next slot is published or spin_ns pass."""
-        off = self.slot_off(self.head)
-        cur = load(self.buf, off)
-        if cur == self.head + 1:
-            return True
-        return wait_change(self.buf, off, cur, spin_ns) == self.head + 1
-
-    def close(self) -> None:
-        self.buf.release()
-        try:
-            self._map.close()
-        except BufferError:  # a view handed out is still alive; the GC closes it later
-            pass
+    def invalidate(self) -> None:
+        if self.rkey:
+            self.device._unpublish(self.index, self.rkey)
+            self.rkey = 0
 
 
 class ShmCQ:
@@ -220,7 +168,7 @@ class ShmCQ:
         self.device = dev
         self.id = next(_ids)
         self._local: deque[WorkCompletion] = deque()
-        self.ring = _Ring(os.path.join(dev.dir, f"cq-{self.id}"), depth, slot_size, True)
+        self.ring = Ring(os.path.join(dev.dir, f"cq-{self.id}"), depth, slot_size, True)
         self.doorbell_path = os.path.join(dev.dir, f"cq-{self.id}.sock")
         self._bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._bell.bind(self.doorbell_path)
@@ -303,46 +251,50 @@ def _ring_bell(path: str) -> None:
         pass
 
 
+_REVOKED, _UNKNOWN = 1, 2  # why a lookup found nothing: a withdrawn key, or one never held
+
+
 class _Peer:
     """The peer device's region table, mapped once per connection, and its mapped regions."""
 
     def __init__(self, dir_: str):
         self.dir = dir_
-        self._map, self.table = _map_file(
+        self._map, self.table = map_file(
             os.path.join(dir_, "mrtable"), 0, MR_ENTRIES * MR_ENTRY, False
         )
-        self.regions: dict[int, tuple[memoryview, int, int, object]] = {}
+        # rkey -> (view of the file range, access, entry offset, window's queue pair or 0,
+        # mapping, entry index)
+        self.regions: dict[int, tuple[memoryview, int, int, int, object]] = {}
 
-    def region(self, rkey: int, need: Access) -> memoryview | None:
-        """The live view of the region named by rkey, or None when unknown/revoked/no access."""
-        idx = rkey & (MR_ENTRIES - 1)
+    def region(self, idx: int, rkey: int) -> tuple | int:
+        """The live mapping record of entry `idx` if it holds `rkey`; else _REVOKED (it held the
+        key before) or _UNKNOWN."""
         eoff = idx * MR_ENTRY
-        if load(self.table, eoff) != rkey or rkey == 0:
+        if not 0 < idx < MR_ENTRIES or rkey == 0:
+            return _UNKNOWN
+        if load(self.table, eoff) != rkey:
             self.regions.pop(rkey, None)
-            return None
+            return _REVOKED if load(self.table, eoff + E_RETIRED) == rkey else _UNKNOWN
         r = self.regions.get(rkey)
         if r is None:
             self._prune()
             length, access, foff, plen = struct.unpack_from("<QQQQ", self.table, eoff + 8)
-            path = bytes(self.table[eoff + 40 : eoff + 40 + plen])
+            qp = load(self.table, eoff + E_QP)
+            path = bytes(self.table[eoff + 40 : eoff + 40 + min(plen, MR_PATH_MAX)])
             if load(self.table, eoff) != rkey:  # revoked while read: the entry is another's now
-                return None
+                return _REVOKED
             write = bool(access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC))
             try:
-                m, view = _map_file(path.decode(), foff, length, write, clamp=True)
+                m, view = map_file(path.decode(), foff, length, write, clamp=True)
             except (OSError, ValueError):  # the file is gone (retention) or shorter than registered
-                return None
-            r = self.regions[rkey] = (view, int(access), length, m)
-        if (r[1] & need) != need:
-            return None
-        return r[0]
+                return _REVOKED
+            r = self.regions[rkey] = (view, int(access), eoff, qp, m, idx)
+        return r
 
     def _prune(self) -> None:
         """Drop the mappings of regions revoked since: a peer that moved on never names their
         rkeys again, and its mapping would hold a deleted segment file's space."""
-        for k in [
-            k for k in self.regions if load(self.table, (k & (MR_ENTRIES - 1)) * MR_ENTRY) != k
-        ]:
+        for k in [k for k, r in self.regions.items() if load(self.table, r[2]) != k]:
             del self.regions[k]
 
     def close(self) -> None:
@@ -363,7 +315,7 @@ class ShmQP:
         self._rnr: deque[tuple] = deque()  # arrivals waiting for a posted receive
         self.peer_qp_num = 0
         self._peer: _Peer | None = None
-        self._peer_ring: _Ring | None = None
+        self._peer_ring: Ring | None = None
         self._peer_bell = ""
         self._lock = threading.Lock()  # posting threads share the peer ring claim path only
         self.closed = False
@@ -380,33 +332,66 @@ class ShmQP:
             nslots, slot = int(peer["nslots"]), int(peer["slot"])
             if nslots < 1 or slot % 8 or slot < SLOT_HDR + MAX_SEND_BYTES:  # pushes would raise
                 raise ValueError(f"ring geometry {nslots} x {slot}")
+            check_private_dir(peer["dir"])
+            inside(peer["dir"], ring)
+            inside(peer["dir"], bell)
             p = _Peer(peer["dir"])
             try:
-                r = _Ring(ring, nslots, slot, False)
+                r = Ring(ring, nslots, slot, False)
             except BaseException:
                 p.close()
                 raise
-        except (KeyError, TypeError, ValueError, OverflowError, OSError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError, OSError, TransportError) as e:
             raise TransportError(f"bad connection setup: {e!r}") from e
         self.peer_qp_num, self._peer, self._peer_ring, self._peer_bell = qpn, p, r, bell
 
     # -- posting ----------------------------------------------------------------------------------
-    def _complete(self, wr_id: int, status: Status, op: Opcode, n: int, signaled: bool) -> None:
-        if status == _REM_ACCESS_ERR and self.closed:
+    def _complete(
+        self, wr_id: int, status: Status, op: Opcode, n: int, signaled: bool, own: bool = False
+    ) -> None:
+        """Queue the completion; `own`: the error is this request's own (it moved the queue pair
+        to the error state itself), not a flush."""
+        if status == _REM_ACCESS_ERR and self.closed and not own:
             status = _WR_FLUSH_ERR  # a QP in the error state flushes what is posted to it
         if signaled or status != _SUCCESS:
             self.send_cq._push_local(WorkCompletion(wr_id, status, op, n, None, self.qp_num))
 
     def _remote(
-        self, raddr: int, rkey: int, length: int, need: Access
+        self, raddr: int, rkey: int, length: int, need: int, what: str = "access"
     ) -> tuple[memoryview | None, int]:
+        """The peer's bytes an operation names, or (None, _): a remote access error. A key the
+        entry never held, or an access a window does not allow, moves this queue pair to the
+        error state (`_to_error`), as on an RNIC; a withdrawn key, or a region's bounds or
+        access flags, do not."""
         if self.closed or self._peer is None:
             return None, -1
-        view = self._peer.region(rkey, need)
-        off = raddr - (rkey << ADDR_SHIFT)
-        if view is None or off < 0 or length < 0 or off + length > len(view):
+        idx, off = raddr >> ADDR_SHIFT, raddr & ((1 << ADDR_SHIFT) - 1)
+        r = self._peer.region(idx, rkey)
+        if type(r) is int:
+            if r == _UNKNOWN:
+                self._to_error(f"{what} with rkey {rkey:#x}, which the peer never handed out")
+            return None, 0
+        view, access, eoff, qp, _, _ = r
+        if qp:  # a window: bound to one queue pair, and only [start, end) of it
+            table = self._peer.table
+            lo, hi = load(table, eoff + E_START), load(table, eoff + E_END)
+            if qp != self.qp_num or (access & need) != need:
+                self._to_error(f"{what} through a window of another queue pair or access")
+                return None, 0
+            if off < lo or length < 0 or off + length > hi or off + length > len(view):
+                self._to_error(f"{what} of [{off}, {off + length}) outside its window [{lo}, {hi})")
+                return None, 0
+        elif (access & need) != need or length < 0 or off + length > len(view):
             return None, 0
         return view, off
+
+    def _to_error(self, why: str) -> None:
+        """The error state: the peer is told (its receives flush), everything posted from now on
+        is flushed."""
+        log.warning("rdma shm: queue pair %d in error: %s", self.qp_num, why)
+        if not self.closed and self._peer_ring is not None:
+            self._notify(KIND_DISCONNECT, 0, 0)
+        self.closed = True
 
     def _local(self, mr: ShmMR, offset: int, length: int) -> bool:
         return mr.rkey != 0 and 0 <= offset and 0 <= length and offset + length <= mr.length
@@ -420,18 +405,29 @@ class ShmQP:
         return r >= 0
 
     def post_write(self, wr_id, mr, offset, length, remote_addr, rkey, imm=None, signaled=True):
-        if not self._local(mr, offset, length):
-            return self._complete(wr_id, Status.LOC_PROT_ERR, _WRITE, 0, True)
-        if length == 0 and not self.closed and self._peer is not None:
-            view, roff = None, 0  # a zero-length WRITE touches no memory: no key check (IB spec)
-        else:
-            view, roff = self._remote(remote_addr, rkey, length, _RW)
-            if view is None:
+        # A region written before: one C call (its rkey word and a window's bounds and queue
+        # pair checked, bounds, the copy); the first WRITE of a region, a zero-length one and
+        # every failure take the general path.
+        peer, done = self._peer, False
+        r = peer.regions.get(rkey) if peer is not None and length and mr.rkey else None
+        if r is not None and r[1] & _RW and not self.closed and remote_addr >> ADDR_SHIFT == r[5]:
+            roff = remote_addr & _OFF_MASK
+            done = copy_checked(
+                peer.table, r[2], rkey, r[0], roff, mr.buf, offset, length, self.qp_num, roff
+            )
+        if not done:
+            if not self._local(mr, offset, length):
+                return self._complete(wr_id, Status.LOC_PROT_ERR, _WRITE, 0, True)
+            if length == 0 and not self.closed and self._peer is not None:
+                view, roff = None, 0  # a zero-length WRITE touches no memory: no key check
+            else:
+                view, roff = self._remote(remote_addr, rkey, length, _RW, "WRITE")
+                if view is None:
+                    return self._complete(wr_id, _REM_ACCESS_ERR, _WRITE, 0, True, roff >= 0)
+            if length and not copy(
+                view, roff, mr.buf, offset, length
+            ):  # the file shrank under us (SIGBUS)
                 return self._complete(wr_id, _REM_ACCESS_ERR, _WRITE, 0, True)
-        if length and not copy(
-            view, roff, mr.buf, offset, length
-        ):  # the file shrank under us (SIGBUS)
-            return self._complete(wr_id, _REM_ACCESS_ERR, _WRITE, 0, True)
         if imm is not None and (
             self.closed or not self._notify(KIND_WRITE_IMM, imm & 0xFFFFFFFF, length)
         ):
@@ -441,32 +437,46 @@ class ShmQP:
     def post_read(self, wr_id, mr, offset, length, remote_addr, rkey, signaled=True):
         if not self._local(mr, offset, length) or not mr.access & _LW:
             return self._complete(wr_id, Status.LOC_PROT_ERR, _READ, 0, True)
-        view, roff = self._remote(remote_addr, rkey, length, _RR)
+        view, roff = self._remote(remote_addr, rkey, length, _RR, "READ")
         if view is None:
-            return self._complete(wr_id, _REM_ACCESS_ERR, _READ, 0, True)
+            return self._complete(wr_id, _REM_ACCESS_ERR, _READ, 0, True, roff >= 0)
         if not copy(mr.buf, offset, view, roff, length):
             return self._complete(wr_id, _REM_ACCESS_ERR, _READ, 0, True)
         self._complete(wr_id, _SUCCESS, _READ, length, signaled)
 
     def read_now(self, mr, offset, length, remote_addr, rkey) -> Status:
-        """A READ whose completion is returned instead of queued (the consumer's fast path)."""
-        view, roff = self._remote(remote_addr, rkey, length, _RR)
-        if view is None or not self._local(mr, offset, length):
-            return _REM_ACCESS_ERR
+        """A READ whose completion is returned instead of queued (the consumer's fast path): of
+        a region mapped before, one C call that re-checks its rkey word (and a window's bounds
+        and queue pair) and copies; the first READ of a region, and every failure, take the
+        general path."""
+        peer = self._peer
+        if peer is not None and not self.closed and mr.rkey:
+            r = peer.regions.get(rkey)
+            if r is not None and r[1] & _RR and remote_addr >> ADDR_SHIFT == r[5]:
+                roff = remote_addr & _OFF_MASK
+                if copy_checked(
+                    peer.table, r[2], rkey, mr.buf, offset, r[0], roff, length, self.qp_num, roff
+                ):
+                    return _SUCCESS
+        if not self._local(mr, offset, length):
+            return Status.LOC_PROT_ERR
+        view, roff = self._remote(remote_addr, rkey, length, _RR, "READ")
+        if view is None:
+            return _WR_FLUSH_ERR if roff < 0 else _REM_ACCESS_ERR
         return _SUCCESS if copy(mr.buf, offset, view, roff, length) else _REM_ACCESS_ERR
 
     def map_remote(self, remote_addr: int, rkey: int, length: int) -> memoryview | None:
         """A live read-only view of peer memory: reading it is a READ that completes at once."""
-        view, roff = self._remote(remote_addr, rkey, length, _RR)
+        view, roff = self._remote(remote_addr, rkey, length, _RR, "READ")
         return None if view is None else view[roff : roff + length].toreadonly()
 
     def _atomic(self, wr_id, mr, offset, remote_addr, rkey, op, a, b):
         if not self._local(mr, offset, 8) or not mr.access & _LW:
             return self._complete(wr_id, Status.LOC_PROT_ERR, op, 0, True)
-        view, roff = self._remote(remote_addr, rkey, 8, _RA)
+        view, roff = self._remote(remote_addr, rkey, 8, _RA, "atomic")
         if view is None or remote_addr % 8:
             st = _REM_ACCESS_ERR if view is None else Status.REM_INV_REQ_ERR
-            return self._complete(wr_id, st, op, 0, True)
+            return self._complete(wr_id, st, op, 0, True, roff >= 0)
         if op == _FETCH_AND_ADD:
             old = fetch_add(view, roff, a & 0xFFFFFFFFFFFFFFFF)
         else:
@@ -525,6 +535,11 @@ class ShmQP:
             wr_id = self._recvs.popleft()[0]
             out.append(WorkCompletion(wr_id, _WR_FLUSH_ERR, _RECV, 0, None, self.qp_num))
 
+    def bind_window(self, mr: ShmMR, start: int, end: int, access: Access) -> ShmWindow:
+        if not 0 <= start <= end <= mr.length or mr.rkey == 0 or not mr.path:
+            raise TransportError(f"window [{start}, {end}) outside its file region")
+        return ShmWindow(self, mr, start, end, access)
+
     def peer_alive(self) -> bool:
         """False once the peer closed its end (or died): the connection socket reads EOF."""
         try:
@@ -573,64 +588,6 @@ class ShmListener:
             pass
 
 
-def _remove_dir(path: str, owner: int, lock_fd: int) -> None:
-    """A device's directory, removed by the process that made it: a forked child inherits the
-    device (and its exit handlers) but must not take it from its parent. Then its owner lock."""
-    if os.getpid() == owner:
-        shutil.rmtree(path, ignore_errors=True)
-    os.close(lock_fd)
-
-
-def _lock_owner(dir_: str) -> int:
-    """Take the directory's owner lock, held for the device's life (and by forked children): the
-    sweep's liveness test. Locked before it is named `owner`, so no sweep sees it unlocked."""
-    tmp = os.path.join(dir_, "owner.tmp")
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    os.rename(tmp, os.path.join(dir_, "owner"))
-    return fd
-
-
-def _owner_gone(path: str, pid: int) -> bool:
-    """Whether a device directory's owner is gone: its lock is free. Not by its pid: a live
-    owner in another pid namespace sharing /dev/shm looks dead, and a dead one's pid is reused.
-    A directory not locked yet (being made) is judged by its pid."""
-    try:
-        fd = os.open(os.path.join(path, "owner"), os.O_RDONLY)
-    except FileNotFoundError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            pass  # alive, someone else's
-        return False
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-def _sweep(base: str) -> None:
-    """Remove device directories left by processes that died without closing them."""
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return
-    for name in names:
-        parts = name.split("-")
-        if len(parts) < 3 or parts[0] != "rdmalog" or not parts[1].isdigit():
-            continue
-        path = os.path.join(base, name)
-        if _owner_gone(path, int(parts[1])):
-            shutil.rmtree(path, ignore_errors=True)
-
-
 class ShmDevice:
     """This process's shm endpoint: a directory of shared files (see the module docstring)."""
 
@@ -638,44 +595,79 @@ class ShmDevice:
 
     def __init__(self, root: str | None = None, max_send: int = 488):
         base = root or ("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
-        _sweep(base)
-        self.dir = tempfile.mkdtemp(prefix=f"rdmalog-{os.getpid()}-", dir=base)
+        sweep(base)
+        self.dir = tempfile.mkdtemp(prefix=f"rdmalog-{os.getpid()}-", dir=base)  # 0700
+        check_private_dir(self.dir)
         # also at exit; only by this process, not by a forked child exiting
         self._finalizer = weakref.finalize(
-            self, _remove_dir, self.dir, os.getpid(), _lock_owner(self.dir)
+            self, remove_dir, self.dir, os.getpid(), lock_owner(self.dir)
         )
         self.slot_size = SLOT_HDR + -(-max_send // 8) * 8  # slots stay 8-byte aligned
-        _make_file(os.path.join(self.dir, "mrtable"), MR_ENTRIES * MR_ENTRY)
-        self._tmap, self._table = _map_file(
+        make_file(os.path.join(self.dir, "mrtable"), MR_ENTRIES * MR_ENTRY)
+        self._tmap, self._table = map_file(
             os.path.join(self.dir, "mrtable"), 0, MR_ENTRIES * MR_ENTRY, True
         )
-        self._free = list(range(MR_ENTRIES - 1, 0, -1))  # entry 0 unused: rkey 0 means "none"
-        self._gen = itertools.count(1)
+        self._free = deque(range(1, MR_ENTRIES))  # entry 0 unused: address 0 names nothing
         self._qps: dict[int, ShmQP] = {}
-        self._mrs: dict[int, ShmMR] = {}
-        self._lock = threading.Lock()
+        self._mrs: dict[int, ShmMR | None] = {}  # live keys: regions (and windows: None)
+        self._lock = threading.RLock()
 
     def _register(self, buf, access: Access, path: str | None, foff: int, owned=None) -> ShmMR:
         remote = access & (Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC)
         if remote and path is None:
             raise TransportError("shm regions peers can reach must be file mappings (give path)")
         pbytes = os.path.abspath(path).encode() if path else b""
+        length = len(memoryview(buf).cast("B"))
+        idx, rkey = self._publish(length, access, pbytes, foff, 0, length, 0, publish=False)
+        mr = ShmMR(self, idx, rkey, buf, access, owned)
+        mr.path, mr.file_offset = pbytes, foff
+        with self._lock:
+            self._mrs[rkey] = mr
+            store(self._table, idx * MR_ENTRY, rkey)  # publish last: peers check this word
+        return mr
+
+    def _publish(
+        self,
+        length: int,
+        access: Access,
+        pbytes: bytes,
+        foff: int,
+        start: int,
+        end: int,
+        qp: int,
+        publish: bool = True,
+    ) -> tuple[int, int]:
+        """Fill a free entry for a region or window; (index, new random rkey). Entries are reused
+        oldest-freed first, so a withdrawn key stays recognisable (E_RETIRED) for long."""
         if len(pbytes) > MR_PATH_MAX:
             raise TransportError("region file path too long")
         with self._lock:
             if not self._free:
                 raise TransportError("region table full")
-            idx = self._free.pop()
-            rkey = ((next(self._gen) << 10) | idx) & 0xFFFFFFFF
-            mr = ShmMR(self, idx, rkey, buf, access, owned)
+            idx = self._free.popleft()
+            rkey = new_rkey(self._mrs)
             eoff = idx * MR_ENTRY
-            struct.pack_into(
-                "<QQQQ", self._table, eoff + 8, mr.length, int(access), foff, len(pbytes)
-            )
-            self._table[eoff + 40 : eoff + 40 + len(pbytes)] = pbytes
-            store(self._table, eoff, rkey)  # publish last: peers check this word
-            self._mrs[rkey] = mr
-        return mr
+            t = self._table
+            struct.pack_into("<QQQQ", t, eoff + 8, length, int(access), foff, len(pbytes))
+            t[eoff + 40 : eoff + 40 + len(pbytes)] = pbytes
+            struct.pack_into("<QQQ", t, eoff + E_START, start, end, qp)
+            if publish:
+                self._mrs[rkey] = None  # a window: taken, no region object
+                store(t, eoff, rkey)
+        return idx, rkey
+
+    def _unpublish(self, idx: int, rkey: int) -> bool:
+        """Withdraw entry idx if it still holds rkey: peers see the key gone (and that it was
+        there: E_RETIRED), and the entry is free again."""
+        eoff = idx * MR_ENTRY
+        with self._lock:
+            if rkey not in self._mrs or load(self._table, eoff) != rkey:
+                return False
+            store(self._table, eoff + E_RETIRED, rkey)
+            store(self._table, eoff, 0)
+            del self._mrs[rkey]
+            self._free.append(idx)
+            return True
 
     def _dereg(self, mr: ShmMR) -> None:
         """Once per region, whichever threads ask (a grant can be revoked by a roll listener
@@ -684,9 +676,7 @@ class ShmDevice:
         with self._lock:
             if self._mrs.get(mr.rkey) is not mr:
                 return
-            store(self._table, mr.index * MR_ENTRY, 0)
-            del self._mrs[mr.rkey]
-            self._free.append(mr.index)
+            self._unpublish(mr.index, mr.rkey)
             owned, mr._owned = mr._owned, None
         if owned is not None:
             m, path = owned
@@ -699,8 +689,8 @@ class ShmDevice:
 
     def alloc_mr(self, length: int, access: Access) -> ShmMR:
         path = os.path.join(self.dir, f"mr-{next(_ids)}")
-        _make_file(path, max(length, 1))
-        m, view = _map_file(path, 0, max(length, 1), True)
+        make_file(path, max(length, 1))
+        m, view = map_file(path, 0, max(length, 1), True)
         return self._register(view[:length], access, path, 0, owned=(m, path))
 
     def reg_mr(self, buf, access: Access, path: str | None = None, file_offset: int = 0) -> ShmMR:
@@ -715,6 +705,7 @@ class ShmDevice:
     def connect(
         self, address: str, send_cq: ShmCQ, recv_cq: ShmCQ | None = None, timeout=5.0
     ) -> ShmQP:
+        check_private_dir(os.path.dirname(address))  # the listener is in its device's directory
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:

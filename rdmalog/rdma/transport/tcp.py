@@ -33,10 +33,12 @@ from rdmalog.rdma.transport.interface import (
     Access,
     Opcode,
     RemoteRegion,
+    RetiredKeys,
     Status,
     TransportError,
     WorkCompletion,
     accept_setup,
+    new_rkey,
     recv_setup,
     send_setup,
     wait_readable,
@@ -66,6 +68,7 @@ SPIN_S = 100e-6
 # broker keeps in flight, it bounds what a peer flooding a queue pair can make its owner hold.
 RNR_BACKLOG = 4096
 _ids = itertools.count(1)
+_RW, _RR, _RA = int(Access.REMOTE_WRITE), int(Access.REMOTE_READ), int(Access.REMOTE_ATOMIC)
 _SYNC = object()  # marks a read_now request: its result is returned, not queued
 
 
@@ -87,6 +90,16 @@ def _spin_then_wait(fds: list, timeout: float | None) -> bool:
     return wait_readable(fds, timeout)
 
 
+class _Either:
+    """`rkey in` either of two containers."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def __contains__(self, rkey: int) -> bool:
+        return rkey in self.a or rkey in self.b
+
+
 class TcpMR:
     def __init__(self, dev: TcpDevice, rkey: int, buf, access: Access, owner=None):
         self.device = dev
@@ -95,14 +108,73 @@ class TcpMR:
         self.length = len(self.buf)
         self.addr = rkey << ADDR_SHIFT
         self.access = access
+        self.acc = int(access)  # what the engine tests: IntFlag arithmetic costs microseconds
         self._owner = owner
 
     def remote(self) -> RemoteRegion:
         return RemoteRegion(self.addr, self.rkey, self.length)
 
     def deregister(self) -> None:
-        self.device._mrs.pop(self.rkey, None)
+        self.device._withdraw(self.rkey)
         self.rkey = 0
+
+
+class TcpWindow:
+    """A memory window over part of a region, reachable only through the queue pair it was bound
+    on; the engine checks every access against it (see `TcpQP._target`)."""
+
+    def __init__(self, qp: TcpQP, mr: TcpMR, start: int, end: int, access: Access, rkey: int):
+        self.qp, self.mr, self.access, self.rkey = qp, mr, access, rkey
+        self.acc = int(access)
+        self.buf, self.length = mr.buf, mr.length
+        self.start, self.end = start, end
+        # What the engine can do beyond an RNIC, since it executes the peer's atomics itself:
+        # `on_atomic(old, new)` is called after each atomic through this window, and a window
+        # with `reservations` (a list) admits a WRITE only inside one of its (start, end)
+        # ranges, which the owner adds with `reserve` (e.g. from another window's on_atomic).
+        self.on_atomic: Callable[[int, int], None] | None = None
+        self.reservations: list[tuple[int, int]] | None = None
+        self._handed: list[tuple[int, int]] = []  # notified ranges above start: not writable
+
+    def remote(self) -> RemoteRegion:
+        return RemoteRegion(self.rkey << ADDR_SHIFT, self.rkey, self.length)
+
+    def narrow(self, start: int) -> None:
+        self.start = max(self.start, min(start, self.end))
+        for ranges in (self.reservations, self._handed):
+            if ranges:
+                ranges[:] = [r for r in ranges if r[1] > self.start]
+
+    def hand_over(self, start: int, end: int) -> None:
+        """A WRITE_WITH_IMM put [start, end) here: its bytes are the target's from now on (no
+        later WRITE of the queue pair may change them while the target validates them)."""
+        self._handed.append((start, end))
+
+    def reserve(self, start: int, end: int) -> None:
+        """Admit WRITEs to [start, end) (within the window) until the start moves past it."""
+        start, end = max(start, self.start), min(end, self.end)
+        if start < end and self.reservations is not None:
+            self.reservations.append((start, end))
+
+    def admits(self, off: int, length: int) -> bool:
+        end = off + length
+        if off < self.start or end > self.end or length < 0:
+            return False
+        for a, b in self._handed:  # (loops, not any(): this runs for every READ and WRITE)
+            if a < end and off < b:
+                return False
+        res = self.reservations
+        if res is None:
+            return True
+        for a, b in res:
+            if a <= off and end <= b:
+                return True
+        return False
+
+    def invalidate(self) -> None:
+        if self.rkey:
+            self.qp.device._withdraw(self.rkey)
+            self.rkey = 0
 
 
 class TcpCQ:
@@ -177,6 +249,7 @@ class TcpQP:
         self._hdr_view = memoryview(self._hdr)
         self._expect(self._hdr_view, self._frame)
         self._sync_status: Status | None = None
+        self._fatal: str | None = None  # why a peer's access puts this queue pair in error
         self.max_outstanding = 4096
         self._engine_served = False  # set once the engine executes what arrives
         self._out: deque = deque()  # (engine-served) buffers the socket had no room for yet
@@ -385,18 +458,27 @@ class TcpQP:
             if length == 0:  # a zero-length WRITE touches no memory: no key check (IB spec)
                 done(Status.SUCCESS)
                 return
-            view = self._target(rkey, addr, length, Access.REMOTE_WRITE)
+            view = self._target(rkey, addr, length, _RW, "WRITE")
             if view is not None:  # zero-copy: the payload lands in the mapping
+                w = self.device._mrs.get(rkey)
+                if op == OP_WRITE_IMM and type(w) is TcpWindow:
+                    # Its bytes are handed over with the notification: no later WRITE of this
+                    # queue pair (frames are taken in order) can change them while the target
+                    # looks at them.
+                    off = addr - (rkey << ADDR_SHIFT)
+                    done = functools.partial(self._hand_over, w, off, off + length, done)
                 self._expect(view, functools.partial(done, Status.SUCCESS))
             else:  # refused: discard the payload, keep the stream in sync
                 self._discard(length, functools.partial(done, Status.REM_ACCESS_ERR))
         elif op == OP_READ:
-            view = self._target(rkey, addr, length, Access.REMOTE_READ)
+            view = self._target(rkey, addr, length, _RR, "READ")
             st = Status.REM_ACCESS_ERR if view is None else Status.SUCCESS
             self._send(op | RESP, st, 0, wr_id, 0, 0 if view is None else length, 0, 0, 0, view)
+            self._error_if_fatal()
         elif op in (OP_FAA, OP_CAS):
             st, old = self._exec_atomic(op, rkey, addr, a, b)
             self._send(op | RESP, st, 0, wr_id, 0, 0, 0, old, 0)
+            self._error_if_fatal()
         elif op == OP_SEND:
             if length > MAX_SEND_BYTES:  # every transport refuses such a SEND at post time
                 raise ValueError(f"a SEND of {length} bytes")
@@ -411,6 +493,19 @@ class TcpQP:
         if op == OP_WRITE_IMM and st == Status.SUCCESS:
             st = self._deliver(OP_WRITE_IMM, imm, length, None)
         self._send(op | RESP, st, 0, wr_id, 0, 0, 0, 0, 0)
+        self._error_if_fatal()
+
+    @staticmethod
+    def _hand_over(w: TcpWindow, start: int, end: int, done: Callable, st: Status) -> None:
+        w.hand_over(start, end)
+        done(st)
+
+    def _error_if_fatal(self) -> None:
+        """After answering a fatal access error: this queue pair goes to the error state (its
+        connection closes), as an RNIC's does on a remote access error."""
+        if self._fatal is not None:
+            log.warning("rdma tcp: queue pair %d closed: %s", self.qp_num, self._fatal)
+            raise ConnectionAbortedError(self._fatal)  # _pump closes the queue pair
 
     def _discard(self, left: int, then: Callable[[], None]) -> None:
         k = min(left, len(self._scratch))
@@ -421,26 +516,54 @@ class TcpQP:
         st = self._deliver(OP_SEND, 0, len(data), data)
         self._send(OP_SEND | RESP, st, 0, wr_id, 0, 0, 0, 0, 0)
 
-    def _target(self, rkey: int, addr: int, length: int, need: Access) -> memoryview | None:
+    def _target(self, rkey: int, addr: int, length: int, need: int, what: str) -> memoryview | None:
+        """The target bytes of a one-sided operation, or None: a remote access error. A key never
+        handed out (a guess) and any access a window does not allow are fatal (`_fatal`); a key
+        withdrawn since, or a plain region's bounds or access flags, are not."""
         mr = self.device._mrs.get(rkey)
         off = addr - (rkey << ADDR_SHIFT)
-        if mr is None or (mr.access & need) != need or off < 0 or off + length > mr.length:
+        if mr is None:
+            if rkey not in self.device._retired:
+                self._fatal = f"{what} with rkey {rkey:#x}, which was never handed out"
+            return None
+        if type(mr) is TcpWindow:
+            if not mr.mr.rkey:  # its region was withdrawn: so is the window
+                mr.invalidate()
+                return None
+            if mr.qp is not self or (mr.acc & need) != need:
+                self._fatal = f"{what} through a window bound to another queue pair or access"
+                return None
+            if not mr.admits(off, length):
+                self._fatal = (
+                    f"{what} of [{off}, {off + length}) outside its window [{mr.start}, {mr.end})"
+                    + ("" if mr.reservations is None else f" and reservations {mr.reservations}")
+                )
+                return None
+        elif (mr.acc & need) != need or off < 0 or off + length > mr.length:
             return None
         return mr.buf[off : off + length]
 
     def _exec_atomic(self, op: int, rkey: int, addr: int, a: int, b: int) -> tuple[Status, int]:
-        mr = self.device._mrs.get(rkey)
-        off = addr - (rkey << ADDR_SHIFT)
-        if mr is None or not mr.access & Access.REMOTE_ATOMIC or off < 0 or off + 8 > mr.length:
+        if self._target(rkey, addr, 8, _RA, "atomic") is None:
             return Status.REM_ACCESS_ERR, 0
+        mr = self.device._mrs.get(rkey)
+        if mr is None:  # withdrawn just now (another thread)
+            return Status.REM_ACCESS_ERR, 0
+        off = addr - (rkey << ADDR_SHIFT)
         if addr % 8:
             return Status.REM_INV_REQ_ERR, 0
         try:
             if op == OP_FAA:
-                return Status.SUCCESS, fetch_add(mr.buf, off, a)
-            return Status.SUCCESS, compare_swap(mr.buf, off, a, b)
+                old = fetch_add(mr.buf, off, a)
+                new = (old + a) & 0xFFFFFFFFFFFFFFFF
+            else:
+                old = compare_swap(mr.buf, off, a, b)
+                new = b if old == a else old
         except ValueError:  # the mapping itself is misaligned
             return Status.REM_INV_REQ_ERR, 0
+        if type(mr) is TcpWindow and mr.on_atomic is not None:
+            mr.on_atomic(old, new)
+        return Status.SUCCESS, old
 
     def _response(self, op: int, status: int, length: int, value: int) -> None:
         if not self._pending:
@@ -493,6 +616,7 @@ class TcpQP:
             return
         self.closed = True
         self.device._unserve(self)
+        self.device._drop_windows(self)
         while self._pending:
             wr_id, kind, *_ = self._pending.popleft()
             if wr_id is _SYNC:
@@ -511,6 +635,14 @@ class TcpQP:
 
     def peer_alive(self) -> bool:
         return not self.closed
+
+    def bind_window(self, mr: TcpMR, start: int, end: int, access: Access) -> TcpWindow:
+        if not 0 <= start <= end <= mr.length or mr.rkey == 0:
+            raise TransportError(f"window [{start}, {end}) outside its region")
+        with self.device._lock:
+            w = TcpWindow(self, mr, start, end, access, new_rkey(self.device._taken()))
+            self.device._mrs[w.rkey] = w
+        return w
 
     def close(self) -> None:
         if not self.closed:
@@ -550,8 +682,8 @@ class TcpDevice:
     name = "tcp"
 
     def __init__(self):
-        self._mrs: dict[int, TcpMR] = {}
-        self._rkeys = itertools.count(1)
+        self._mrs: dict[int, TcpMR | TcpWindow] = {}  # by rkey: regions and windows
+        self._retired = RetiredKeys()
         self._sel = selectors.DefaultSelector()
         self._engine: threading.Thread | None = None
         self._stop = False
@@ -567,10 +699,24 @@ class TcpDevice:
     def reg_mr(
         self, buf, access: Access, path: str | None = None, file_offset: int = 0, owner=None
     ) -> TcpMR:
-        rkey = next(self._rkeys) & 0xFFFFFFFF
-        mr = TcpMR(self, rkey, buf, access, owner)
-        self._mrs[rkey] = mr
+        with self._lock:
+            mr = TcpMR(self, new_rkey(self._taken()), buf, access, owner)
+            self._mrs[mr.rkey] = mr
         return mr
+
+    def _taken(self):
+        """Keys not to hand out: live ones and those withdrawn recently (under the lock)."""
+        return _Either(self._mrs, self._retired)
+
+    def _drop_windows(self, qp: TcpQP) -> None:
+        """A queue pair is gone: so are the windows bound on it."""
+        for w in [w for w in list(self._mrs.values()) if type(w) is TcpWindow and w.qp is qp]:
+            w.invalidate()
+
+    def _withdraw(self, rkey: int) -> None:
+        with self._lock:
+            if self._mrs.pop(rkey, None) is not None:
+                self._retired.add(rkey)
 
     def create_cq(self, depth: int = 1024) -> TcpCQ:
         return TcpCQ(self)

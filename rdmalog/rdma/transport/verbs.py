@@ -255,6 +255,35 @@ class VerbsMR:
                 self.rkey = 0
 
 
+class RegionWindow:
+    """What `bind_window` gives on verbs today: the region itself, under its own key. The RNIC
+    enforces the registered region's bounds and access flags, not the window's: a producer
+    granted a head file can write anywhere in it (committed bytes too), a consumer read all of
+    it, from any queue pair of the protection domain that knows the key.
+
+    Where type 2 memory windows would bind (untested without a device, so not done): register
+    the head file with IBV_ACCESS_MW_BIND as well, `ibv_alloc_mw(pd, IBV_MW_TYPE_2)` per holder,
+    and post IBV_WR_BIND_MW on the holder's queue pair over [committed position, end of file)
+    (exclusive) or over each reservation (shared, which needs the broker to see it: a two-sided
+    reservation instead of the FETCH_AND_ADD); `narrow` is a new bind (a new rkey the producer
+    must be told), `invalidate` an IBV_WR_LOCAL_INV. Whether a device binds windows over an ODP
+    region (which Linux >= 6.5 needs for writable file mappings, see docs/rdma.md) is to be
+    checked on the device."""
+
+    def __init__(self, mr: VerbsMR, start: int, end: int):
+        self.mr, self.start, self.end = mr, start, end
+        self.rkey = mr.rkey
+
+    def remote(self) -> RemoteRegion:
+        return self.mr.remote()
+
+    def narrow(self, start: int) -> None:
+        self.start = max(self.start, min(start, self.end))  # bookkeeping only: see the class
+
+    def invalidate(self) -> None:
+        self.rkey = 0  # the region's key stays valid until the region is deregistered
+
+
 class VerbsCQ:
     def __init__(self, dev: VerbsDevice, depth: int):
         from pyverbs.cq import CQ
@@ -381,6 +410,12 @@ class VerbsQP:
 
     def peer_alive(self) -> bool:
         return not self.closed
+
+    def bind_window(self, mr: VerbsMR, start: int, end: int, access: Access) -> RegionWindow:
+        """The region itself (no memory window is bound: see RegionWindow)."""
+        if not 0 <= start <= end <= mr.length or not mr.rkey:
+            raise TransportError(f"window [{start}, {end}) outside its region")
+        return RegionWindow(mr, start, end)
 
     def close(self) -> None:
         if not self.closed:

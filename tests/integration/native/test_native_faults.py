@@ -197,6 +197,9 @@ def test_out_of_bounds_refused(broker):
     assert (
         c.qp.read_now(a.mr, 0, 64, a.region.addr + a.region.length, a.region.rkey) != Status.SUCCESS
     )
+    c.close()  # outside its window: its queue pair went to error and its session with it
+    c = Consumer(svc.control_address)
+    c.assign([("o", 0)])
     assert [r.value for r in consume(c, 1)] == [b"x"]
     c.close()
     p.close()

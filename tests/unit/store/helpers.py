@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from rdmalog.config import BrokerConfig, TopicConfig
@@ -64,19 +63,15 @@ def batch(
 
 
 def crash(plog: PartitionLog) -> None:
-    """Drop a log as a killed process would: close descriptors without trimming or flushing."""
+    """Drop a log as a killed process would: let go of files without trimming them, flushing or
+    writing the head's in-memory index entries."""
     for seg in plog.segments:
-        for idx in (seg.offset_index, seg.time_index):
-            if idx._mm is not None:
-                idx._mm.close()
-                idx._mm = None
-            os.close(idx._fd)
-            idx._fd = -1
-        if seg.mmap is not None:
+        if seg._mmap is not None:
             try:
-                seg.mmap.close()
+                seg._mmap.close()
             except BufferError:
                 pass
-        os.close(seg.fd)
-        seg.fd = -1
+            seg._mmap = None
+        seg._handle = seg._handle_ref = None
+        seg.closed = True
     plog.closed = True

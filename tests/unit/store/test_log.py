@@ -30,6 +30,7 @@ from rdmalog.store.records import (
     decode_all,
     iter_batches,
 )
+from rdmalog.store.segment import FileHandle
 from tests.unit.store.helpers import T0, Clock, batch, crash, open_log, topic_config
 
 
@@ -369,7 +370,7 @@ def test_recovery_truncates_a_torn_write(tmp_path: Path) -> None:
     seg = plog.active_segment
     end = seg.size
     half = batch(3)[:50]
-    os.pwrite(seg.fd, bytes(half), end)  # the crash tore the next batch's write
+    os.pwrite(seg.handle.fileno(), bytes(half), end)  # the crash tore the next batch's write
     crash(plog)
     again = open_log(d)
     assert again.log_end_offset == 30 and again.active_segment.size == end
@@ -557,8 +558,7 @@ def test_timestamp_bounds(tmp_path: Path, clock: Clock) -> None:
 def test_disk_errors_become_storage_errors(tmp_path: Path) -> None:
     plog = open_log(tmp_path / "t-0")
     seg = plog.active_segment
-    os.close(seg.fd)  # any failing write, as a dead disk would give
-    seg.fd = os.open(os.devnull, os.O_RDONLY)
+    seg._handle = FileHandle(Path("/dev/full"))  # every write fails (ENOSPC), as on a full disk
     with pytest.raises(KafkaStorageError) as e:
         plog.append(batch(1))
     assert e.value.error_code == 56 and plog.log_end_offset == 0
@@ -624,6 +624,7 @@ def test_leader_epochs(tmp_path: Path) -> None:
     assert plog.epoch_end_offset(2) == (0, 3)
     assert plog.epoch_end_offset(4) == (4, 6)
     assert plog.epoch_end_offset(5) == (-1, -1)
+    plog.flush()  # the checkpoint is written by flushes, off the append path
     assert (d / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n4 3\n"
     plog.close()
     (d / "leader-epoch-checkpoint").unlink()  # rebuilt from the batches' partitionLeaderEpoch

@@ -26,12 +26,13 @@ def test_names_preallocation_and_trim(tmp_path: Path) -> None:
     seg = new_segment(tmp_path, 1234, size=1 << 30)
     log_path = tmp_path / "00000000000000001234.log"
     assert seg.path == log_path
-    assert os.path.getsize(log_path) == 1 << 30
-    assert os.stat(log_path).st_blocks * 512 < 1 << 20  # sparse: a 1 GiB file costs nothing
+    assert os.path.getsize(log_path) == 0  # grows by appends, as Kafka's without `preallocate`
     raw = batch(3)
     append(seg, raw, 1234)
     assert seg.size == len(raw) and seg.next_offset == 1237
-    assert bytes(seg.mmap[: len(raw)]) == bytes(raw)  # the mapping sees the pwrite
+    assert bytes(seg.mmap[: len(raw)]) == bytes(raw)  # mapped on demand: the pwrite is there
+    assert os.path.getsize(log_path) == 1 << 30  # extended for the mapping (an RDMA grant)
+    assert os.stat(log_path).st_blocks * 512 < 1 << 20  # sparse: a 1 GiB file costs nothing
     seg.close()
     assert os.path.getsize(log_path) == len(raw)
     assert {p.name for p in tmp_path.iterdir()} == {
@@ -66,12 +67,15 @@ def test_find_position_and_slices(tmp_path: Path) -> None:
     assert seg.find_position(0)[0] == 0
     assert seg.find_position(23)[:2] == (positions[4], 20)  # middle of the batch 20..24
     assert seg.find_position(50) is None
-    n = seg.slice_length(positions[4], 1, 10**9)
-    assert n == positions[5] - positions[4]  # at least one batch
-    n = seg.slice_length(positions[4], 10**9, 35)  # stop before offset 35
-    assert n == positions[7] - positions[4]
-    s = FileSlice(seg.handle, positions[4], n)
+    s = seg.slice(23, 1, 10**9)
+    assert (s.position, s.length) == (
+        positions[4],
+        positions[5] - positions[4],
+    )  # one batch at least
+    s = seg.slice(23, 10**9, 35)  # stop before offset 35
+    assert (s.position, s.length) == (positions[4], positions[7] - positions[4])
     assert [r.offset for r in decode_all(s.read())] == list(range(20, 35))
+    assert seg.slice(23, 10**9, 20) is None  # its batch starts at the upper bound
     seg.close()
 
 

@@ -1,0 +1,1 @@
+"""Who a client is (principals, authentication) and what it may do (authorization)."""

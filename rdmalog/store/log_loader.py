@@ -1,0 +1,148 @@
+"""Reading a partition directory at open: leftovers of interrupted operations are cleaned up, the
+segment files found, and each segment loaded, or recovered (validated and re-indexed) from the
+recovery point on after an unclean shutdown, as Kafka's LogLoader does."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rdmalog.store.index import IndexCorruptError
+from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
+from rdmalog.store.leader_epochs import LeaderEpochCache
+from rdmalog.store.producer_state import ProducerStateTable
+from rdmalog.store.records import CONTROL_BIT
+from rdmalog.store.segment import LogSegment
+
+if TYPE_CHECKING:
+    from rdmalog.store.log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+_LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".tmp")
+
+
+def clean_leftovers(directory: Path) -> set[str]:
+    """Remove leftovers of interrupted operations; returns the file names that remain."""
+    names = set(os.listdir(directory))
+    for name in list(names):
+        p = directory / name
+        if name.endswith(_LEFTOVER_SUFFIXES):
+            names.discard(name)
+            p.unlink(missing_ok=True)
+        elif name.endswith(".swap"):
+            # A .log.swap is a finished replacement (Kafka renames it into place); indexes are rebuilt.
+            names.discard(name)
+            target = directory / name[: -len(".swap")]
+            if target.name.endswith(".log"):
+                os.replace(p, target)
+                names.add(target.name)
+                for suffix in (".index", ".timeindex"):
+                    names.discard(target.name[:-4] + suffix)
+                    (directory / (target.name[:-4] + suffix)).unlink(missing_ok=True)
+            else:
+                p.unlink(missing_ok=True)
+    return names
+
+
+def segment_bases(directory: Path) -> list[int]:
+    """Base offsets of the directory's segments, after removing leftovers of interrupted
+    operations and indexes whose log is gone (Kafka deletes them too)."""
+    names = clean_leftovers(directory)
+    for n in names:
+        stem, _, suffix = n.partition(".")
+        if suffix in ("index", "timeindex") and f"{stem}.log" not in names:
+            os.unlink(directory / n)
+    return sorted(
+        int(n[:20]) for n in names if n.endswith(".log") and len(n) == 24 and n[:20].isdigit()
+    )
+
+
+def load_segments(name: str, segs: list[LogSegment], first_unflushed: int) -> list[LogSegment]:
+    """Load each segment of log `name`, recovering those from `first_unflushed` on and any whose
+    indexes fail their check; all but the last are sealed, recovered ones synced. Returns the
+    segments that remain (a truncated one drops those after it)."""
+    i = 0
+    recovered = []
+    while i < len(segs):
+        seg = segs[i]
+        need_recovery = i >= first_unflushed
+        if not need_recovery:
+            try:
+                seg.load()
+            except IndexCorruptError as e:
+                log.warning("%s: %s; rebuilding the segment's indexes", name, e)
+                need_recovery = True
+        if need_recovery:
+            prev_end = segs[i - 1].next_offset if i else None
+            _, corrupt = seg.recover(prev_end)
+            recovered.append(seg)
+            nxt = segs[i + 1].base_offset if i + 1 < len(segs) else None
+            # Bytes cut past the last batch that still ends where the next file begins were
+            # never committed (an RDMA write refused or revoked by a roll, left while a
+            # registration kept the trim waiting): the later segments follow on, keep them.
+            if nxt is not None and (seg.next_offset > nxt or (corrupt and seg.next_offset != nxt)):
+                log.warning(
+                    "%s: segment %d was truncated; deleting %d later segment(s)",
+                    name, seg.base_offset, len(segs) - i - 1,
+                )  # fmt: skip
+                for later in segs[i + 1 :]:
+                    later.delete()
+                del segs[i + 1 :]
+        i += 1
+    for seg in segs[:-1]:
+        seg.seal()
+    for seg in recovered:  # recovered data becomes the new recovery point: make it durable
+        if not seg.deleted:
+            for fd in seg.dup_fds():
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+    return segs
+
+
+def walk_headers(plog: PartitionLog, from_offset: int) -> Iterator[tuple[int, tuple]]:
+    """(base offset, header) of every batch of `plog` whose last offset >= `from_offset`."""
+    for seg in plog.segments:
+        if seg.next_offset <= from_offset:
+            continue
+        for _, h in seg.headers():
+            if h[0] + h[6] >= from_offset:
+                yield h[0], h
+
+
+def load_leader_epochs(plog: PartitionLog, recovered_from: int | None) -> LeaderEpochCache:
+    """The checkpoint file, with the epochs of recovered batches assigned again (the file is synced
+    by flushes, so it may lack what came after the last one), as Kafka's recovery does; rebuilt
+    from every batch when it is missing or unreadable."""
+    path = plog.dir / LEADER_EPOCH_FILE
+    cache = LeaderEpochCache.load(path)
+    if cache is None:
+        cache, recovered_from = LeaderEpochCache(path), 0
+    before = list(cache.entries)
+    if recovered_from is not None:
+        for base, h in walk_headers(plog, max(recovered_from, plog.log_start_offset)):
+            cache.assign(h[2], base)
+    cache.truncate_from_end(plog.log_end_offset)
+    if cache.entries != before:
+        cache.save()
+    return cache
+
+
+def load_producer_state(plog: PartitionLog, file_name: str) -> ProducerStateTable:
+    """The snapshot a clean close left (then removed: valid for this start only), brought up to
+    date from the batch headers after it; rebuilt from every batch without one."""
+    path = plog.dir / file_name
+    restored = ProducerStateTable.restore(path)
+    path.unlink(missing_ok=True)
+    table, start = restored if restored else (ProducerStateTable(), plog.log_start_offset)
+    if start > plog.log_end_offset:  # the log lost data the snapshot knew: rebuild it all
+        table, start = ProducerStateTable(), plog.log_start_offset
+    for base, h in walk_headers(plog, start):
+        if h[9] >= 0 and not h[5] & CONTROL_BIT:
+            table.update(h[9], h[10], h[11], h[12], base, base + h[6], h[8])
+    return table
