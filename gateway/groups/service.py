@@ -21,6 +21,7 @@ from rdmalog.store.interface import LogStore
 
 log = logging.getLogger(__name__)
 
+NOT_LEADER_OR_FOLLOWER = 6
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 
@@ -117,11 +118,14 @@ class GroupService:
         t = self.store.topics.get(topic)
         return t is not None and 0 <= partition < len(t.partitions)
 
-    async def durable(self) -> None:
+    async def durable(self) -> int:
         """Wait until what the coordinator wrote is as durable as the flush policy requires, and
-        in cluster mode replicated to the ISR (bounded by offsets.commit.timeout.ms)."""
+        in cluster mode replicated to the ISR (bounded by offsets.commit.timeout.ms); 0, or the
+        Kafka error code of a write the ISR did not take (NOT_COORDINATOR when leadership moved,
+        REQUEST_TIMED_OUT), which OffsetCommit answers with."""
         if self.offsets.dirty:
             await self.loop.run_in_executor(None, self.offsets.flush)
+        failed = 0
         if self.replicas is not None and self.offsets.appended:
             pending = [
                 (plog, last)
@@ -140,6 +144,8 @@ class GroupService:
             for (plog, _), code in zip(pending, codes, strict=True):
                 if code:
                     log.warning("group records in %s not replicated: error %d", plog.name, code)
+                    failed = NOT_COORDINATOR if code == NOT_LEADER_OR_FOLLOWER else code
+        return failed
 
     # --- cluster mode -----------------------------------------------------------------------
 

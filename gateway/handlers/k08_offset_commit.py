@@ -52,11 +52,12 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         group_instance_id=request.get("group_instance_id"),
         retention_ms=retention,
     )
-    await service.durable()
+    failed = await service.durable()  # in a cluster: the ISR has the commits, or why not
     topics = []
     for key, name, parts in layout:
         codes = [
-            E.UNKNOWN_TOPIC_ID if name is None else results.get((name, p), E.NONE) for p in parts
+            E.UNKNOWN_TOPIC_ID if name is None else results.get((name, p), E.NONE) or failed
+            for p in parts
         ]
         entry = {"topic_id": key} if by_id else {"name": key}
         entry["partitions"] = [
