@@ -125,6 +125,10 @@ class Acceptor:
     def release(self, address: str) -> None:
         """A connection counted by `limits` closed; accept again if it was the limit."""
         self.limits.release(address)
+        self.resume_if_below_limit()
+
+    def resume_if_below_limit(self) -> None:
+        """Accept again if accepting stopped at `max.connections` and the (shared) limits have room."""
         if self._blocked and not self.limits.full:
             self._blocked = False
             self._set_reading(self._backoff is None)

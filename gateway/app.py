@@ -1,29 +1,46 @@
-"""A running broker composed of its parts: the store, the group coordinator, the RDMA datapaths
-and the gateway's server, started and stopped in order (`start`/`shutdown`, `serve`, and `run`, the
-blocking entry point of `rdmalog serve`)."""
+"""A running broker composed of its parts: the listeners and their security, the store, the
+authorizer and the users' settings, the group coordinator, the RDMA datapaths and the gateway's
+server, started and stopped in order (`start`/`shutdown`, `serve`, and `run`, the blocking entry
+point of `rdmalog serve`)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 from pathlib import Path
 
 from gateway.broker import Broker, SharedAppends
 from gateway.groups.service import GroupService
+from gateway.quotas import QuotaManager
 from gateway.server import Gateway
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import KafkaError
+from rdmalog.security.acls import authorizer_from_config
+from rdmalog.security.authorizer import Authorizer
+from rdmalog.security.entity_configs import EntityConfigs, ScramCredentials
+from rdmalog.security.inter_broker import client_security
+from rdmalog.security.listeners import ListenerSecurity, listener_specs, secure
+from rdmalog.security.sasl import Credentials
 from rdmalog.store.interface import LogStore
 
 log = logging.getLogger("gateway.app")
 
 
-def _listen_address(config: BrokerConfig, listen: tuple[str, int] | None) -> tuple[str, int]:
+def secure_listeners(
+    config: BrokerConfig, listen: tuple[str, int] | None = None
+) -> list[ListenerSecurity]:
+    """Every listener with what it needs to serve its protocol (`listen` replaces the first one's
+    address); InvalidConfigError, naming the key, when one cannot be served as configured."""
+    specs = listener_specs(config)
+    if not specs:
+        specs = listener_specs(BrokerConfig.from_sources(None, {"listeners": "PLAINTEXT://:9092"}))
     if listen is not None:
-        return listen
-    first = config.listeners[0] if config.listeners else None
-    return (first.host, first.port) if first else ("0.0.0.0", 9092)
+        specs[0] = dataclasses.replace(specs[0], host=listen[0], port=listen[1])
+    if config.get("zookeeper.connect"):
+        client_security(config)  # brokers must be able to log in to each other
+    return [secure(config, spec) for spec in specs]
 
 
 def open_store(
@@ -41,10 +58,16 @@ def open_store(
 
 
 def start_rdma(
-    store: LogStore, config: BrokerConfig, groups: GroupService | None = None
+    store: LogStore,
+    config: BrokerConfig,
+    groups: GroupService | None = None,
+    credentials: Credentials | None = None,
+    authorizer: Authorizer | None = None,
 ) -> SharedAppends | None:
     """Start KafkaDirect's datapaths for native clients when `rdma.transport` names one; offsets
-    native consumers commit through commit slots go to `groups`' coordinator."""
+    native consumers commit through commit slots go to `groups`' coordinator. With `credentials`
+    control sessions must authenticate (SASL, the Kafka listeners' SCRAM users); every grant is
+    checked by `authorizer` (the Kafka listeners' ACLs)."""
     transport = config.get("rdma.transport")
     if transport == "none":
         return None
@@ -59,6 +82,8 @@ def start_rdma(
         commit_sink=None if groups is None else _commit_sink(groups),
         commit_interval=config.get("rdma.commit.interval.ms") / 1000,
         slots_per_consumer=config.get("rdma.consumer.slots"),
+        credentials=credentials,
+        authorizer=authorizer,
     ).start()
     log.info("RDMA datapaths on %s, control requests at %s", transport, service.control_address)
     return service
@@ -84,20 +109,40 @@ def _commit_sink(groups: GroupService):
 
 
 async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
-    """Open the store and start a gateway on `listen` (or the first listener); return it running.
-    With `zookeeper.connect` the broker joins its cluster (gateway/cluster/node.py): the session and
-    cluster id before the store opens, replicas before the gateway listens, registration after."""
+    """Open the store and start a gateway on its listeners (`listen` replaces the first one's
+    address); return it running. Security that cannot be served as configured stops start-up
+    before anything is opened. With `zookeeper.connect` the broker joins its cluster
+    (gateway/cluster/node.py): the session and cluster id before the store opens, replicas before
+    the gateway listens, registration after."""
+    listeners = secure_listeners(config, listen)
     node = None
     if config.get("zookeeper.connect"):
         from gateway.cluster.node import ClusterNode
 
         node = ClusterNode(config)
         cluster_id = await asyncio.to_thread(node.connect)
-        store = open_store(config, replicated=True, cluster_id=cluster_id)
+        try:
+            store = open_store(config, replicated=True, cluster_id=cluster_id)
+        except BaseException:
+            await node.stop()
+            raise
     else:
         store = open_store(config)
-    gateway = Gateway(Broker(config, store))
+    try:
+        entity_configs = EntityConfigs.in_data_dir(config.log_dirs[0])
+        authorizer = authorizer_from_config(config, config.log_dirs[0])
+    except BaseException:
+        if node is not None:
+            await node.stop()
+        store.close()
+        raise
+    gateway = Gateway(Broker(config, store), ScramCredentials(entity_configs))
     gateway.broker.cluster = node
+    gateway.broker.authorizer = authorizer
+    gateway.broker.entity_configs = entity_configs
+    gateway.quotas = QuotaManager(
+        entity_configs, config.get("quota.window.num"), config.get("quota.window.size.seconds")
+    )
     try:
         replicas = None
         if node is not None:
@@ -107,11 +152,19 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
         # a cluster, partition by partition as this broker comes to lead them)
         loop = asyncio.get_running_loop()
         gateway.broker.groups = GroupService(store, config, loop, replicas).start()
-        gateway.broker.rdma = start_rdma(store, config, gateway.broker.groups)
+        # native clients: the same users and ACLs; SASL on the control port as soon as any Kafka
+        # listener asks for security (the control port has no TLS to name a principal by)
+        secured = any(listener.spec.protocol != "PLAINTEXT" for listener in listeners)
+        gateway.broker.rdma = start_rdma(
+            store,
+            config,
+            gateway.broker.groups,
+            credentials=gateway.credentials if secured else None,
+            authorizer=authorizer,
+        )
         if node is not None and gateway.broker.rdma is not None:
             node.serve_rdma(gateway.broker.rdma)
-        host, port = _listen_address(config, listen)
-        await gateway.start(host, port)
+        await gateway.start(listeners)
         if node is not None:
             await node.join()
     except BaseException:

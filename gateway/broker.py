@@ -13,13 +13,27 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from rdmalog.config import BrokerConfig, TopicConfig
-from rdmalog.errors import UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, KafkaError
+from rdmalog.errors import (
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    KafkaError,
+)
+from rdmalog.security.acls import OPERATION_CODES, RESOURCE_OPERATIONS
+from rdmalog.security.authorizer import (
+    ANONYMOUS,
+    Authorizer,
+    Operation,
+    Principal,
+    Resource,
+    ResourceType,
+)
 from rdmalog.store.interface import Log, LogStore, LogTopic
 from rdmalog.store.log import AppendResult
 
@@ -76,6 +90,47 @@ class RequestContext:
     connection: Any = None  # the server's connection object (peer address, per-connection state)
     extra: dict = field(default_factory=dict)
 
+    @property
+    def principal(self) -> Principal:
+        """Who sent the request (User:ANONYMOUS without authentication)."""
+        return ANONYMOUS if self.connection is None else self.connection.session.principal
+
+    @property
+    def listener(self) -> str | None:
+        """The name of the listener the request came in on."""
+        return None if self.connection is None else self.connection.session.listener.name
+
+    def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """Whether the sender may do `operation` on the resource, as `authorizer.class.name`
+        decides (always, without an authorizer)."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return True
+        host = "" if self.connection is None else self.connection.address
+        return authorizer.authorize(self.principal, host, operation, Resource(resource_type, name))
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """Kafka's authorized-operations bit field (1 << AclOperation code) of a resource: what the
+        sender may do on it (everything that applies, without an authorizer)."""
+        return sum(
+            1 << OPERATION_CODES[op]
+            for op in RESOURCE_OPERATIONS[resource_type]
+            if self.authorize(op, resource_type, name)
+        )
+
+    def topic_check(self, operation: Operation) -> Callable[[str], bool] | None:
+        """`name -> allowed` for `operation` on topics (None: everything is allowed)."""
+        if self.broker.authorizer is None:
+            return None
+        return lambda name: self.authorize(operation, ResourceType.TOPIC, name)
+
+    def partitions(
+        self, request_topics: list[dict], fields: PartitionFields, operation: Operation
+    ) -> RequestedPartitions:
+        """The partitions a request names with their logs, those of topics the sender may not do
+        `operation` on answered TOPIC_AUTHORIZATION_FAILED (see `RequestedPartitions`)."""
+        return RequestedPartitions(self.broker, request_topics, fields, self.topic_check(operation))
+
 
 class PartitionFields(NamedTuple):
     """How an API names its topics and partitions, in the request and in the response."""
@@ -100,25 +155,43 @@ class RequestedPartitions:
     counted in `missing`). `topics` is the response's topic list.
     """
 
-    __slots__ = ("_broker", "_request", "_fields", "topics", "missing")
+    __slots__ = ("_broker", "_request", "_fields", "_allowed", "topics", "missing", "denied")
 
-    def __init__(self, broker: Broker, request_topics: list[dict], fields: PartitionFields) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        request_topics: list[dict],
+        fields: PartitionFields,
+        allowed: Callable[[str], bool] | None = None,
+    ) -> None:
         self._broker = broker
         self._request = request_topics
         self._fields = fields
+        self._allowed = allowed
         self.topics: list[dict] = []
-        self.missing = 0
+        self.missing = 0  # partitions answered with an error here (not found, or denied)
+        self.denied = 0  # of them, those of topics the sender may not access
 
     def __iter__(self) -> Iterator[tuple[dict, Log, list[dict]]]:
         f = self._fields
         partition = self._broker.partition
         epoch = f.epoch
+        allowed = self._allowed
         for t in self._request:
             key = t[f.topic]
             answers: list[dict] = []
             self.topics.append({f.topic: key, f.answers: answers})
+            denied = False
+            if allowed is not None:
+                name = key if isinstance(key, str) else self._broker.topic_name(key)
+                denied = name is not None and not allowed(name)
             for p in t[f.partitions]:
-                found = partition(key, p[f.index], p.get(epoch, -1) if epoch else -1)
+                found = (
+                    TOPIC_AUTHORIZATION_FAILED
+                    if denied
+                    else partition(key, p[f.index], p.get(epoch, -1) if epoch else -1)
+                )
+                self.denied += denied
                 if isinstance(found, int):
                     self.missing += 1
                     answers.append({f.answer_index: p[f.index], "error_code": found, **f.missing})
@@ -136,6 +209,11 @@ class Broker:
         self.node_id: int = getattr(store, "node_id", config.node_id)
         self.host = "127.0.0.1"
         self.port = 9092
+        self.endpoints: dict[str, tuple[str, int]] = {}  # listener name -> advertised endpoint
+        self.authorizer: Authorizer | None = (
+            None  # authorizer.class.name (rdmalog/security/acls.py)
+        )
+        self.entity_configs: Any = None  # SCRAM credentials and quotas of users and client ids
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._waiters: dict[int, set[asyncio.Future]] = {}
@@ -151,26 +229,31 @@ class Broker:
 
     # --- cluster view ------------------------------------------------------------------------
 
-    def bind(self, loop: asyncio.AbstractEventLoop, listen: tuple[str, int]) -> None:
-        """Record the loop and the address actually bound; pick the advertised endpoint."""
+    def bind(self, loop: asyncio.AbstractEventLoop, endpoints: dict[str, tuple[str, int]]) -> None:
+        """Record the loop and each listener's advertised endpoint (host, port), in the order of
+        `listeners`; `host`/`port` are the first one's."""
         self.loop = loop
         self._loop_thread = threading.get_ident()
-        adv = self.config.get("advertised.listeners")
-        if adv:
-            first = self.config.advertised_listeners[0]
-            self.host, self.port = first.host or listen[0], first.port or listen[1]
-        else:
-            host = listen[0]
-            self.host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
-            self.port = listen[1]
+        self.endpoints = dict(endpoints)
+        self.host, self.port = next(iter(self.endpoints.values()))
+
+    def endpoint(self, listener: str | None = None) -> tuple[str, int]:
+        """The advertised (host, port) of `listener`; the first listener's when None or unknown.
+        Metadata answers with the listener a client connected to (Kafka's rule)."""
+        return (
+            self.endpoints.get(listener, (self.host, self.port))
+            if listener
+            else (self.host, self.port)
+        )
 
     @property
     def cluster_id(self) -> str | None:
         return getattr(self.store, "cluster_id", None)
 
-    def brokers(self) -> list[dict]:
-        """This broker as a Metadata/DescribeCluster broker entry."""
-        return [{"node_id": self.node_id, "host": self.host, "port": self.port, "rack": None}]
+    def brokers(self, listener: str | None = None) -> list[dict]:
+        """This broker as a Metadata/DescribeCluster broker entry, on `listener`'s endpoint."""
+        host, port = self.endpoint(listener)
+        return [{"node_id": self.node_id, "host": host, "port": port, "rack": None}]
 
     @property
     def log_dir(self) -> Path:
@@ -231,6 +314,14 @@ class Broker:
             return self.store.topic_by_id(topic_id)  # type: ignore[arg-type]
         except (KafkaError, KeyError):  # UnknownTopicIdError
             return None
+
+    def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+        """The name of the topic with `topic_id`, None when there is none."""
+        if self.cluster is not None:
+            tv = self.cluster.view.topic_by_id(topic_id)
+            return None if tv is None else tv.name
+        found = self.topic_by_id(topic_id)
+        return None if found is None else found.name
 
     def topics(self) -> list[LogTopic]:
         """Every topic (a snapshot: topics may be created and deleted meanwhile)."""

@@ -1,4 +1,5 @@
-"""The `rdmalog` command: `serve` runs a broker, `topics` manages topics on a running one.
+"""The `rdmalog` command: `serve` runs a broker, `topics` manages topics on a running one, `scram`
+adds SCRAM users to a data directory before the broker's first start.
 
 `rdmalog serve` takes Kafka's own configuration: a `server.properties` file and `--override key=value`
 with Kafka's names (`log.dirs`, `num.partitions`, `log.segment.bytes`, ...). `--listen` and `--data-dir`
@@ -134,6 +135,69 @@ def _print_topic(topic: dict) -> None:
         )
 
 
+def _scram(args: argparse.Namespace) -> int:
+    """SCRAM credentials in a data dir the broker is not running on (a running broker takes them
+    through AlterUserScramCredentials: kafka-configs.sh, the admin clients)."""
+    import fcntl
+    import getpass
+
+    from rdmalog.security.entity_configs import (
+        SCRAM_MECHANISMS,
+        EntityConfigs,
+        ScramCredential,
+        ScramCredentials,
+        iterations_error,
+    )
+
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(data_dir / ".lock", "a") as lock:  # the store's lock: held while a broker runs
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(
+                f"rdmalog scram: a broker is running on {data_dir}; change its users with "
+                "kafka-configs.sh --alter --add-config 'SCRAM-SHA-256=[password=...]' or an admin "
+                "client",
+                file=sys.stderr,
+            )
+            return 1
+        credentials = ScramCredentials(EntityConfigs.in_data_dir(data_dir))
+        if args.action == "list":
+            for user, mechanisms in sorted(credentials.users().items()):
+                items = ", ".join(f"{m} (iterations={i})" for m, i in sorted(mechanisms.items()))
+                print(f"{user}: {items}")
+            return 0
+        mechanisms = args.mechanism or list(SCRAM_MECHANISMS)
+        if args.action == "delete":
+            entity_user = {m: None for m in mechanisms}
+            credentials.configs.alter({_entity(args.user): entity_user})
+            print(f"Deleted {', '.join(mechanisms)} credentials of {args.user}.")
+            return 0
+        for mechanism in mechanisms:
+            problem = iterations_error(mechanism, args.iterations)
+            if problem:
+                print(f"rdmalog scram add: {problem}", file=sys.stderr)
+                return 2
+        password = args.password
+        if password is None:
+            password = getpass.getpass(f"password of {args.user}: ")
+        for mechanism in mechanisms:
+            credentials.set(
+                args.user,
+                mechanism,
+                ScramCredential.from_password(mechanism, password, args.iterations),
+            )
+        print(f"Added {', '.join(mechanisms)} credentials for {args.user}.")
+    return 0
+
+
+def _entity(user: str):
+    from rdmalog.security.entity_configs import Entity
+
+    return Entity(user)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `rdmalog` command."""
     parser = argparse.ArgumentParser(prog="rdmalog", description=__doc__.splitlines()[0])
@@ -169,6 +233,25 @@ def build_parser() -> argparse.ArgumentParser:
     delete = actions.add_parser("delete")
     delete.add_argument("topic")
     topics.set_defaults(func=_topics)
+
+    scram = sub.add_parser("scram", help="SCRAM users of a data dir (before the broker starts)")
+    scram_actions = scram.add_subparsers(dest="action", required=True)
+    for name in ("add", "delete", "list"):
+        action = scram_actions.add_parser(name)
+        action.add_argument("--data-dir", required=True, help="the broker's log dir")
+        if name == "list":
+            continue
+        action.add_argument("--user", required=True)
+        action.add_argument(
+            "--mechanism",
+            action="append",
+            choices=["SCRAM-SHA-256", "SCRAM-SHA-512"],
+            help="repeatable; default both",
+        )
+        if name == "add":
+            action.add_argument("--password", help="default: asked for on the terminal")
+            action.add_argument("--iterations", type=int, default=4096)
+    scram.set_defaults(func=_scram)
     return parser
 
 

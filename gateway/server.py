@@ -10,7 +10,11 @@ are handled one at a time in order (as Kafka mutes a channel) while reading cont
 pipelined requests queue up (bounded).
 Fetch responses send the header from memory and record bytes from the segment file with
 `os.sendfile`, falling back to `loop.sendfile` (which waits for the socket) and, on event loops
-without it, to a bounded copy.
+without it and on TLS connections (the bytes must be encrypted in user space), to a bounded copy.
+
+Each listener (`listeners`, rdmalog/security/listeners.py) has its own sockets and protocol: TLS on
+SSL/SASL_SSL listeners, and on SASL listeners the authentication exchange of
+gateway/authentication.py, which decides what a connection may send before it is authenticated.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import time
 import types
 
 from gateway.acceptor import Acceptor, ConnectionLimits, listening_sockets
+from gateway.authentication import Session
 from gateway.broker import Broker, RequestContext
 from gateway.handlers.registry import REGISTRY, ApiEntry, load_all, supported_apis
 from gateway.log_limit import RateLimitedLog
@@ -39,7 +44,11 @@ from gateway.protocol import (
 )
 from gateway.protocol.framing import FrameBudget, FrameReader, Stage
 from gateway.protocol.schema import entity_spec, message_class
+from gateway.quotas import QuotaManager
 from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION
+from rdmalog.security.authorizer import Principal
+from rdmalog.security.listeners import ListenerSecurity
+from rdmalog.security.tls import subject_name
 
 log = logging.getLogger("gateway.server")
 
@@ -82,7 +91,7 @@ def _slice_fd(sl) -> int:
 class Connection(asyncio.BufferedProtocol):
     """One client connection: frame reader, ordered request worker, response writer."""
 
-    def __init__(self, gateway: Gateway, address: str) -> None:
+    def __init__(self, gateway: Gateway, address: str, listener: ListenerSecurity) -> None:
         self.gateway = gateway
         self.broker = gateway.broker
         self.transport: asyncio.Transport | None = None
@@ -98,13 +107,19 @@ class Connection(asyncio.BufferedProtocol):
         self._worker: asyncio.Task | object | None = None
         self._queue_full = False  # pipelined requests beyond the queue's bounds
         self._read_paused = False
+        self._muted = False  # throttled by a quota: nothing is read until the delay is over
+        self._throttle_s = 0.0  # the delay the last response's quotas called for
         self._write_paused = False
         self._drained: asyncio.Future | None = None
         self._out: list[bytearray] = []  # responses written together when the loop turns
         self.active_at = time.monotonic()  # last bytes in or response out (idle timeout)
         self.frame_since: float | None = None  # when the frame now arriving began (its deadline)
         self.closed = False
-        self.state: dict = {}  # per-connection state for handlers (SASL, sessions, ...)
+        self.state: dict = {}  # per-connection state for handlers (client software, ...)
+        self.session = Session(listener, gateway.credentials)  # principal, SASL exchange
+        if not self.session.authenticated:  # Kafka bounds frames before authentication tighter
+            self._frames.max_frame = min(gateway.max_request_bytes, listener.max_receive)
+        self.tls = listener.ssl_context is not None  # no sendfile or cork: bytes go through TLS
 
     def _log(self, level: int, msg: str, *args: object, exc_info: bool = False) -> None:
         """A line about this client, rate-limited per address (a flood must not fill the disk)."""
@@ -119,10 +134,31 @@ class Connection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             self._sock = sock
-            self._fd = sock.fileno()
+            self._fd = -1 if self.tls else sock.fileno()
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.gateway.connections.add(self)
+        if self.tls:
+            self._tls_principal(transport.get_extra_info("ssl_object"))
+
+    def _tls_principal(self, ssl_object) -> None:
+        """SSL listeners: the client certificate's subject names the principal (as mapped by
+        `ssl.principal.mapping.rules`); no certificate: ANONYMOUS. SASL_SSL: SASL names it."""
+        session = self.session
+        cert = ssl_object.getpeercert() if ssl_object is not None else None
+        if not cert or session.listener.spec.sasl:
+            return
+        name = session.listener.principal_mapper.name(subject_name(cert))
+        if name is None:
+            self._log(
+                logging.WARNING,
+                "closing %s: no ssl.principal.mapping.rules rule applies to %s",
+                self.peer,
+                subject_name(cert),
+            )
+            self.abort()
+            return
+        session.principal = Principal("User", name)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -163,9 +199,12 @@ class Connection(asyncio.BufferedProtocol):
         if reader.refused is not None:
             self._log(
                 logging.WARNING,
-                "closing %s: request frame of %d bytes (socket.request.max.bytes=%d)",
+                "closing %s: request frame of %d bytes (%s=%d)",
                 self.peer,
                 reader.refused,
+                "socket.request.max.bytes"
+                if self.session.authenticated
+                else "sasl.server.max.receive.size, before authentication",
                 reader.max_frame,
             )
             self.abort()
@@ -174,7 +213,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _sync_reading(self) -> None:
         """Pause reading while the request queue is full or a frame waits for memory."""
-        pause = self._queue_full or self._frames.waiting
+        pause = self._queue_full or self._frames.waiting or self._muted
         if pause != self._read_paused and self.transport is not None:
             self._read_paused = pause
             if pause:
@@ -221,9 +260,13 @@ class Connection(asyncio.BufferedProtocol):
                     self._queue_full = False
                     self._sync_reading()
                 await self._handle(frame)
+                if self.session.authenticated:
+                    self._frames.max_frame = self.gateway.max_request_bytes
                 if self._write_paused and not self.closed:
                     self._drained = asyncio.get_running_loop().create_future()
                     await self._drained
+                if self._throttle_s > 0 and not self.closed:
+                    await self._mute()
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -232,6 +275,19 @@ class Connection(asyncio.BufferedProtocol):
         finally:
             self._worker = None
             self.active_at = time.monotonic()
+
+    async def _mute(self) -> None:
+        """Kafka's channel muting after a throttled response (KIP-219): read nothing more from the
+        client until its throttle time is over."""
+        delay, self._throttle_s = self._throttle_s, 0.0
+        self._muted = True
+        self._sync_reading()
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            self._muted = False
+            if not self.closed:
+                self._sync_reading()
 
     def expire(self, now: float, idle_s: float, frame_s: float) -> None:
         """Close the connection when the frame arriving missed its deadline (`frame_s`), or when it
@@ -277,11 +333,26 @@ class Connection(asyncio.BufferedProtocol):
     # --- one request ---------------------------------------------------------------------------
 
     async def _handle(self, frame: bytearray) -> None:
+        session = self.session
+        if session.expects_raw_token:
+            await self._raw_token(frame)
+            return
         mv = memoryview(frame)
         try:
             hdr = parse_request_header(mv)
         except DecodeError as exc:
             self._log(logging.WARNING, "closing %s: malformed request header: %s", self.peer, exc)
+            self.abort()
+            return
+        refusal = session.refusal(hdr.api_key)
+        if refusal is not None:
+            self._log(
+                logging.INFO,
+                "closing %s (listener %s): %s",
+                self.peer,
+                session.listener.name,
+                refusal,
+            )
             self.abort()
             return
         entry = REGISTRY.get(hdr.api_key)
@@ -304,6 +375,7 @@ class Connection(asyncio.BufferedProtocol):
         ctx = RequestContext(
             self.broker, hdr.api_key, hdr.api_version, hdr.correlation_id, hdr.client_id, self
         )
+        started = time.monotonic()
         try:
             response = await entry.handler(ctx, body)
         except Exception:
@@ -322,7 +394,41 @@ class Connection(asyncio.BufferedProtocol):
         if response is None or self.closed:
             return
         buf, parts = encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, response)
+        quotas = self.gateway.quotas
+        if quotas is not None and quotas.enabled:
+            buf, parts = self._throttle(hdr, len(frame), buf, parts, response, started)
         await self.send(buf, parts)
+        if session.close_after_response:
+            self.abort()
+
+    def _throttle(self, hdr: RequestHeader, request_bytes: int, buf, parts, response, started):
+        """Record the request against its quotas; when they call for a delay, the response carries
+        it (throttle_time_ms) and the connection is muted for it after sending."""
+        principal = self.session.principal
+        user = principal.name if principal.type == "User" else None
+        size = len(buf) + sum(sl.length for _, sl in parts)
+        elapsed = time.monotonic() - started
+        throttle_ms = self.gateway.quotas.record(
+            user, hdr.client_id, hdr.api_key, request_bytes, size, elapsed
+        )
+        if throttle_ms <= 0 or "throttle_time" not in _fields(hdr.api_key, hdr.api_version):
+            return buf, parts
+        self._throttle_s = throttle_ms / 1000
+        response["throttle_time"] = throttle_ms
+        return encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, response)
+
+    async def _raw_token(self, frame: bytearray) -> None:
+        """Kafka's legacy SASL flow (after SaslHandshake v0): a frame is a bare SASL token and the
+        answer a bare size-prefixed token; a refused token closes the connection."""
+        from rdmalog.security.sasl import AuthenticationError
+
+        try:
+            answer = self.session.authenticate(bytes(frame))
+        except AuthenticationError as exc:
+            self._log(logging.INFO, "closing %s: %s", self.peer, exc)
+            self.abort()
+            return
+        await self.send(bytearray(len(answer).to_bytes(4, "big") + answer), [])
 
     async def _unsupported(self, hdr: RequestHeader, entry: ApiEntry | None) -> None:
         if hdr.api_key == API_VERSIONS:
@@ -381,6 +487,7 @@ class Connection(asyncio.BufferedProtocol):
         # Small responses: cork so header and records leave as one segment (uncorked below).
         cork = (
             CORK_FILE_RESPONSES
+            and not self.tls
             and self._sock is not None
             and len(buf) + sum(sl.length for _, sl in parts) <= _CORK_MAX
             and t.get_write_buffer_size() == 0
@@ -435,11 +542,12 @@ class Connection(asyncio.BufferedProtocol):
             if not count:
                 return
         loop = asyncio.get_running_loop()
-        if getattr(t, "_sendfile_compatible", None) is not None:
+        if not self.tls and getattr(t, "_sendfile_compatible", None) is not None:
             log.debug("%s: socket full, loop.sendfile for the last %d bytes", self.peer, count)
             await loop.sendfile(t, _FileProxy(fd_in), off, count)
             return
-        # Event loops without transport sendfile (uvloop): copy, bounded, with flow control.
+        # TLS, and event loops without transport sendfile (uvloop): copy, bounded, with flow
+        # control. Each chunk is a new bytes object: the TLS transport may hold it until written.
         while count and not self.closed:
             chunk = os.pread(fd_in, min(count, _COPY_CHUNK), off)
             if not chunk:
@@ -477,6 +585,12 @@ async def _resume(coro, pending) -> None:
     await _continue(coro, pending)
 
 
+@functools.cache
+def _fields(api_key: int, version: int) -> frozenset[str]:
+    """The top-level field names of a response."""
+    return frozenset(f.name for f in entity_spec(message_class(api_key, version, False)).fields)
+
+
 def _error_body(api_key: int, version: int, code: int) -> dict | None:
     """A response carrying `code` in its top-level error_code, or None if it has none."""
     try:
@@ -489,10 +603,10 @@ def _error_body(api_key: int, version: int, code: int) -> dict | None:
 
 
 class Gateway:
-    """A running gateway: the listening sockets, its connections within their limits, the shared
-    receive buffers, and the broker state."""
+    """A running gateway: the listening sockets of its listeners, its connections within their
+    limits, the shared receive buffers, and the broker state."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, credentials=None) -> None:
         config = broker.config
         self.broker = broker
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
@@ -505,45 +619,92 @@ class Gateway:
         self.idle_s: float = config.get("connections.max.idle.ms") / 1000
         self.frame_s: float = config.get("request.receive.timeout.ms") / 1000
         self.peer_log = RateLimitedLog(log)
-        self.acceptor: Acceptor | None = None
+        self.credentials = credentials  # SCRAM credentials (rdmalog/security/entity_configs.py)
+        self.quotas: QuotaManager | None = None  # client quotas (gateway/quotas.py)
+        self.acceptors: list[Acceptor] = []
         self._sweeper: asyncio.TimerHandle | None = None
-        self.address: tuple[str, int] = ("", 0)
+        self.address: tuple[str, int] = ("", 0)  # the first listener's bound address
+        self.addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound address
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        """Listen on host:port (port 0 picks a free one); return the bound address."""
+    async def start(self, listeners: list[ListenerSecurity]) -> tuple[str, int]:
+        """Listen on every listener (port 0 picks a free one); return the first bound address.
+
+        The first listener is bound last, so once it accepts connections every listener does
+        (what a readiness probe of one port can rely on), and no connection is served before the
+        broker knows every listener's advertised endpoint."""
         loop = asyncio.get_running_loop()
         load_all()
-        socks = await listening_sockets(host or None, port, backlog=1024)
-        self.acceptor = Acceptor(socks, self.limits, self._connect, self.peer_log)
-        self.acceptor.start()
-        sockname = socks[0].getsockname()
-        self.address = (sockname[0], sockname[1])
-        self.broker.bind(loop, (host or sockname[0], sockname[1]))
+        bound: dict[str, list[socket.socket]] = {}
+        try:
+            for listener in reversed(listeners):
+                spec = listener.spec
+                bound[spec.name] = await listening_sockets(
+                    spec.host or None, spec.port, backlog=1024
+                )
+        except BaseException:
+            for socks in bound.values():
+                for sock in socks:
+                    sock.close()
+            raise
+        advertised: dict[str, tuple[str, int]] = {}
+        for listener in listeners:
+            spec = listener.spec
+            host, port = bound[spec.name][0].getsockname()[:2]
+            self.addresses[spec.name] = (host, port)
+            if (spec.host or host) in ("", "0.0.0.0", "::"):
+                shown = "127.0.0.1"
+            else:
+                shown = spec.host or host
+            advertised[spec.name] = (spec.advertised_host or shown, spec.advertised_port or port)
+        self.address = self.addresses[listeners[0].spec.name]
+        self.broker.bind(loop, advertised)
+        for listener in listeners:
+            spec = listener.spec
+            acceptor = Acceptor(
+                bound[spec.name],
+                self.limits,
+                functools.partial(self._connect, listener),
+                self.peer_log,
+            )
+            self.acceptors.append(acceptor)
+            acceptor.start()
+            host, port = self.addresses[spec.name]
+            log.info("listening on %s:%d (listener %s, %s)", host, port, spec.name, spec.protocol)
         self._sweep()
-        log.info(
-            "listening on %s:%d (node %d)", self.address[0], self.address[1], self.broker.node_id
-        )
+        log.info("serving as node %d", self.broker.node_id)
         return self.address
 
-    def _connect(self, sock: socket.socket, address: str) -> None:
+    def _connect(self, listener: ListenerSecurity, sock: socket.socket, address: str) -> None:
         """Serve an accepted socket (counted in `limits` until its connection is forgotten)."""
         loop = asyncio.get_running_loop()
-        conn = Connection(self, address)
-        task = loop.create_task(loop.connect_accepted_socket(lambda: conn, sock))
+        conn = Connection(self, address, listener)
+        task = loop.create_task(
+            loop.connect_accepted_socket(lambda: conn, sock, ssl=listener.ssl_context)
+        )
         task.add_done_callback(functools.partial(self._connected, conn, sock))
 
     def _connected(self, conn: Connection, sock: socket.socket, task: asyncio.Task) -> None:
         if task.cancelled() or task.exception() is not None:
+            if task.exception() is not None and conn.tls:
+                conn._log(
+                    logging.INFO, "TLS handshake with %s failed: %r", conn.address, task.exception()
+                )
             if conn.transport is None:  # never made: no connection_lost will release it
                 sock.close()
-                self.acceptor.release(conn.address)
+                self.release(conn.address)
+
+    def release(self, address: str) -> None:
+        """A connection counted in the (shared) limits closed."""
+        if self.acceptors:
+            self.acceptors[0].release(address)
+            for acceptor in self.acceptors[1:]:
+                acceptor.resume_if_below_limit()
 
     def forget(self, conn: Connection) -> None:
         """A connection closed: it no longer counts against the limits."""
         if conn in self.connections:
             self.connections.discard(conn)
-            if self.acceptor is not None:
-                self.acceptor.release(conn.address)
+            self.release(conn.address)
 
     def _sweep(self) -> None:
         """Close idle connections and frames past their deadline; again in a while."""
@@ -557,8 +718,8 @@ class Gateway:
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting, let in-flight requests finish (long polls return early), close."""
-        if self.acceptor is not None:
-            self.acceptor.close()
+        for acceptor in self.acceptors:
+            acceptor.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
         self.broker.wake_all()

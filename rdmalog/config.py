@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 INT_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
+LISTENER_PREFIX = "listener.name."
 
 
 class ConfigSource(IntEnum):
@@ -95,6 +98,8 @@ def _parse(name: str, kind: str, raw: Any, validator: Callable[[Any], str | None
         elif kind == "list":
             items = raw.split(",") if isinstance(raw, str) else list(raw)
             value = [str(x).strip() for x in items if str(x).strip()]
+        elif kind == "password":
+            value = str(raw)  # secrets are kept as given (a PEM or JAAS value spans lines)
         else:
             value = str(raw).strip()
     except (TypeError, ValueError):
@@ -195,12 +200,42 @@ BROKER_DEFS = _defs(
     ("rdma.order.timeout.ms", "int", 1000, _at_least(1)),
     ("rdma.commit.interval.ms", "int", 100, _at_least(1)),
     ("rdma.consumer.slots", "int", 1024, _at_least(1, at_most=4096)),
+    # security: listeners and their protocols, TLS, SASL, ACLs (rdmalog/security), quotas
+    ("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP),
+    ("inter.broker.listener.name", "string", None),
+    ("security.inter.broker.protocol", "string", None, _one_of(*SECURITY_PROTOCOLS)),
+    ("ssl.keystore.type", "string", "JKS"),
+    ("ssl.keystore.location", "string", None),
+    ("ssl.keystore.password", "password", None),
+    ("ssl.keystore.key", "password", None),
+    ("ssl.keystore.certificate.chain", "password", None),
+    ("ssl.key.password", "password", None),
+    ("ssl.truststore.type", "string", "JKS"),
+    ("ssl.truststore.location", "string", None),
+    ("ssl.truststore.password", "password", None),
+    ("ssl.truststore.certificates", "password", None),
+    ("ssl.client.auth", "string", "none", _one_of("required", "requested", "none")),
+    ("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"]),
+    ("ssl.protocol", "string", "TLSv1.3"),
+    ("ssl.cipher.suites", "list", []),
+    ("ssl.principal.mapping.rules", "string", "DEFAULT"),
+    ("ssl.endpoint.identification.algorithm", "string", "https"),
+    ("sasl.enabled.mechanisms", "list", ["GSSAPI"]),
+    ("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
+    ("sasl.jaas.config", "password", None),
+    ("sasl.server.max.receive.size", "int", 524288, _at_least(1)),
+    ("connections.max.reauth.ms", "long", 0, _at_least(0)),
+    ("connection.failed.authentication.delay.ms", "int", 100, _at_least(0)),
+    ("authorizer.class.name", "string", ""),
+    ("super.users", "string", None),
+    ("allow.everyone.if.no.acl.found", "boolean", False),
+    ("quota.window.num", "int", 11, _at_least(1)),
+    ("quota.window.size.seconds", "int", 1, _at_least(1)),
     # cluster mode (Kafka's ZooKeeper mode): set zookeeper.connect; unset, one broker as before
     ("zookeeper.connect", "string", None),
     ("zookeeper.session.timeout.ms", "int", 18000, _at_least(1)),
     ("zookeeper.connection.timeout.ms", "int", None, _at_least(1)),
     ("broker.rack", "string", None),
-    ("inter.broker.listener.name", "string", None),
     ("replica.lag.time.max.ms", "long", 30000, _at_least(1)),
     ("replica.fetch.max.bytes", "int", 1048576, _at_least(0)),
     ("replica.fetch.response.max.bytes", "int", 10485760, _at_least(0)),
@@ -223,20 +258,18 @@ IGNORED_BROKER_KEYS = frozenset(
     log.roll.jitter.ms log.roll.jitter.hours log.cleaner.enable log.cleaner.threads
     log.cleaner.dedupe.buffer.size log.cleaner.delete.retention.ms log.cleaner.min.cleanable.ratio
     log.segment.delete.delay.ms log.message.format.version log.message.downconversion.enable
-    inter.broker.protocol.version listener.security.protocol.map
-    security.inter.broker.protocol controller.listener.names controller.quorum.voters
+    inter.broker.protocol.version controller.listener.names controller.quorum.voters
     controller.quorum.bootstrap.servers process.roles metadata.log.dir
     replica.socket.timeout.ms group.coordinator.rebalance.protocols
-    confluent.support.metrics.enable metric.reporters authorizer.class.name super.users
-    allow.everyone.if.no.acl.found sasl.enabled.mechanisms sasl.mechanism.inter.broker.protocol
-    ssl.keystore.location ssl.keystore.password ssl.key.password ssl.truststore.location
-    ssl.truststore.password ssl.client.auth transaction.state.log.segment.bytes
+    confluent.support.metrics.enable metric.reporters transaction.state.log.segment.bytes
     offsets.load.buffer.size
     message.timestamp.difference.max.ms log.message.timestamp.difference.max.ms
     log.message.timestamp.before.max.ms log.message.timestamp.after.max.ms""".split()
 )
+# Other keys under these prefixes are accepted and ignored (logged). A setting that would make the
+# broker serve less security than asked is never among them: what rdmalog/security cannot honour stops
+# start-up instead (see rdmalog/security/listeners.py).
 _IGNORED_PREFIXES = (
-    "listener.name.",
     "ssl.",
     "sasl.",
     "confluent.",
@@ -386,10 +419,17 @@ class _Config:
         return rows
 
 
+_UNSET = object()
+
+
 class BrokerConfig(_Config):
     """A broker's configuration (Kafka `server.properties` names and defaults)."""
 
     _defs = BROKER_DEFS
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._listener_values: dict[tuple[str, str], Any] = {}
 
     @classmethod
     def from_sources(
@@ -410,12 +450,39 @@ class BrokerConfig(_Config):
     def _apply(self, values: Mapping[str, Any], source: ConfigSource) -> None:
         for name, raw in values.items():
             d = self._defs.get(name)
+            if d is None and name.startswith(LISTENER_PREFIX):
+                self._apply_listener_key(name, raw)
+                continue
             if d is None:
                 _unknown_broker_key(name)
                 continue
             self._values[name] = _parse(name, d.kind, raw, d.validator)
             self._sources[name] = source
         self._resolved.clear()
+
+    def _apply_listener_key(self, name: str, raw: Any) -> None:
+        """`listener.name.<listener>.<key>`: a broker key for one listener (Kafka's listener
+        prefix), and `listener.name.<listener>.<mechanism>.sasl.jaas.config`."""
+        listener, _, key = name[len(LISTENER_PREFIX) :].partition(".")
+        d = BROKER_DEFS.get(key)
+        if key.endswith(".sasl.jaas.config"):
+            d = BROKER_DEFS["sasl.jaas.config"]
+        if not listener or d is None:
+            log.info("ignoring broker configuration %s (not used by rdmalog)", name)
+            return
+        self._listener_values[(listener.lower(), key)] = _parse(name, d.kind, raw, d.validator)
+
+    def for_listener(self, listener: str, key: str) -> Any:
+        """`key` as listener `listener` sees it: `listener.name.<listener>.<key>` when set, else
+        the broker-wide `key` (None for a `<mechanism>.sasl.jaas.config` set nowhere)."""
+        found = self._listener_values.get((listener.lower(), key), _UNSET)
+        if found is not _UNSET:
+            return found
+        return self.get(key) if key in BROKER_DEFS else None
+
+    def set_for_listener(self, listener: str, key: str) -> bool:
+        """Whether `listener.name.<listener>.<key>` is set."""
+        return (listener.lower(), key) in self._listener_values
 
     def _check(self) -> None:
         parse_listeners(self.get("listeners"))

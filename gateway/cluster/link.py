@@ -1,11 +1,13 @@
 """A follower's connection to its leader: Fetch (v12) and OffsetForLeaderEpoch (v4) with the
-follower's replica id, on the gateway's codec (rdmalog.cluster.fetcher.LeaderConnection)."""
+follower's replica id, on the gateway's codec (rdmalog.cluster.fetcher.LeaderConnection), over the
+leader's inter-broker listener with its security (TLS, SASL login)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gateway.protocol.client import KafkaConnection
+from rdmalog.security.inter_broker import ClientSecurity, authenticate
 
 FETCH, FETCH_VERSION = 1, 12
 OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION = 23, 4
@@ -18,8 +20,24 @@ class ReplicaLink:
         self.conn = conn
 
     @classmethod
-    async def open(cls, host: str, port: int) -> ReplicaLink:
-        return cls(await KafkaConnection.open(host, port, client_id="rdmalog-replica-fetcher"))
+    async def open(
+        cls, host: str, port: int, security: ClientSecurity | None = None
+    ) -> ReplicaLink:
+        """Connect to a leader's inter-broker listener: TLS and a SASL login as its
+        security protocol asks (rdmalog.security.inter_broker)."""
+        conn = await KafkaConnection.open(
+            host,
+            port,
+            client_id="rdmalog-replica-fetcher",
+            ssl_context=None if security is None else security.ssl_context,
+        )
+        if security is not None:
+            try:
+                await authenticate(conn.request, security)
+            except BaseException:
+                conn.abort()
+                raise
+        return cls(conn)
 
     async def offsets_for_leader_epoch(
         self, replica_id: int, partitions: list[tuple[str, int, int, int]]

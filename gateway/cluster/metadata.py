@@ -121,7 +121,7 @@ async def answer_metadata(ctx: Any, request: dict) -> dict:
             topics.append({"error_code": code, "name": name, "partitions": []})
     return {
         "throttle_time": 0,
-        "brokers": brokers(view, node.listener),
+        "brokers": brokers(view, ctx.listener or node.listener),
         "cluster_id": broker.cluster_id,
         "controller_id": view.controller_id,
         "topics": topics,

@@ -24,6 +24,8 @@ from rdmalog.cluster.registry import Registry
 from rdmalog.cluster.replica_manager import ReplicaManager
 from rdmalog.cluster.view import ClusterWatcher
 from rdmalog.config import BrokerConfig
+from rdmalog.security.inter_broker import client_security
+from rdmalog.security.listeners import protocol_map
 
 log = logging.getLogger("gateway.cluster")
 
@@ -64,7 +66,9 @@ class ClusterNode:
         self.replicas: ReplicaManager | None = None
         self.fetchers: FetcherManager | None = None
         self.broker: Any = None
-        self.listener = config.get("inter.broker.listener.name")
+        # the other brokers' inter-broker listener and how to log in to it
+        self.security = client_security(config)
+        self.listener = self.security.listener
 
     @property
     def view(self):
@@ -83,7 +87,7 @@ class ClusterNode:
         cfg = self.config
         self.fetchers = FetcherManager(
             self.broker_id,
-            ReplicaLink.open,
+            lambda host, port: ReplicaLink.open(host, port, self.security),
             self._endpoint,
             max_wait_ms=cfg.get("replica.fetch.wait.max.ms"),
             max_partition_bytes=cfg.get("replica.fetch.max.bytes"),
@@ -139,10 +143,13 @@ class ClusterNode:
         ).start()
 
     def _register(self) -> int:
-        b = self.broker
-        endpoint = Z.Endpoint(self.listener or "PLAINTEXT", b.host, b.port)
+        """/brokers/ids/<id> with every listener's advertised endpoint and protocol."""
+        endpoints = [Z.Endpoint(name, h, p) for name, (h, p) in self.broker.endpoints.items()]
         return self.registry.register_broker(
-            self.broker_id, [endpoint], self.config.get("broker.rack")
+            self.broker_id,
+            endpoints,
+            self.config.get("broker.rack"),
+            protocols=protocol_map(self.config),
         )
 
     def _endpoint(self, broker_id: int) -> tuple[str, int] | None:

@@ -13,7 +13,13 @@ import logging
 
 from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
-from rdmalog.errors import CORRUPT_MESSAGE, INVALID_REQUIRED_ACKS, error_code_of
+from rdmalog.errors import (
+    CORRUPT_MESSAGE,
+    INVALID_REQUIRED_ACKS,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    error_code_of,
+)
+from rdmalog.security.authorizer import Operation, ResourceType
 
 log = logging.getLogger("gateway.produce")
 
@@ -45,10 +51,13 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
     acks = request["acks"]
     if acks not in (0, 1, -1):
         return _refuse_all(request, INVALID_REQUIRED_ACKS)
+    txn = request.get("transactional_id")
+    if txn is not None and not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
+        return _refuse_all(request, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     replicas = broker.cluster.replicas if broker.cluster is not None else None
     to_flush = []
     to_replicate = []  # acks=all in a cluster: (answer, topic, partition, last offset)
-    requested = broker.partitions(request["topic_data"], FIELDS)
+    requested = ctx.partitions(request["topic_data"], FIELDS, Operation.WRITE)
     for pd, plog, answers in requested:
         index = pd["index"]
         records = pd["records"]
@@ -95,5 +104,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
             if code:
                 answer.update(error_code=code, base_offset=-1)
     if acks == 0:
+        if requested.denied and ctx.connection is not None:
+            ctx.connection.abort()  # no answer to carry the error: Kafka closes the connection
         return None
     return {"responses": requested.topics, "throttle_time": 0}

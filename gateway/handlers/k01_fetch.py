@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.broker import PartitionFields, RequestContext
+from gateway.broker import PartitionFields, RequestContext, RequestedPartitions
 from gateway.handlers.registry import api
 from rdmalog.errors import FETCH_SESSION_ID_NOT_FOUND, OFFSET_OUT_OF_RANGE, error_code_of
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 from rdmalog.store.interface import Log
 
 _EMPTY = b""
@@ -30,6 +31,19 @@ def replica_id_of(request: dict, version: int) -> int:
     return request.get("replica_id", -1)
 
 
+def _requested(ctx: RequestContext, request: dict, by_id: bool) -> RequestedPartitions:
+    """The partitions asked for: a consumer needs READ on each topic, a follower (replica id >= 0)
+    CLUSTER_ACTION on the cluster, or every partition is refused (as Kafka does)."""
+    fields = _BY_ID if by_id else _BY_NAME
+    state = request.get("replica_state")
+    replica = state["replica_id"] if state else request.get("replica_id", -1)
+    if replica < 0:
+        return ctx.partitions(request["topics"], fields, Operation.READ)
+    if ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        return ctx.broker.partitions(request["topics"], fields)
+    return RequestedPartitions(ctx.broker, request["topics"], fields, lambda _name: False)
+
+
 def _read_all(
     ctx: RequestContext, request: dict, by_id: bool, replica_id: int = -1
 ) -> tuple[list, int, list[Log], bool]:
@@ -42,7 +56,7 @@ def _read_all(
     total = 0
     logs = []
     errors = False
-    requested = ctx.broker.partitions(request["topics"], _BY_ID if by_id else _BY_NAME)
+    requested = _requested(ctx, request, by_id)
     for p, plog, parts in requested:
         index = p["partition"]
         offset = p["fetch_offset"]

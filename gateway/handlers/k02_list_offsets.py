@@ -5,6 +5,7 @@ from __future__ import annotations
 from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
 from rdmalog.errors import error_code_of
+from rdmalog.security.authorizer import Operation
 from rdmalog.store.interface import Log
 
 LATEST = -1
@@ -43,7 +44,7 @@ FIELDS = PartitionFields(epoch="current_leader_epoch")
 @api(2, 1, 8, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Answer each partition's query with the offset and the leader epoch it was written in."""
-    requested = ctx.broker.partitions(request["topics"], FIELDS)
+    requested = ctx.partitions(request["topics"], FIELDS, Operation.DESCRIBE)
     for p, plog, parts in requested:
         index = p["partition_index"]
         try:

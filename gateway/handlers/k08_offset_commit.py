@@ -10,12 +10,16 @@ from gateway.groups.model import CommitEntry
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
 from rdmalog import errors as E
+from rdmalog.security.authorizer import Operation, ResourceType
 
 
 @api(8, 2, 10)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     service = group_service(ctx.broker)
     by_id = ctx.api_version >= 10
+    group_denied = not ctx.authorize(Operation.READ, ResourceType.GROUP, request["group_id"])
+    readable = ctx.topic_check(Operation.READ) or (lambda _name: True)
+    denied: set[str] = set()
     entries: list[CommitEntry] = []
     unknown_ids: set = set()
     # (response topic key, topic name or None, partitions) in request order
@@ -30,9 +34,11 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         else:
             name = key = t["name"]
         parts = []
+        if name is not None and not group_denied and not readable(name):
+            denied.add(name)
         for p in t.get("partitions") or ():
             parts.append(p["partition_index"])
-            if name is not None:
+            if name is not None and not group_denied and name not in denied:
                 entries.append(
                     CommitEntry(
                         name,
@@ -44,19 +50,29 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                 )
         layout.append((key, name, parts))
     retention = request.get("retention_time", -1) if ctx.api_version <= 4 else -1
-    results = service.coordinator.commit_offsets(
-        request["group_id"],
-        request.get("generation_id_or_member_epoch", -1),
-        request.get("member_id") or "",
-        entries,
-        group_instance_id=request.get("group_instance_id"),
-        retention_ms=retention,
+    results = (
+        {}
+        if group_denied
+        else service.coordinator.commit_offsets(
+            request["group_id"],
+            request.get("generation_id_or_member_epoch", -1),
+            request.get("member_id") or "",
+            entries,
+            group_instance_id=request.get("group_instance_id"),
+            retention_ms=retention,
+        )
     )
     failed = await service.durable()  # in a cluster: the ISR has the commits, or why not
     topics = []
     for key, name, parts in layout:
         codes = [
-            E.UNKNOWN_TOPIC_ID if name is None else results.get((name, p), E.NONE) or failed
+            E.GROUP_AUTHORIZATION_FAILED
+            if group_denied
+            else E.UNKNOWN_TOPIC_ID
+            if name is None
+            else E.TOPIC_AUTHORIZATION_FAILED
+            if name in denied
+            else results.get((name, p), E.NONE) or failed
             for p in parts
         ]
         entry = {"topic_id": key} if by_id else {"name": key}

@@ -10,12 +10,16 @@ from gateway.groups.coordinator import GroupCoordinator
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
 from rdmalog import errors as E
+from rdmalog.security.authorizer import Operation, ResourceType
 
 
 def _fetch_group(ctx: RequestContext, coordinator: GroupCoordinator, group_id: str, topics) -> dict:
     """One group's answer: {"error_code", "topics"} in the request's (or the group's) topic order."""
     by_id = ctx.api_version >= 10
     broker = ctx.broker
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        return {"error_code": E.GROUP_AUTHORIZATION_FAILED, "topics": []}
+    describable = ctx.topic_check(Operation.DESCRIBE) or (lambda _name: True)
     if topics is None:
         wanted = None
     else:
@@ -27,7 +31,7 @@ def _fetch_group(ctx: RequestContext, coordinator: GroupCoordinator, group_id: s
             else:
                 name = t["name"]
             names.append((t, name))
-            if name is not None:
+            if name is not None and describable(name):
                 wanted += [(name, p) for p in t.get("partition_indexes") or ()]
     error, fetched = coordinator.fetch_offsets(group_id, wanted)
     grouped: dict[str, list[dict]] = {}
@@ -44,6 +48,8 @@ def _fetch_group(ctx: RequestContext, coordinator: GroupCoordinator, group_id: s
     out = []
     if topics is None:
         for name, parts in grouped.items():
+            if not describable(name):
+                continue  # all topics asked for: those the sender may not describe are left out
             if by_id:
                 topic = broker.topic(name)
                 if topic is None:
@@ -61,6 +67,17 @@ def _fetch_group(ctx: RequestContext, coordinator: GroupCoordinator, group_id: s
                         "committed_leader_epoch": -1,
                         "metadata": "",
                         "error_code": E.UNKNOWN_TOPIC_ID,
+                    }
+                    for p in t.get("partition_indexes") or ()
+                ]
+            elif not describable(name):
+                parts = [
+                    {
+                        "partition_index": p,
+                        "committed_offset": -1,
+                        "committed_leader_epoch": -1,
+                        "metadata": "",
+                        "error_code": E.TOPIC_AUTHORIZATION_FAILED,
                     }
                     for p in t.get("partition_indexes") or ()
                 ]

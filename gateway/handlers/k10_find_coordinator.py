@@ -12,6 +12,7 @@ from gateway.groups.schema import OFFSETS_TOPIC, partition_for
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
 from rdmalog import errors as E
+from rdmalog.security.authorizer import Operation, ResourceType
 
 KEY_GROUP, KEY_TRANSACTION = 0, 1
 
@@ -23,6 +24,18 @@ def _answer(ctx: RequestContext, key: str, key_type: int) -> dict:
             "key": key,
             "error_code": E.INVALID_REQUEST,
             "error_message": f"unsupported coordinator key type {key_type}",
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
+    kind = ResourceType.GROUP if key_type == KEY_GROUP else ResourceType.TRANSACTIONAL_ID
+    if not ctx.authorize(Operation.DESCRIBE, kind, key):
+        return {
+            "key": key,
+            "error_code": E.GROUP_AUTHORIZATION_FAILED
+            if key_type == KEY_GROUP
+            else E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "error_message": None,
             "node_id": -1,
             "host": "",
             "port": -1,
@@ -45,13 +58,14 @@ def _answer(ctx: RequestContext, key: str, key_type: int) -> dict:
             "host": "",
             "port": -1,
         }
+    host, port = broker.endpoint(ctx.listener)
     return {
         "key": key,
         "error_code": E.NONE,
         "error_message": None,
         "node_id": broker.node_id,
-        "host": broker.host,
-        "port": broker.port,
+        "host": host,
+        "port": port,
     }
 
 
@@ -83,7 +97,7 @@ async def _cluster_answer(ctx: RequestContext, key: str, key_type: int) -> dict:
         state = tv.states.get(partition_for(key, len(tv.assignment.partitions)))
         live = node.view.live_brokers()
         if state is not None and state.leader in live:
-            leader = live[state.leader].endpoint(node.listener)
+            leader = live[state.leader].endpoint(ctx.listener or node.listener)
             answer.update(node_id=state.leader, host=leader.host, port=leader.port)
     if leader is None:
         answer.update(

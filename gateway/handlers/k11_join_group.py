@@ -6,6 +6,8 @@ from gateway.broker import RequestContext
 from gateway.groups.model import JoinRequest, JoinResult
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
+from rdmalog.errors import GROUP_AUTHORIZATION_FAILED
+from rdmalog.security.authorizer import Operation, ResourceType
 
 
 def client_host(ctx: RequestContext) -> str:
@@ -41,6 +43,8 @@ def response(result: JoinResult, version: int) -> dict:
 @api(11, 0, 9)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Join (or rejoin) a group; answered when the rebalance completes."""
+    if not ctx.authorize(Operation.READ, ResourceType.GROUP, request["group_id"]):
+        return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED, "member_id": ""}
     service = group_service(ctx.broker)
     session_timeout = request["session_timeout"]
     rebalance_timeout = request.get("rebalance_timeout", -1) if ctx.api_version >= 1 else -1

@@ -5,10 +5,14 @@ from __future__ import annotations
 from gateway.broker import RequestContext
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
+from rdmalog.errors import GROUP_AUTHORIZATION_FAILED
+from rdmalog.security.authorizer import Operation, ResourceType
 
 
 @api(13, 0, 5)
 async def handle(ctx: RequestContext, request: dict) -> dict:
+    if not ctx.authorize(Operation.READ, ResourceType.GROUP, request["group_id"]):
+        return {"throttle_time": 0, "error_code": GROUP_AUTHORIZATION_FAILED}
     service = group_service(ctx.broker)
     if ctx.api_version < 3:
         leaving = [(request.get("member_id") or "", None)]

@@ -6,10 +6,10 @@ from gateway.broker import RequestContext
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
 from rdmalog import errors as E
+from rdmalog.security.authorizer import Operation, ResourceType
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 # READ, DESCRIBE, DELETE (Kafka's AclOperation codes 3, 8 and 6) as a bit field.
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
 @api(15, 0, 6)
@@ -18,6 +18,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     include_ops = bool(request.get("include_authorized_operations"))
     groups = []
     for group_id in request.get("groups") or ():
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            groups.append({"error_code": E.GROUP_AUTHORIZATION_FAILED, "group_id": group_id})
+            continue
         d = coordinator.describe(group_id)
         error, message = d.error, None
         if ctx.api_version >= 6 and error == E.NONE and d.state == "Dead":
@@ -41,7 +44,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                     }
                     for m in d.members
                 ],
-                "authorized_operations": GROUP_OPERATIONS
+                "authorized_operations": ctx.authorized_operations(ResourceType.GROUP, group_id)
                 if include_ops
                 else AUTHORIZED_OPERATIONS_OMITTED,
             }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gateway.broker import RequestContext
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 GROUP_TYPE = "classic"
 
@@ -16,6 +17,11 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     if types and GROUP_TYPE not in types:
         return {"throttle_time": 0, "error_code": 0, "groups": []}
     listings = coordinator.list_groups(request.get("states_filter") or None)
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        # without DESCRIBE on the cluster, only the groups the sender may describe (as Kafka)
+        listings = [
+            g for g in listings if ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, g.group_id)
+        ]
     return {
         "throttle_time": 0,
         "error_code": 0,

@@ -16,8 +16,10 @@ from rdmalog.errors import (
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     TOPIC_ALREADY_EXISTS,
+    TOPIC_AUTHORIZATION_FAILED,
     error_code_of,
 )
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 log = logging.getLogger("gateway.create_topics")
 
@@ -114,8 +116,15 @@ def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
         "error_message": None,
         "num_partitions": count,
         "replication_factor": rf,
-        "configs": _config_entries(config),
+        **_configs(ctx, name, config),
     }
+
+
+def _configs(ctx: RequestContext, name: str, config: TopicConfig) -> dict:
+    """The new topic's configs, when the sender may describe them (Kafka's DESCRIBE_CONFIGS)."""
+    if ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name):
+        return {"configs": _config_entries(config)}
+    return {"configs": None, "topic_config_error_code": TOPIC_AUTHORIZATION_FAILED}
 
 
 async def _create_in_cluster(
@@ -164,7 +173,7 @@ async def _create_in_cluster(
         "error_message": None,
         "num_partitions": len(plan),
         "replication_factor": len(plan[0]),
-        "configs": _config_entries(config),
+        **_configs(ctx, name, config),
     }
 
 
@@ -174,7 +183,13 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     topics = request["topics"]
     dup = {n for n, c in Counter(t["name"] for t in topics).items() if c > 1}
     results = []
+    cluster_create = ctx.authorize(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
     for t in topics:
+        if not cluster_create and not ctx.authorize(
+            Operation.CREATE, ResourceType.TOPIC, t["name"]
+        ):
+            results.append(_fail(t["name"], TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
+            continue
         if t["name"] in dup:
             results.append(
                 _fail(

@@ -7,11 +7,13 @@ import logging
 from gateway.broker import RequestContext
 from gateway.handlers.registry import api
 from rdmalog.errors import (
+    TOPIC_AUTHORIZATION_FAILED,
     TOPIC_DELETION_DISABLED,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     error_code_of,
 )
+from rdmalog.security.authorizer import Operation, ResourceType
 
 log = logging.getLogger("gateway.delete_topics")
 
@@ -19,6 +21,14 @@ log = logging.getLogger("gateway.delete_topics")
 def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
     broker = ctx.broker
     topic = broker.topic(name) if name is not None else broker.topic_by_id(topic_id)
+    if name is not None and not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, name):
+        return {"name": name, "topic_id": topic_id, "error_code": TOPIC_AUTHORIZATION_FAILED}
+    if topic is not None and name is None:
+        # by id: Kafka answers TOPIC_AUTHORIZATION_FAILED only to who may describe the topic
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
+            topic = None
+        elif not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, topic.name):
+            return {"name": None, "topic_id": topic_id, "error_code": TOPIC_AUTHORIZATION_FAILED}
     if topic is None:
         code = UNKNOWN_TOPIC_OR_PARTITION if name is not None else UNKNOWN_TOPIC_ID
         return {
@@ -59,12 +69,17 @@ async def _delete_in_cluster(
     node = ctx.broker.cluster
     tv = node.view.topic(name) if name is not None else node.view.topic_by_id(topic_id)
     out = {"name": name, "topic_id": topic_id, "error_code": 0}
+    if name is not None and not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, name):
+        out["error_code"] = TOPIC_AUTHORIZATION_FAILED
+        return out
     if tv is None:
         out["error_code"] = UNKNOWN_TOPIC_OR_PARTITION if name is not None else UNKNOWN_TOPIC_ID
         out["error_message"] = "This server does not host this topic."
         return out
     out.update(name=tv.name, topic_id=tv.assignment.topic_id)
-    if not ctx.broker.config.get("delete.topic.enable"):
+    if not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, tv.name):
+        out["error_code"] = TOPIC_AUTHORIZATION_FAILED
+    elif not ctx.broker.config.get("delete.topic.enable"):
         out.update(error_code=TOPIC_DELETION_DISABLED, error_message="Topic deletion is disabled.")
     elif admin.not_controller(node):
         out.update(error_code=admin.NOT_CONTROLLER, error_message="This is not the controller.")

@@ -11,6 +11,7 @@ import asyncio
 from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
 from rdmalog.errors import error_code_of
+from rdmalog.security.authorizer import Operation
 
 FIELDS = PartitionFields(missing={"low_watermark": -1})
 
@@ -20,7 +21,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     """Delete records before each given offset; answer the new low watermark per partition."""
     broker = ctx.broker
     moved = False
-    requested = broker.partitions(request["topics"], FIELDS)
+    requested = ctx.partitions(request["topics"], FIELDS, Operation.DELETE)
     for p, plog, parts in requested:
         entry = {"partition_index": p["partition_index"], "low_watermark": -1, "error_code": 0}
         before = plog.log_start_offset

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
 from rdmalog.errors import FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
+from rdmalog.security.authorizer import Operation
 from rdmalog.store.interface import Log
 
 FIELDS = PartitionFields(
@@ -27,7 +28,7 @@ def _answer(plog: Log, p: dict) -> dict:
 @api(23, 2, 4)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Answer each partition from its leader epoch cache."""
-    requested = ctx.broker.partitions(request["topics"], FIELDS)
+    requested = ctx.partitions(request["topics"], FIELDS, Operation.DESCRIBE)
     for p, plog, parts in requested:
         parts.append(_answer(plog, p))
     return {"throttle_time": 0, "topics": requested.topics}

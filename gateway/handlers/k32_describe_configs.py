@@ -8,10 +8,12 @@ from gateway.broker import RequestContext
 from gateway.handlers.registry import api
 from gateway.handlers.resources import (
     BROKER,
+    PASSWORD,
     TOPIC,
     broker_resource_error,
     cluster_topic,
     config_type,
+    resource_denied,
     unknown_resource,
 )
 from rdmalog.config import (
@@ -23,6 +25,7 @@ from rdmalog.config import (
     _to_str,
 )
 from rdmalog.errors import INVALID_REQUEST, error_code_of
+from rdmalog.security.authorizer import Operation
 
 
 def _synonyms(config: Any, row: ConfigEntry) -> list[dict]:
@@ -49,17 +52,19 @@ def _entries(config: Any, keys: list[str] | None, synonyms: bool, read_only: boo
     for row in config.describe():
         if wanted is not None and row.name not in wanted:
             continue
+        kind = config_type(config, row.name)
+        sensitive = kind == PASSWORD  # never shown, as Kafka hides passwords, keys and JAAS
         out.append(
             {
                 "name": row.name,
-                "value": row.value,
+                "value": None if sensitive else row.value,
                 "read_only": read_only,
                 "is_default": row.is_default,
                 "config_source": int(row.source),
-                "is_sensitive": False,
-                "config_type": config_type(config, row.name),
+                "is_sensitive": sensitive,
+                "config_type": kind,
                 "documentation": None,
-                "synonyms": _synonyms(config, row) if synonyms else [],
+                "synonyms": [] if sensitive or not synonyms else _synonyms(config, row),
             }
         )
     return out
@@ -74,6 +79,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     for res in request["resources"]:
         rtype, name = res["resource_type"], res["resource_name"]
         keys = res.get("configuration_keys")
+        denied = resource_denied(ctx, res, Operation.DESCRIBE_CONFIGS)
+        if denied is not None:
+            results.append(denied)
+            continue
         result = {"resource_type": rtype, "resource_name": name, "error_code": 0, "configs": []}
         try:
             if rtype == TOPIC:

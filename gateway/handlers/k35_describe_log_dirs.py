@@ -6,6 +6,8 @@ import shutil
 
 from gateway.broker import Broker, RequestContext
 from gateway.handlers.registry import api
+from rdmalog.errors import CLUSTER_AUTHORIZATION_FAILED
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 
 def _partitions(broker: Broker, wanted: list[dict] | None) -> list[dict]:
@@ -38,6 +40,9 @@ def _partitions(broker: Broker, wanted: list[dict] | None) -> list[dict]:
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """One result for the broker's log directory (rdmalog keeps all logs in one)."""
     broker = ctx.broker
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        code = CLUSTER_AUTHORIZATION_FAILED if ctx.api_version >= 3 else 0
+        return {"throttle_time": 0, "error_code": code, "results": []}
     log_dir = str(broker.log_dir)
     usage = shutil.disk_usage(log_dir)
     return {

@@ -7,9 +7,11 @@ from gateway.handlers.registry import api
 from rdmalog.errors import (
     INVALID_PARTITIONS,
     INVALID_REPLICA_ASSIGNMENT,
+    TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION,
     error_code_of,
 )
+from rdmalog.security.authorizer import Operation, ResourceType
 
 
 def _grow(broker: Broker, t: dict, validate_only: bool) -> dict:
@@ -76,10 +78,26 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     if ctx.broker.cluster is not None:
         timeout_ms = request.get("timeout", 30000)
         results = [
-            await _grow_in_cluster(ctx, t, validate_only, timeout_ms) for t in request["topics"]
+            await _grow_in_cluster(ctx, t, validate_only, timeout_ms)
+            if ctx.authorize(Operation.ALTER, ResourceType.TOPIC, t["name"])
+            else {
+                "name": t["name"],
+                "error_code": TOPIC_AUTHORIZATION_FAILED,
+                "error_message": None,
+            }
+            for t in request["topics"]
         ]
         return {"throttle_time": 0, "results": results}
     return {
         "throttle_time": 0,
-        "results": [_grow(ctx.broker, t, validate_only) for t in request["topics"]],
+        "results": [
+            _grow(ctx.broker, t, validate_only)
+            if ctx.authorize(Operation.ALTER, ResourceType.TOPIC, t["name"])
+            else {
+                "name": t["name"],
+                "error_code": TOPIC_AUTHORIZATION_FAILED,
+                "error_message": None,
+            }
+            for t in request["topics"]
+        ],
     }

@@ -5,13 +5,17 @@ from __future__ import annotations
 from gateway.broker import RequestContext
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
+from rdmalog.errors import GROUP_AUTHORIZATION_FAILED
+from rdmalog.security.authorizer import Operation, ResourceType
 
 
 @api(42, 0, 2)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     service = group_service(ctx.broker)
     names = list(request.get("groups_names") or ())
-    results = service.coordinator.delete_groups(names)
+    allowed = [g for g in names if ctx.authorize(Operation.DELETE, ResourceType.GROUP, g)]
+    results = dict.fromkeys(names, GROUP_AUTHORIZATION_FAILED)
+    results.update(service.coordinator.delete_groups(allowed))
     await service.durable()
     return {
         "throttle_time": 0,

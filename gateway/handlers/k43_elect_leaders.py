@@ -9,6 +9,8 @@ import asyncio
 
 from gateway.broker import RequestContext
 from gateway.handlers.registry import api
+from rdmalog.errors import CLUSTER_AUTHORIZATION_FAILED
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 PREFERRED, UNCLEAN = 0, 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -22,6 +24,12 @@ ELECTION_NOT_NEEDED = 84
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Elect the preferred leaders of the named partitions (all of them when null)."""
     broker = ctx.broker
+    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return {
+            "throttle_time": 0,
+            "error_code": CLUSTER_AUTHORIZATION_FAILED,
+            "replica_election_results": [],
+        }
     node = broker.cluster
     kind = request.get("election_type", PREFERRED) if ctx.api_version >= 1 else PREFERRED
     named = request.get("topic_partitions")

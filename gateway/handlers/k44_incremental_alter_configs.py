@@ -6,8 +6,9 @@ import asyncio
 
 from gateway.broker import RequestContext
 from gateway.handlers.registry import api
-from gateway.handlers.resources import alter_resource
+from gateway.handlers.resources import alter_resource, resource_denied
 from rdmalog.errors import InvalidConfigError
+from rdmalog.security.authorizer import Operation
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -47,11 +48,15 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     validate_only = bool(request.get("validate_only"))
     if ctx.broker.cluster is not None:  # writes ZooKeeper: off the event loop
         responses = [
-            await asyncio.to_thread(_alter, ctx.broker, r, validate_only)
+            resource_denied(ctx, r, Operation.ALTER_CONFIGS)
+            or await asyncio.to_thread(_alter, ctx.broker, r, validate_only)
             for r in request["resources"]
         ]
         return {"throttle_time": 0, "responses": responses}
     return {
         "throttle_time": 0,
-        "responses": [_alter(ctx.broker, r, validate_only) for r in request["resources"]],
+        "responses": [
+            resource_denied(ctx, r, Operation.ALTER_CONFIGS) or _alter(ctx.broker, r, validate_only)
+            for r in request["resources"]
+        ],
     }

@@ -10,6 +10,8 @@ import asyncio
 
 from gateway.broker import RequestContext
 from gateway.handlers.registry import api
+from rdmalog.errors import CLUSTER_AUTHORIZATION_FAILED
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 INVALID_REPLICA_ASSIGNMENT = 39
 NOT_CONTROLLER = 41
@@ -29,6 +31,13 @@ def _single_broker(ctx: RequestContext, topic: str, p: dict) -> tuple[int, str |
 @api(45, 0, 0)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Start (or cancel) each partition's reassignment; answered per partition."""
+    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        return {
+            "throttle_time": 0,
+            "error_code": CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": "Authorization failed.",
+            "responses": [],
+        }
     node = ctx.broker.cluster
     results: dict[tuple[str, int], tuple[int, str | None]] = {}
     if node is None:

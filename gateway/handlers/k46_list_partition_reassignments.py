@@ -5,11 +5,20 @@ from __future__ import annotations
 
 from gateway.broker import RequestContext
 from gateway.handlers.registry import api
+from rdmalog.errors import CLUSTER_AUTHORIZATION_FAILED
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 
 @api(46, 0, 0)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Every ongoing reassignment, or those of the named partitions."""
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return {
+            "throttle_time": 0,
+            "error_code": CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": "Authorization failed.",
+            "topics": [],
+        }
     node = ctx.broker.cluster
     topics = []
     if node is not None:

@@ -6,6 +6,7 @@ from gateway.broker import RequestContext
 from gateway.cluster.metadata import describe_cluster_brokers
 from gateway.handlers.registry import api
 from rdmalog.errors import UNSUPPORTED_ENDPOINT_TYPE
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 BROKERS_ENDPOINT = 1
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
@@ -31,14 +32,21 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                 "rack": b["rack"],
                 "is_fenced": False,
             }
-            for b in broker.brokers()
+            for b in broker.brokers(ctx.listener)
         ],
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": ctx.authorized_operations(
+            ResourceType.CLUSTER, CLUSTER_NAME
+        )
+        if request.get("include_cluster_authorized_operations")
+        and ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
+        else AUTHORIZED_OPERATIONS_OMITTED,
     }
     if broker.cluster is not None:  # the cluster as ZooKeeper has it
         view = broker.cluster.view
         response["controller_id"] = view.controller_id
-        response["brokers"] = describe_cluster_brokers(view, broker.cluster.listener)
+        response["brokers"] = describe_cluster_brokers(
+            view, ctx.listener or broker.cluster.listener
+        )
     if endpoint_type != BROKERS_ENDPOINT:
         response.update(
             error_code=UNSUPPORTED_ENDPOINT_TYPE,

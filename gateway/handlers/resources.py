@@ -6,9 +6,16 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from gateway.broker import Broker
+from gateway.broker import Broker, RequestContext
 from rdmalog.config import TOPIC_DEFS, TopicConfig
-from rdmalog.errors import INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION, error_code_of
+from rdmalog.errors import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    INVALID_REQUEST,
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    error_code_of,
+)
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
 # ConfigResource.Type in Kafka's clients
 TOPIC = 2
@@ -26,12 +33,38 @@ _TYPES = {
     "list": 7,
     "password": 9,
 }
+PASSWORD = _TYPES["password"]
 
 
 def config_type(config: Any, name: str) -> int:
     """The DescribeConfigs `config_type` of a config key (0 = unknown)."""
     definition = config._defs.get(name)
     return _TYPES.get(getattr(definition, "kind", ""), 0)
+
+
+def resource_denied(ctx: RequestContext, res: dict, operation: Operation) -> dict | None:
+    """The answer to a config resource the sender may not do `operation` (DESCRIBE_CONFIGS,
+    ALTER_CONFIGS) on: a topic's on the topic, a broker's on the cluster; None when allowed."""
+    rtype, name = res["resource_type"], res["resource_name"]
+    if rtype == TOPIC:
+        allowed, code = (
+            ctx.authorize(operation, ResourceType.TOPIC, name),
+            TOPIC_AUTHORIZATION_FAILED,
+        )
+    elif rtype in (BROKER, BROKER_LOGGER):
+        allowed = ctx.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+        code = CLUSTER_AUTHORIZATION_FAILED
+    else:
+        return None
+    if allowed:
+        return None
+    return {
+        "resource_type": rtype,
+        "resource_name": name,
+        "error_code": code,
+        "error_message": None,
+        "configs": [],
+    }
 
 
 def unknown_resource(name: str) -> dict:

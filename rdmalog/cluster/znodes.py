@@ -143,14 +143,18 @@ class BrokerInfo:
         return self.endpoints[0]
 
 
-def encode_broker(endpoints: list[Endpoint], rack: str | None = None) -> bytes:
-    plain = next((e for e in endpoints if e.listener == "PLAINTEXT"), None)
+def encode_broker(
+    endpoints: list[Endpoint], rack: str | None = None, protocols: dict[str, str] | None = None
+) -> bytes:
+    """`protocols`: listener name -> security protocol (`listener.security.protocol.map`)."""
+    protocols = {e.listener: (protocols or {}).get(e.listener, e.listener) for e in endpoints}
+    plain = next((e for e in endpoints if protocols[e.listener] == "PLAINTEXT"), None)
     body: dict = {
         "version": 5,
         "host": plain.host if plain else None,
         "port": plain.port if plain else -1,
         "endpoints": [str(e) for e in endpoints],
-        "listener_security_protocol_map": {e.listener: e.listener for e in endpoints},
+        "listener_security_protocol_map": protocols,
         "jmx_port": -1,
         "timestamp": str(now_ms()),
         "features": {},

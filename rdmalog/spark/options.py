@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from rdmalog.spark.security_options import SecurityOptionError, client_security
+
 # Kafka's special offsets in per-partition JSON (spark-sql-kafka uses the same numbers)
 LATEST = -1
 EARLIEST = -2
@@ -155,6 +157,10 @@ def parse_connection(options: Mapping[str, str]) -> ConnectionOptions:
         if name in FORBIDDEN_KAFKA:
             raise OptionError(f"option '{key}' is not supported: {FORBIDDEN_KAFKA[name]}")
         conf[name] = value
+    try:
+        conf = client_security(conf)
+    except SecurityOptionError as exc:
+        raise OptionError(str(exc)) from None
     control = opts.get("rdmalog.control", "").strip()
     if transport != "kafka" and not control:
         raise OptionError(

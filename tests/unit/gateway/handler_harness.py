@@ -32,7 +32,7 @@ class HandlerHarness:
         self.store = Store(tmp, self.config).open(start_maintenance=False)
         self.broker = Broker(self.config, self.store)
         self.loop = asyncio.new_event_loop()
-        self.broker.bind(self.loop, ("127.0.0.1", 9999))
+        self.broker.bind(self.loop, {"PLAINTEXT": ("127.0.0.1", 9999)})
         if "t" not in self.store.topics:  # a harness may reopen a previous one's store
             self.store.create_topic("t", 2, topic_configs)
 
