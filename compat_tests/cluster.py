@@ -54,9 +54,11 @@ class BrokerCluster:
         size: int = 3,
         overrides: dict[str, str] | None = None,
         rdma: str | None = None,
+        per_broker: Callable[[int, int], dict[str, str]] | None = None,
     ) -> None:
         """`rdma`: a transport (shm, tcp) for native clients; `rdma_control[id]` is each broker's
-        control address."""
+        control address; `per_broker(broker_id, port)` gives a broker overrides of its own (its
+        listeners on that port, say)."""
         self.dir = Path(directory)
         self.zk_connect = zk_connect
         self.overrides = {**TEST_OVERRIDES, **(overrides or {})}
@@ -77,6 +79,8 @@ class BrokerCluster:
                 ports.add(control)
                 cfg.update({"rdma.transport": rdma, "rdma.control.port": str(control)})
                 self.rdma_control[broker_id] = f"127.0.0.1:{control}"
+            if per_broker is not None:
+                cfg.update(per_broker(broker_id, port))
             self.brokers[broker_id] = BrokerProcess(home / "data", cfg, log_dir=home, port=port)
         self._zk = None
 
