@@ -190,6 +190,7 @@ async def shutdown(gateway: Gateway) -> None:
         await asyncio.sleep(0)  # ... which writes them here, before the store closes
     if gateway.broker.groups is not None:
         gateway.broker.groups.stop()
+    gateway.broker.close()
     await asyncio.get_running_loop().run_in_executor(None, gateway.broker.store.close)
     log.info("store flushed and closed")
 

@@ -9,14 +9,16 @@ store today, a replica manager next) can change without them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from rdmalog.config import BrokerConfig, TopicConfig
 from rdmalog.errors import (
@@ -40,6 +42,8 @@ from rdmalog.store.log import AppendResult
 if TYPE_CHECKING:
     from gateway.cluster.node import ClusterNode
     from gateway.groups.service import GroupService
+
+T = TypeVar("T")
 
 log = logging.getLogger("gateway.broker")
 
@@ -221,6 +225,7 @@ class Broker:
         self.message_max_bytes: int = config.get("message.max.bytes")
         self.auto_create: bool = config.get("auto.create.topics.enable")
         self.num_partitions: int = config.get("num.partitions")
+        self._admin: ThreadPoolExecutor | None = None  # topic operations (in_admin_thread)
         self.groups: GroupService | None = None  # started by the app (gateway/app.py)
         self.rdma: SharedAppends | None = None  # the RDMA service when rdma.transport is set
         self.cluster: ClusterNode | None = (
@@ -349,11 +354,28 @@ class Broker:
         """Grow topic `name` to `total` partitions."""
         self.store.create_partitions(name, total)
 
-    def delete_topic(self, name: str) -> None:
-        """Delete topic `name` and its data; fetches waiting on its partitions return."""
+    async def in_admin_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` in the broker's admin thread. Creating, growing and deleting topics and
+        altering their configs hold the store's lock while their files are made or removed (a
+        topic of 10,000 partitions takes seconds): there the event loop never waits for them, and
+        they are applied one after another, as Kafka's controller applies them."""
+        if self._admin is None:
+            self._admin = ThreadPoolExecutor(1, thread_name_prefix="rdmalog-admin")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._admin, functools.partial(fn, *args)
+        )
+
+    def close(self) -> None:
+        """Let the admin thread go (after what it runs now)."""
+        if self._admin is not None:
+            self._admin.shutdown(wait=False, cancel_futures=True)
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete topic `name` and its data; fetches waiting on its partitions return. The files of
+        every partition are removed in the admin thread: other clients are served meanwhile."""
         topic = self.store.topics.get(name)
         logs = list(topic.partitions) if topic is not None else []
-        self.store.delete_topic(name)
+        await self.in_admin_thread(self.store.delete_topic, name)
         for plog in logs:
             self.forget_log(plog)
 

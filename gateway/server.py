@@ -35,16 +35,18 @@ from gateway.broker import Broker, RequestContext
 from gateway.handlers.registry import REGISTRY, ApiEntry, load_all, supported_apis
 from gateway.log_limit import RateLimitedLog
 from gateway.protocol import (
+    DecodeBudgetExceeded,
     DecodeError,
     RequestHeader,
-    decode_request,
     encode_response,
     has_schema,
     parse_request_header,
+    part_length,
 )
 from gateway.protocol.framing import FrameBudget, FrameReader, Stage
 from gateway.protocol.schema import entity_spec, message_class
 from gateway.quotas import QuotaManager
+from gateway.request_limits import RequestLimits
 from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION
 from rdmalog.security.authorizer import Principal
 from rdmalog.security.listeners import ListenerSecurity
@@ -359,19 +361,34 @@ class Connection(asyncio.BufferedProtocol):
         if entry is None or not entry.min_version <= hdr.api_version <= entry.max_version:
             await self._unsupported(hdr, entry)
             return
+        limits = self.gateway.requests
         try:
-            body = decode_request(hdr, mv)
+            body = limits.decode_on_loop(hdr, mv)
+            if body is None:  # heavy: decoded in a thread, handled while no other heavy one is
+                async with limits.heavy:
+                    body = await limits.decode_heavy(hdr, mv)
+                    await self._answer(hdr, entry, body, len(frame))
+                return
         except DecodeError as exc:
             self._log(
                 logging.WARNING,
-                "closing %s: cannot decode %s v%d request: %s",
+                "closing %s: cannot decode %s v%d request: %s%s",
                 self.peer,
                 entry.name.rsplit(".", 1)[-1],
                 hdr.api_version,
                 exc,
+                f" (request.max.decoded.bytes={limits.max_decoded_bytes})"
+                if isinstance(exc, DecodeBudgetExceeded)
+                else "",
             )
             self.abort()
             return
+        await self._answer(hdr, entry, body, len(frame))
+
+    async def _answer(
+        self, hdr: RequestHeader, entry: ApiEntry, body: dict, request_bytes: int
+    ) -> None:
+        """Run the handler of a decoded request and send its answer."""
         ctx = RequestContext(
             self.broker, hdr.api_key, hdr.api_version, hdr.correlation_id, hdr.client_id, self
         )
@@ -396,9 +413,9 @@ class Connection(asyncio.BufferedProtocol):
         buf, parts = encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, response)
         quotas = self.gateway.quotas
         if quotas is not None and quotas.enabled:
-            buf, parts = self._throttle(hdr, len(frame), buf, parts, response, started)
+            buf, parts = self._throttle(hdr, request_bytes, buf, parts, response, started)
         await self.send(buf, parts)
-        if session.close_after_response:
+        if self.session.close_after_response:
             self.abort()
 
     def _throttle(self, hdr: RequestHeader, request_bytes: int, buf, parts, response, started):
@@ -406,7 +423,7 @@ class Connection(asyncio.BufferedProtocol):
         it (throttle_time_ms) and the connection is muted for it after sending."""
         principal = self.session.principal
         user = principal.name if principal.type == "User" else None
-        size = len(buf) + sum(sl.length for _, sl in parts)
+        size = len(buf) + sum(part_length(part) for _, part in parts)
         elapsed = time.monotonic() - started
         throttle_ms = self.gateway.quotas.record(
             user, hdr.client_id, hdr.api_key, request_bytes, size, elapsed
@@ -477,9 +494,13 @@ class Connection(asyncio.BufferedProtocol):
         if self.closed or t is None or t.is_closing():
             return
         if not parts:
-            self._out.append(buf)
-            if len(self._out) == 1:
-                asyncio.get_running_loop().call_soon(self._flush_out)
+            if len(buf) <= _COPY_CHUNK:
+                self._out.append(buf)
+                if len(self._out) == 1:
+                    asyncio.get_running_loop().call_soon(self._flush_out)
+            else:
+                self._flush_out()  # what was answered before goes first
+                await self._write_paced(buf)
             return
         self._flush_out()
         mv = memoryview(buf)
@@ -489,17 +510,20 @@ class Connection(asyncio.BufferedProtocol):
             CORK_FILE_RESPONSES
             and not self.tls
             and self._sock is not None
-            and len(buf) + sum(sl.length for _, sl in parts) <= _CORK_MAX
+            and len(buf) + sum(part_length(part) for _, part in parts) <= _CORK_MAX
             and t.get_write_buffer_size() == 0
         )
         try:
             if cork:
                 self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
-            for at, sl in parts:
+            for at, part in parts:
                 if at > pos:
                     t.write(mv[pos:at])
                     pos = at
-                await self._send_slice(sl)
+                if isinstance(part, bytes | bytearray):  # a large answer's pre-encoded array
+                    await self._write_paced(part)
+                else:
+                    await self._send_slice(part)
                 if self.closed:
                     return
             if pos < len(buf):
@@ -520,6 +544,19 @@ class Connection(asyncio.BufferedProtocol):
         t = self.transport
         if out and t is not None and not t.is_closing():
             t.write(out[0] if len(out) == 1 else b"".join(out))
+
+    async def _write_paced(self, buf: bytearray) -> None:
+        """Write a large answer a chunk at a time as the socket takes it: the transport copies
+        what it cannot send at once, so this keeps that copy to about one chunk."""
+        loop = asyncio.get_running_loop()
+        with memoryview(buf) as mv:
+            for at in range(0, len(mv), _COPY_CHUNK):
+                if self.closed:
+                    return
+                self.transport.write(mv[at : at + _COPY_CHUNK])
+                if self._write_paused:
+                    self._drained = loop.create_future()
+                    await self._drained
 
     async def _send_slice(self, sl) -> None:
         count = sl.length
@@ -610,6 +647,7 @@ class Gateway:
         config = broker.config
         self.broker = broker
         self.max_request_bytes: int = config.get("socket.request.max.bytes")
+        self.requests = RequestLimits(config.get("request.max.decoded.bytes"))
         self.connections: set[Connection] = set()
         self.stage = Stage()
         self.budget = FrameBudget(config.get("queued.max.request.bytes"))

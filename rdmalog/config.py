@@ -177,6 +177,8 @@ BROKER_DEFS = _defs(
     ("connections.max.idle.ms", "long", 600000),
     # rdmalog's own: a request frame must arrive whole this long after its first byte (-1: no limit)
     ("request.receive.timeout.ms", "long", 60000, _minus_one_or_at_least(1)),
+    # rdmalog's own: the memory (estimated) one decoded request may take; larger ones are refused
+    ("request.max.decoded.bytes", "long", 32 * 1024 * 1024, _at_least(1024 * 1024)),
     ("compression.type", "string", "producer", _one_of("producer")),
     ("offsets.topic.num.partitions", "int", 50, _at_least(1)),
     ("offsets.topic.replication.factor", "short", 3, _at_least(1)),

@@ -12,6 +12,7 @@ NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
 NOT_LEADER_OR_FOLLOWER = 6
 MESSAGE_TOO_LARGE = 10
 OFFSET_METADATA_TOO_LARGE = 12
@@ -238,9 +239,12 @@ class InconsistentTopicIdError(KafkaError):
 
 
 def error_code_of(exc: BaseException) -> int:
-    """The Kafka error code an exception carries (UNKNOWN_SERVER_ERROR when it carries none)."""
+    """The Kafka error code an exception carries; an OSError is KAFKA_STORAGE_ERROR (what Kafka
+    answers for an I/O error in a log dir); UNKNOWN_SERVER_ERROR for anything else."""
     code = getattr(exc, "error_code", None)
-    return code if isinstance(code, int) else UNKNOWN_SERVER_ERROR
+    if isinstance(code, int):
+        return code
+    return KAFKA_STORAGE_ERROR if isinstance(exc, OSError) else UNKNOWN_SERVER_ERROR
 
 
 def error_for_code(code: int) -> type[KafkaError]:

@@ -1,15 +1,15 @@
-"""Metadata and DescribeCluster in cluster mode, answered from the broker's ClusterView (what the
-ZooKeeper watches keep): live brokers, the controller, each partition's leader, leader epoch,
-replicas, ISR and offline replicas, as Kafka's metadata cache answers them."""
+"""Metadata and DescribeCluster entries in cluster mode, from the broker's ClusterView (what the
+ZooKeeper watches keep): live brokers, each partition's leader, leader epoch, replicas, ISR and
+offline replicas, as Kafka's metadata cache answers them (the handlers add authorization)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rdmalog.errors import LEADER_NOT_AVAILABLE
+
 if TYPE_CHECKING:  # kazoo (the `cluster` extra) is imported only when cluster mode runs
     from rdmalog.cluster.view import ClusterView, TopicView
-
-LEADER_NOT_AVAILABLE = 5
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -25,7 +25,7 @@ def brokers(view: ClusterView, listener: str | None = None) -> list[dict]:
     return out
 
 
-def topic_entry(view: ClusterView, tv: TopicView) -> dict:
+def cluster_topic_entry(view: ClusterView, tv: TopicView) -> dict:
     """A Metadata topic entry: per partition the leader (or LEADER_NOT_AVAILABLE), its epoch, the
     replicas, the ISR and the replicas on brokers that are not live."""
     live = view.live_brokers()
@@ -70,60 +70,3 @@ def describe_cluster_brokers(view: ClusterView, listener: str | None = None) -> 
         }
         for b in brokers(view, listener)
     ]
-
-
-async def answer_metadata(ctx: Any, request: dict) -> dict:
-    """Metadata (key 3) in cluster mode: the view's brokers, controller and topics; a missing topic
-    is auto-created in ZooKeeper (LEADER_NOT_AVAILABLE until its leaders are elected)."""
-    from gateway.broker import topic_name_error
-    from gateway.cluster.admin import auto_create
-    from rdmalog.errors import (
-        INVALID_TOPIC_EXCEPTION,
-        UNKNOWN_TOPIC_ID,
-        UNKNOWN_TOPIC_OR_PARTITION,
-    )
-
-    broker = ctx.broker
-    node = broker.cluster
-    view = node.view
-    wanted = request.get("topics")
-    allow_create = request.get("allow_auto_topic_creation", True) if ctx.api_version >= 4 else True
-    topics = []
-    if wanted is None or (ctx.api_version == 0 and not wanted):
-        with view.lock:
-            tvs = list(view.topics.values())
-        topics = [topic_entry(view, tv) for tv in tvs]
-    else:
-        for item in wanted:
-            name = item.get("name")
-            if name is None:
-                tv = view.topic_by_id(item.get("topic_id"))
-                if tv is None:
-                    topics.append(
-                        {
-                            "error_code": UNKNOWN_TOPIC_ID,
-                            "topic_id": item.get("topic_id"),
-                            "partitions": [],
-                        }
-                    )
-                else:
-                    topics.append(topic_entry(view, tv))
-                continue
-            tv = view.topic(name)
-            if tv is not None:
-                topics.append(topic_entry(view, tv))
-                continue
-            code = UNKNOWN_TOPIC_OR_PARTITION
-            if topic_name_error(name) is not None:
-                code = INVALID_TOPIC_EXCEPTION
-            elif allow_create and broker.auto_create and name not in INTERNAL_TOPICS:
-                code = await auto_create(node, name, -1, -1, {}) or LEADER_NOT_AVAILABLE
-            topics.append({"error_code": code, "name": name, "partitions": []})
-    return {
-        "throttle_time": 0,
-        "brokers": brokers(view, ctx.listener or node.listener),
-        "cluster_id": broker.cluster_id,
-        "controller_id": view.controller_id,
-        "topics": topics,
-        "cluster_authorized_operations": -2147483648,
-    }

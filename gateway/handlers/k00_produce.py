@@ -13,6 +13,7 @@ import logging
 
 from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
+from gateway.request_limits import Turns
 from rdmalog.errors import (
     CORRUPT_MESSAGE,
     INVALID_REQUIRED_ACKS,
@@ -58,7 +59,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
     to_flush = []
     to_replicate = []  # acks=all in a cluster: (answer, topic, partition, last offset)
     requested = ctx.partitions(request["topic_data"], FIELDS, Operation.WRITE)
+    turns = Turns()  # a request may name a hundred thousand partitions
     for pd, plog, answers in requested:
+        if turns.due():
+            await turns.take()
         index = pd["index"]
         records = pd["records"]
         if not records:

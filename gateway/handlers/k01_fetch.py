@@ -13,6 +13,7 @@ import asyncio
 
 from gateway.broker import PartitionFields, RequestContext, RequestedPartitions
 from gateway.handlers.registry import api
+from gateway.request_limits import Turns
 from rdmalog.errors import FETCH_SESSION_ID_NOT_FOUND, OFFSET_OUT_OF_RANGE, error_code_of
 from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 from rdmalog.store.interface import Log
@@ -44,10 +45,11 @@ def _requested(ctx: RequestContext, request: dict, by_id: bool) -> RequestedPart
     return RequestedPartitions(ctx.broker, request["topics"], fields, lambda _name: False)
 
 
-def _read_all(
+async def _read_all(
     ctx: RequestContext, request: dict, by_id: bool, replica_id: int = -1
 ) -> tuple[list, int, list[Log], bool]:
-    """One pass over the requested partitions -> (responses, bytes, logs, any error).
+    """One pass over the requested partitions -> (responses, bytes, logs, any error); a request of
+    many partitions gives the event loop its turns meanwhile.
 
     In a cluster a follower (replica_id >= 0) reads up to the log end offset, and its fetch offset
     tells the leader how far it has come (consumers read up to the high watermark)."""
@@ -57,7 +59,10 @@ def _read_all(
     logs = []
     errors = False
     requested = _requested(ctx, request, by_id)
+    turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
+        if turns.due():
+            await turns.take()
         index = p["partition"]
         offset = p["fetch_offset"]
         if replicas is not None:
@@ -123,7 +128,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     by_id = ctx.api_version >= 13
     # in a cluster a follower's fetch (replica id >= 0); a single broker serves consumers only
     replica_id = replica_id_of(request, ctx.api_version) if ctx.broker.cluster is not None else -1
-    responses, total, logs, errors = _read_all(ctx, request, by_id, replica_id)
+    responses, total, logs, errors = await _read_all(ctx, request, by_id, replica_id)
     min_bytes = request.get("min_bytes", 0)
     wait_ms = request.get("max_wait", 0)
     if total < min_bytes and not errors and wait_ms > 0 and logs:
@@ -137,7 +142,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                 woke = await ctx.broker.cluster.replicas.wait_for_appends(logs, remaining)
             else:
                 woke = await ctx.broker.wait_for_data(logs, remaining)
-            responses, total, logs, errors = _read_all(ctx, request, by_id, replica_id)
+            responses, total, logs, errors = await _read_all(ctx, request, by_id, replica_id)
             if total >= min_bytes or errors or not woke or not logs:
                 break
     return {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": responses}

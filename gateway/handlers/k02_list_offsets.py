@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from gateway.broker import PartitionFields, RequestContext
+from gateway.handlers.answers import duplicates
 from gateway.handlers.registry import api
-from rdmalog.errors import error_code_of
+from gateway.request_limits import Turns
+from rdmalog.errors import INVALID_REQUEST, error_code_of
 from rdmalog.security.authorizer import Operation
 from rdmalog.store.interface import Log
 
@@ -38,15 +40,24 @@ def _epoch_at(plog: Log, offset: int) -> int:
     return epoch if epoch >= 0 else plog.leader_epoch
 
 
-FIELDS = PartitionFields(epoch="current_leader_epoch")
-
-
 @api(2, 1, 8, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
-    """Answer each partition's query with the offset and the leader epoch it was written in."""
-    requested = ctx.partitions(request["topics"], FIELDS, Operation.DESCRIBE)
+    """Answer each partition's query with the offset and the leader epoch it was written in; a
+    partition named twice gets INVALID_REQUEST (as in Kafka)."""
+    twice = duplicates(
+        (t["name"], p["partition_index"]) for t in request["topics"] for p in t["partitions"]
+    )
+    requested = ctx.partitions(
+        request["topics"], PartitionFields(epoch="current_leader_epoch"), Operation.DESCRIBE
+    )
+    turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
+        if turns.due():
+            await turns.take()
         index = p["partition_index"]
+        if twice and (plog.topic, index) in twice:
+            parts.append({"partition_index": index, "error_code": INVALID_REQUEST})
+            continue
         try:
             ts, offset = _lookup(plog, p["timestamp"])
         except Exception as exc:

@@ -8,7 +8,9 @@ from __future__ import annotations
 from gateway.broker import RequestContext
 from gateway.groups.model import CommitEntry
 from gateway.groups.service import group_service
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
+from gateway.request_limits import Turns
 from rdmalog import errors as E
 from rdmalog.security.authorizer import Operation, ResourceType
 
@@ -24,7 +26,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     unknown_ids: set = set()
     # (response topic key, topic name or None, partitions) in request order
     layout: list[tuple[object, str | None, list[int]]] = []
+    turns = Turns()
     for t in request.get("topics") or ():
+        if turns.due():
+            await turns.take()
         if by_id:
             topic = ctx.broker.topic_by_id(t.get("topic_id"))
             name = topic.name if topic is not None else None
@@ -63,8 +68,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         )
     )
     failed = await service.durable()  # in a cluster: the ISR has the commits, or why not
-    topics = []
-    for key, name, parts in layout:
+
+    def topic_answer(item: tuple[object, str | None, list[int]]) -> dict:
+        key, name, parts = item
         codes = [
             E.GROUP_AUTHORIZATION_FAILED
             if group_denied
@@ -79,5 +85,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         entry["partitions"] = [
             {"partition_index": p, "error_code": c} for p, c in zip(parts, codes, strict=True)
         ]
-        topics.append(entry)
+        return entry
+
+    topics = await answer_each(ctx, ("topics",), layout, topic_answer)
     return {"throttle_time": 0, "topics": topics}

@@ -1,6 +1,7 @@
 """OffsetFetch (key 9): v1-v10; one group until v7, a batch of groups from v8, topic ids in v10.
 
 Partitions without a committed offset answer offset -1; a null topic list asks for all of them.
+A group named again in a batch gets INVALID_REQUEST instead of its offsets a second time.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from gateway.broker import RequestContext
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.groups.service import group_service
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from rdmalog import errors as E
 from rdmalog.security.authorizer import Operation, ResourceType
@@ -93,10 +95,19 @@ def _fetch_group(ctx: RequestContext, coordinator: GroupCoordinator, group_id: s
 async def handle(ctx: RequestContext, request: dict) -> dict:
     coordinator = group_service(ctx.broker).coordinator
     if ctx.api_version >= 8:
-        groups = []
-        for g in request.get("groups") or ():
-            answer = _fetch_group(ctx, coordinator, g["group_id"], g.get("topics"))
-            groups.append({"group_id": g["group_id"], **answer})
+        seen: set[str] = set()
+
+        def group_answer(g: dict) -> dict:
+            group_id = g["group_id"]
+            if group_id in seen:
+                return {"group_id": group_id, "error_code": E.INVALID_REQUEST, "topics": []}
+            seen.add(group_id)
+            return {
+                "group_id": group_id,
+                **_fetch_group(ctx, coordinator, group_id, g.get("topics")),
+            }
+
+        groups = await answer_each(ctx, ("groups",), request.get("groups") or (), group_answer)
         return {"throttle_time": 0, "groups": groups}
     topics = request.get("topics")
     if ctx.api_version < 2 and topics is None:

@@ -5,59 +5,57 @@ while no transaction coordinator can serve it."""
 
 from __future__ import annotations
 
-import asyncio
+import logging
 
 from gateway.broker import RequestContext
 from gateway.groups.schema import OFFSETS_TOPIC, partition_for
 from gateway.groups.service import group_service
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from rdmalog import errors as E
 from rdmalog.security.authorizer import Operation, ResourceType
 
+log = logging.getLogger("gateway.find_coordinator")
+
 KEY_GROUP, KEY_TRANSACTION = 0, 1
 
 
-def _answer(ctx: RequestContext, key: str, key_type: int) -> dict:
+def _refusal(key: str, code: int, message: str) -> dict:
+    return {
+        "key": key,
+        "error_code": code,
+        "error_message": message,
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+    }
+
+
+def _answer(ctx: RequestContext, key: str, key_type: int, unavailable: str | None) -> dict:
+    """One key's coordinator; `unavailable` says why the group coordinator cannot serve now."""
     broker = ctx.broker
     if key_type not in (KEY_GROUP, KEY_TRANSACTION):
-        return {
-            "key": key,
-            "error_code": E.INVALID_REQUEST,
-            "error_message": f"unsupported coordinator key type {key_type}",
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-        }
+        return _refusal(key, E.INVALID_REQUEST, f"unsupported coordinator key type {key_type}")
     kind = ResourceType.GROUP if key_type == KEY_GROUP else ResourceType.TRANSACTIONAL_ID
     if not ctx.authorize(Operation.DESCRIBE, kind, key):
-        return {
-            "key": key,
-            "error_code": E.GROUP_AUTHORIZATION_FAILED
+        denied = (
+            E.GROUP_AUTHORIZATION_FAILED
             if key_type == KEY_GROUP
-            else E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            "error_message": None,
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-        }
+            else E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        )
+        return {**_refusal(key, denied, ""), "error_message": None}
     if key_type == KEY_TRANSACTION:
-        return {
-            "key": key,
-            "error_code": E.COORDINATOR_NOT_AVAILABLE,
-            "error_message": "transactions are not supported by this broker yet",
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-        }
-    if key_type == KEY_GROUP and not key:
-        return {
-            "key": key,
-            "error_code": E.INVALID_GROUP_ID,
-            "error_message": "the group id must not be empty",
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-        }
+        return _refusal(
+            key,
+            E.COORDINATOR_NOT_AVAILABLE,
+            "transactions are not supported by this broker yet",
+        )
+    if not key:
+        return _refusal(key, E.INVALID_GROUP_ID, "the group id must not be empty")
+    if unavailable is not None:
+        return _refusal(key, E.COORDINATOR_NOT_AVAILABLE, unavailable)
+    if broker.cluster is not None:
+        return _cluster_answer(ctx, key)
     host, port = broker.endpoint(ctx.listener)
     return {
         "key": key,
@@ -69,16 +67,32 @@ def _answer(ctx: RequestContext, key: str, key_type: int) -> dict:
     }
 
 
-async def _cluster_answer(ctx: RequestContext, key: str, key_type: int) -> dict:
-    """Cluster mode: the leader of the group's `__consumer_offsets` partition coordinates it; the
-    topic is created through ZooKeeper on first use (COORDINATOR_NOT_AVAILABLE meanwhile)."""
-    answer = _answer(ctx, key, key_type)
-    if answer["error_code"]:
-        return answer
+def _cluster_answer(ctx: RequestContext, key: str) -> dict:
+    """Cluster mode: the leader of the group's `__consumer_offsets` partition coordinates it."""
     node = ctx.broker.cluster
     tv = node.view.topic(OFFSETS_TOPIC)
-    leader = None
-    if tv is None:
+    state = None if tv is None else tv.states.get(partition_for(key, len(tv.assignment.partitions)))
+    live = node.view.live_brokers()
+    if state is None or state.leader not in live:
+        return _refusal(key, E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.")
+    leader = live[state.leader].endpoint(ctx.listener or node.listener)
+    return {
+        "key": key,
+        "error_code": E.NONE,
+        "error_message": None,
+        "node_id": state.leader,
+        "host": leader.host,
+        "port": leader.port,
+    }
+
+
+async def _offsets_topic_problem(ctx: RequestContext) -> str | None:
+    """Create `__consumer_offsets` when missing; why it cannot be, or None. In a cluster it is
+    created through ZooKeeper (offsets.topic.replication.factor live brokers needed)."""
+    node = ctx.broker.cluster
+    if node is not None:
+        if node.view.topic(OFFSETS_TOPIC) is not None:
+            return None
         from gateway.cluster.admin import auto_create
 
         cfg = ctx.broker.config
@@ -93,46 +107,37 @@ async def _cluster_answer(ctx: RequestContext, key: str, key_type: int) -> dict:
             cfg.get("offsets.topic.replication.factor"),
             configs,
         )
-    else:
-        state = tv.states.get(partition_for(key, len(tv.assignment.partitions)))
-        live = node.view.live_brokers()
-        if state is not None and state.leader in live:
-            leader = live[state.leader].endpoint(ctx.listener or node.listener)
-            answer.update(node_id=state.leader, host=leader.host, port=leader.port)
-    if leader is None:
-        answer.update(
-            error_code=E.COORDINATOR_NOT_AVAILABLE,
-            error_message="The coordinator is not available.",
-            node_id=-1,
-            host="",
-            port=-1,
-        )
-    return answer
+        return f"{OFFSETS_TOPIC} is being created"
+    if ctx.broker.topic(OFFSETS_TOPIC) is not None:
+        return None
+    # Kafka creates __consumer_offsets here. Its 50 partitions are tens to hundreds of ms of file
+    # work: done in the admin thread so other connections are served meanwhile (the store
+    # publishes the topic only once all its partitions exist).
+    try:
+        await ctx.broker.in_admin_thread(group_service(ctx.broker).offsets.ensure)
+    except Exception as exc:  # a full disk, too few descriptors: Kafka's answer is "not yet"
+        log.error("cannot create %s, so no group has a coordinator: %s", OFFSETS_TOPIC, exc)
+        return f"the offsets topic cannot be created: {exc}"
+    return None
 
 
 @api(10, 0, 6)
 async def handle(ctx: RequestContext, request: dict) -> dict:
-    """Point every key at this broker (creating and loading `__consumer_offsets` on first use); in
-    a cluster at the leader of the group's `__consumer_offsets` partition."""
+    """Point every key at this broker (creating and loading `__consumer_offsets` on first use)."""
     key_type = request.get("key_type", KEY_GROUP) if ctx.api_version >= 1 else KEY_GROUP
-    if ctx.broker.cluster is not None:
-        if ctx.api_version >= 4:
-            keys = request.get("coordinator_keys") or []
-            answers = [await _cluster_answer(ctx, k, key_type) for k in keys]
-            return {"throttle_time": 0, "coordinators": answers}
-        answer = await _cluster_answer(ctx, request.get("key") or "", key_type)
-        del answer["key"]
-        answer["throttle_time"] = 0
-        return answer
-    if key_type == KEY_GROUP and ctx.broker.topic(OFFSETS_TOPIC) is None:
-        # Kafka creates __consumer_offsets here. Its 50 partitions are tens to hundreds of ms of
-        # file work: done in a thread so other connections are served meanwhile (the store
-        # publishes the topic only once all its partitions exist).
-        await asyncio.to_thread(group_service(ctx.broker).offsets.ensure)
+    unavailable = await _offsets_topic_problem(ctx) if key_type == KEY_GROUP else None
     if ctx.api_version >= 4:
         keys = request.get("coordinator_keys") or []
-        return {"throttle_time": 0, "coordinators": [_answer(ctx, k, key_type) for k in keys]}
-    answer = _answer(ctx, request.get("key") or "", key_type)
+
+        def batched(key: str) -> dict:
+            answer = _answer(ctx, key, key_type, unavailable)
+            answer["error_message"] = None  # Kafka's batched answers carry codes only
+            return answer
+
+        # every key is answered, duplicates too (as Kafka does)
+        coordinators = await answer_each(ctx, ("coordinators",), keys, batched)
+        return {"throttle_time": 0, "coordinators": coordinators}
+    answer = _answer(ctx, request.get("key") or "", key_type, unavailable)
     del answer["key"]
     answer["throttle_time"] = 0
     return answer

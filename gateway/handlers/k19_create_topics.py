@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections import Counter
 
 from gateway.broker import RequestContext, topic_name_error
+from gateway.handlers.answers import answer_each, duplicates
 from gateway.handlers.k03_metadata import INTERNAL_TOPICS
 from gateway.handlers.registry import api
 from rdmalog.config import TopicConfig
@@ -41,7 +41,7 @@ def _config_entries(config: TopicConfig) -> list[dict]:
     ]
 
 
-def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
+async def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
     broker = ctx.broker
     name = t["name"]
     bad = topic_name_error(name)
@@ -95,14 +95,16 @@ def _create_one(ctx: RequestContext, t: dict, validate_only: bool) -> dict:
         )
     configs = {c["name"]: c["value"] for c in t.get("configs") or [] if c["value"] is not None}
     try:
-        config = broker.validate_new_topic(name, count, configs)
+        config = await broker.in_admin_thread(broker.validate_new_topic, name, count, configs)
     except Exception as exc:
         code = error_code_of(exc)
         return _fail(name, INVALID_CONFIG if code == -1 else code, str(exc) or None)
     topic_id = None
     if not validate_only:
         try:
-            topic = broker.create_topic(name, count, configs)
+            # the files of every partition, in the admin thread (the store publishes the topic
+            # once all its partitions exist)
+            topic = await broker.in_admin_thread(broker.create_topic, name, count, configs)
         except Exception as exc:
             code = error_code_of(exc)
             if code == -1:
@@ -181,28 +183,24 @@ async def _create_in_cluster(
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Create every requested topic (or only validate); one result per topic."""
     topics = request["topics"]
-    dup = {n for n, c in Counter(t["name"] for t in topics).items() if c > 1}
-    results = []
+    dup = duplicates(t["name"] for t in topics)
+    validate_only = bool(request.get("validate_only"))
     cluster_create = ctx.authorize(Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
-    for t in topics:
+
+    async def create(t: dict) -> dict:
         if not cluster_create and not ctx.authorize(
             Operation.CREATE, ResourceType.TOPIC, t["name"]
         ):
-            results.append(_fail(t["name"], TOPIC_AUTHORIZATION_FAILED, "Authorization failed."))
-            continue
+            return _fail(t["name"], TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
         if t["name"] in dup:
-            results.append(
-                _fail(
-                    t["name"],
-                    INVALID_REQUEST,
-                    "Create topics request from client contains duplicate topic name.",
-                )
+            return _fail(
+                t["name"],
+                INVALID_REQUEST,
+                "Create topics request from client contains duplicate topic name.",
             )
-            continue
-        validate_only = bool(request.get("validate_only"))
         if ctx.broker.cluster is not None:
-            timeout_ms = request.get("timeout", 30000)
-            results.append(await _create_in_cluster(ctx, t, validate_only, timeout_ms))
-        else:
-            results.append(_create_one(ctx, t, validate_only))
+            return await _create_in_cluster(ctx, t, validate_only, request.get("timeout", 30000))
+        return await _create_one(ctx, t, validate_only)
+
+    results = await answer_each(ctx, ("topics",), topics, create)
     return {"throttle_time": 0, "topics": results}

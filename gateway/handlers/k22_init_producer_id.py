@@ -12,9 +12,11 @@ from gateway.broker import RequestContext
 from gateway.handlers.registry import api
 from rdmalog.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
+    COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
     INVALID_REQUEST,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    KafkaStorageError,
 )
 from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
 
@@ -68,5 +70,8 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         }
     # a new block of ids is fsync'ed before use: never on the event loop
     allocate = ctx.broker.allocate_producer_id
-    producer_id = await asyncio.get_running_loop().run_in_executor(None, allocate)
+    try:
+        producer_id = await asyncio.get_running_loop().run_in_executor(None, allocate)
+    except KafkaStorageError:  # a full disk (logged): a retriable answer, clients ask again
+        return _refused(COORDINATOR_LOAD_IN_PROGRESS)
     return {"throttle_time": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": 0}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
+from gateway.request_limits import Turns
 from rdmalog.errors import FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
 from rdmalog.security.authorizer import Operation
 from rdmalog.store.interface import Log
@@ -29,6 +30,9 @@ def _answer(plog: Log, p: dict) -> dict:
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Answer each partition from its leader epoch cache."""
     requested = ctx.partitions(request["topics"], FIELDS, Operation.DESCRIBE)
+    turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
+        if turns.due():
+            await turns.take()
         parts.append(_answer(plog, p))
     return {"throttle_time": 0, "topics": requested.topics}

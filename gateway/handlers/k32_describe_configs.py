@@ -1,10 +1,15 @@
-"""DescribeConfigs (key 32): topic and broker configs with their values, sources and synonyms."""
+"""DescribeConfigs (key 32): topic and broker configs with their values, sources and synonyms.
+
+A resource named again gets INVALID_REQUEST instead of its configs a second time (Kafka answers
+every copy; here a request cannot make the answer a thousand times its size with one topic's name).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gateway.broker import RequestContext
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from gateway.handlers.resources import (
     BROKER,
@@ -26,6 +31,7 @@ from rdmalog.config import (
 )
 from rdmalog.errors import INVALID_REQUEST, error_code_of
 from rdmalog.security.authorizer import Operation
+from rdmalog.store.adoption import SUSPENDED_CONFIG, SUSPENDED_DOC
 
 
 def _synonyms(config: Any, row: ConfigEntry) -> list[dict]:
@@ -70,41 +76,72 @@ def _entries(config: Any, keys: list[str] | None, synonyms: bool, read_only: boo
     return out
 
 
+def _describe(broker, res: dict, synonyms: bool) -> dict:
+    rtype, name = res["resource_type"], res["resource_name"]
+    keys = res.get("configuration_keys")
+    result = {"resource_type": rtype, "resource_name": name, "error_code": 0, "configs": []}
+    try:
+        if rtype == TOPIC:
+            topic = broker.topic(name) if broker.cluster is None else cluster_topic(broker, name)
+            if topic is None:
+                result.update(unknown_resource(name))
+            else:
+                result["configs"] = _entries(topic.config, keys, synonyms, read_only=False)
+                if topic.deletion_suspended and (not keys or SUSPENDED_CONFIG in keys):
+                    result["configs"].append(_suspended_entry())
+        elif rtype == BROKER:
+            error = broker_resource_error(broker, name)
+            if error:
+                result.update(error)
+            else:
+                result["configs"] = _entries(broker.config, keys, synonyms, read_only=True)
+        else:
+            result.update(
+                error_code=INVALID_REQUEST, error_message=f"resource type {rtype} is not supported"
+            )
+    except Exception as exc:  # a store error on one resource must not fail the others
+        result.update(error_code=error_code_of(exc), error_message=str(exc))
+    return result
+
+
+def _suspended_entry() -> dict:
+    """The entry of a topic adopted with deletion suspended (rdmalog/store/adoption.py): shown
+    as a topic override, so `kafka-configs.sh --describe` lists it."""
+    return {
+        "name": SUSPENDED_CONFIG,
+        "value": "true",
+        "read_only": True,
+        "is_default": False,
+        "config_source": int(ConfigSource.DYNAMIC_TOPIC_CONFIG),
+        "is_sensitive": False,
+        "config_type": 1,  # boolean
+        "documentation": SUSPENDED_DOC,
+        "synonyms": [],
+    }
+
+
 @api(32, 1, 4)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Describe each requested resource; unknown topics and other brokers get per-resource errors."""
-    broker = ctx.broker
     synonyms = bool(request.get("include_synonyms"))
-    results = []
-    for res in request["resources"]:
-        rtype, name = res["resource_type"], res["resource_name"]
-        keys = res.get("configuration_keys")
+    resources = request["resources"]
+    seen: set[tuple[int, str]] = set()
+
+    def describe(res: dict) -> dict:
+        key = (res["resource_type"], res["resource_name"])
+        if key in seen:
+            return {
+                "resource_type": res["resource_type"],
+                "resource_name": res["resource_name"],
+                "error_code": INVALID_REQUEST,
+                "error_message": "Duplicate resource in request.",
+                "configs": [],
+            }
+        seen.add(key)
         denied = resource_denied(ctx, res, Operation.DESCRIBE_CONFIGS)
         if denied is not None:
-            results.append(denied)
-            continue
-        result = {"resource_type": rtype, "resource_name": name, "error_code": 0, "configs": []}
-        try:
-            if rtype == TOPIC:
-                topic = (
-                    broker.topic(name) if broker.cluster is None else cluster_topic(broker, name)
-                )
-                if topic is None:
-                    result.update(unknown_resource(name))
-                else:
-                    result["configs"] = _entries(topic.config, keys, synonyms, read_only=False)
-            elif rtype == BROKER:
-                error = broker_resource_error(broker, name)
-                if error:
-                    result.update(error)
-                else:
-                    result["configs"] = _entries(broker.config, keys, synonyms, read_only=True)
-            else:
-                result.update(
-                    error_code=INVALID_REQUEST,
-                    error_message=f"resource type {rtype} is not supported",
-                )
-        except Exception as exc:  # a store error on one resource must not fail the others
-            result.update(error_code=error_code_of(exc), error_message=str(exc))
-        results.append(result)
+            return denied
+        return _describe(ctx.broker, res, synonyms)
+
+    results = await answer_each(ctx, ("results",), resources, describe)
     return {"throttle_time": 0, "results": results}

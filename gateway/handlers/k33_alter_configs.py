@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from gateway.broker import RequestContext
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from gateway.handlers.resources import alter_resource, resource_denied
 from rdmalog.security.authorizer import Operation
 
 
-def _alter(broker, res: dict, validate_only: bool) -> dict:
-    return alter_resource(
+async def _alter(broker, res: dict, validate_only: bool) -> dict:
+    return await alter_resource(
         broker,
         res,
         validate_only,
@@ -25,17 +24,12 @@ def _alter(broker, res: dict, validate_only: bool) -> dict:
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Set each topic's overrides to exactly the given configs (unlisted keys revert to defaults)."""
     validate_only = bool(request.get("validate_only"))
-    if ctx.broker.cluster is not None:  # writes ZooKeeper: off the event loop
-        responses = [
-            resource_denied(ctx, r, Operation.ALTER_CONFIGS)
-            or await asyncio.to_thread(_alter, ctx.broker, r, validate_only)
-            for r in request["resources"]
-        ]
-        return {"throttle_time": 0, "responses": responses}
-    return {
-        "throttle_time": 0,
-        "responses": [
+    responses = await answer_each(
+        ctx,
+        ("responses",),
+        request["resources"],
+        lambda r: (
             resource_denied(ctx, r, Operation.ALTER_CONFIGS) or _alter(ctx.broker, r, validate_only)
-            for r in request["resources"]
-        ],
-    }
+        ),
+    )
+    return {"throttle_time": 0, "responses": responses}

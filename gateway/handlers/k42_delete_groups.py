@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gateway.broker import RequestContext
 from gateway.groups.service import group_service
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from rdmalog.errors import GROUP_AUTHORIZATION_FAILED
 from rdmalog.security.authorizer import Operation, ResourceType
@@ -17,7 +18,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     results = dict.fromkeys(names, GROUP_AUTHORIZATION_FAILED)
     results.update(service.coordinator.delete_groups(allowed))
     await service.durable()
-    return {
-        "throttle_time": 0,
-        "results": [{"group_id": g, "error_code": results[g]} for g in dict.fromkeys(names)],
-    }
+    answers = await answer_each(
+        ctx,
+        ("results",),
+        list(dict.fromkeys(names)),  # each group once, as Kafka answers
+        lambda g: {"group_id": g, "error_code": results[g]},
+    )
+    return {"throttle_time": 0, "results": answers}

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from gateway.broker import RequestContext
+from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
 from gateway.handlers.resources import alter_resource, resource_denied
 from rdmalog.errors import InvalidConfigError
@@ -37,26 +36,21 @@ def _changes(topic, configs: list[dict]) -> dict[str, str | None]:
     return changes
 
 
-def _alter(broker, res: dict, validate_only: bool) -> dict:
+async def _alter(broker, res: dict, validate_only: bool) -> dict:
     null_ok = [c["config_operation"] == DELETE for c in res["configs"]]
-    return alter_resource(broker, res, validate_only, null_ok, _changes, replace=False)
+    return await alter_resource(broker, res, validate_only, null_ok, _changes, replace=False)
 
 
 @api(44, 0, 1)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Apply each resource's operations atomically per resource."""
     validate_only = bool(request.get("validate_only"))
-    if ctx.broker.cluster is not None:  # writes ZooKeeper: off the event loop
-        responses = [
-            resource_denied(ctx, r, Operation.ALTER_CONFIGS)
-            or await asyncio.to_thread(_alter, ctx.broker, r, validate_only)
-            for r in request["resources"]
-        ]
-        return {"throttle_time": 0, "responses": responses}
-    return {
-        "throttle_time": 0,
-        "responses": [
+    responses = await answer_each(
+        ctx,
+        ("responses",),
+        request["resources"],
+        lambda r: (
             resource_denied(ctx, r, Operation.ALTER_CONFIGS) or _alter(ctx.broker, r, validate_only)
-            for r in request["resources"]
-        ],
-    }
+        ),
+    )
+    return {"throttle_time": 0, "responses": responses}

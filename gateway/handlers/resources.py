@@ -110,7 +110,7 @@ def request_error(names: list[str], values: list[str | None], null_ok: list[bool
     return None
 
 
-def alter_resource(
+async def alter_resource(
     broker: Broker,
     res: dict,
     validate_only: bool,
@@ -145,9 +145,11 @@ def alter_resource(
             topic.config.altered(changes, replace=replace)
         elif broker.cluster is not None:  # ZooKeeper's /config/topics; every replica applies it
             new = topic.config.altered(changes, replace=replace)
-            broker.cluster.registry.set_topic_configs(name, new.overrides)
+            await broker.in_admin_thread(
+                broker.cluster.registry.set_topic_configs, name, new.overrides
+            )
         else:
-            broker.alter_topic_config(name, changes, replace=replace)
+            await broker.in_admin_thread(broker.alter_topic_config, name, changes, replace)
     except Exception as exc:  # store errors carry their Kafka code
         out.update(error_code=error_code_of(exc), error_message=str(exc))
     return out

@@ -11,7 +11,14 @@ import struct
 from typing import NamedTuple
 
 from .compiler import compile_decoder, compile_encoder
-from .primitives import DecodeError, encode_uvarint, read_uvarint
+from .primitives import (
+    NO_BUDGET,
+    DecodeBudgetExceeded,
+    DecodeError,
+    EncodedArray,
+    encode_uvarint,
+    read_uvarint,
+)
 from .schema import (
     api_name,
     entity_spec,
@@ -22,7 +29,10 @@ from .schema import (
 )
 
 __all__ = [
+    "NO_BUDGET",
+    "DecodeBudgetExceeded",
     "DecodeError",
+    "EncodedArray",
     "RequestHeader",
     "api_name",
     "decode_request",
@@ -30,7 +40,9 @@ __all__ = [
     "encode_request",
     "encode_response",
     "has_schema",
+    "response_element_encoder",
     "parse_request_header",
+    "part_length",
     "request_decoder",
     "request_encoder",
     "request_header_version",
@@ -89,6 +101,19 @@ def response_encoder(api_key: int, version: int):
 
 
 @functools.cache
+def response_element_encoder(api_key: int, version: int, path: tuple[str, ...]):
+    """`encode(out, dict, parts)` for one element of the response array at `path` (field names
+    from the top: ("topics",), ("topics", "partitions")); for building an EncodedArray."""
+    entity = entity_spec(message_class(api_key, version, False))
+    for name in path:
+        field = next((f for f in entity.fields if f.name == name), None)
+        if field is None or field.kind != "struct_array":
+            raise KeyError(f"api {api_key} v{version} response has no struct array {path}")
+        entity = field.entity
+    return compile_encoder(entity)
+
+
+@functools.cache
 def _response_plan(api_key: int, version: int) -> tuple[bool, object]:
     return bool(response_header_version(api_key, version)), response_encoder(api_key, version)
 
@@ -134,10 +159,15 @@ def parse_request_header(frame: memoryview) -> RequestHeader:
         raise DecodeError(f"bad request header: {exc}") from None
 
 
-def decode_request(header: RequestHeader, frame: memoryview) -> dict:
-    """Decode a request body; raises DecodeError (also for an unknown key/version)."""
+def decode_request(
+    header: RequestHeader, frame: memoryview, memory: int = NO_BUDGET, work: int = NO_BUDGET
+) -> dict:
+    """Decode a request body taking at most `memory` bytes (an estimate) and `work` array elements
+    (see compiler.py); raises DecodeError (also for an unknown key/version), DecodeBudgetExceeded
+    past either budget."""
     try:
-        body, _ = request_decoder(header.api_key, header.api_version)(frame, header.body_offset)
+        decode = request_decoder(header.api_key, header.api_version)
+        body, _ = decode(frame, header.body_offset, memory, work)
     except DecodeError:
         raise
     except KeyError:
@@ -152,8 +182,9 @@ def encode_response(
 ) -> tuple[bytearray, list]:
     """Frame a response: the 4-byte size prefix, header, body.
 
-    Returns (buffer, parts): `parts` lists `(position in buffer, slice)` for records sent from
-    files; the size prefix already counts their lengths.
+    Returns (buffer, parts): `parts` lists `(position in buffer, part)` for records sent from
+    files (a part with a `length`) and large pre-encoded arrays sent from their own buffers (a
+    bytearray); the size prefix already counts their lengths.
     """
     flexible_header, encoder = _response_plan(api_key, version)
     out = bytearray(8)
@@ -162,10 +193,15 @@ def encode_response(
     parts: list = []
     encoder(out, body, parts)
     size = len(out) - 4
-    for _, sl in parts:
-        size += sl.length
+    for _, part in parts:
+        size += part_length(part)
     _SIZE_CORR.pack_into(out, 0, size, correlation_id)
     return out, parts
+
+
+def part_length(part) -> int:
+    """The bytes a response part adds to the frame (a file slice, or bytes sent from memory)."""
+    return len(part) if isinstance(part, bytes | bytearray) else part.length
 
 
 def encode_request(

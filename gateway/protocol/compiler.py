@@ -6,8 +6,17 @@ single precompiled `struct.Struct`. Values are plain Python: dicts keyed by kio'
 names, ints (also for error codes, durations and timestamps in ms), str, bool, float, uuid.UUID,
 `bytes` for bytes fields and memoryview slices of the frame for records fields.
 
-Decoders: `decode(buf: memoryview, pos: int) -> (dict, end_pos)`.
-Encoders: `encode(out: bytearray, value: dict, parts: list) -> None`. A records value may be
+Decoders: `decode(buf: memoryview, pos: int, memory=NO_BUDGET, work=NO_BUDGET) -> (dict, end_pos)`.
+What a request claims is checked against what it can hold before memory is taken for it: an array
+of n elements needs at least n times its element's smallest encoding in the bytes still unread.
+The memory the decoded values will take (an estimate: dicts, lists, str and int objects) is
+charged to `memory` as each array, string or bytes value is read, and each array's elements to
+`work`; a decode that would exceed either raises DecodeBudgetExceeded (`gateway/request_limits.py`
+uses both: requests past the memory budget are refused, those past the work budget decoded off
+the event loop).
+Encoders: `encode(out: bytearray, value: dict, parts: list) -> None`. Any array value may be an
+`EncodedArray` (its elements already encoded, e.g. by `element_encoder` as a handler built them):
+its bytes are copied in as they are. A records value may be
 bytes-like or any object with a `length` attribute (a store FileSlice): then only its length prefix
 is written and `(len(out), slice)` is appended to `parts`, so the caller sends the slice's bytes at
 that point of the frame (sendfile).
@@ -18,14 +27,70 @@ from __future__ import annotations
 import copy
 import itertools
 import struct
+import sys
 import uuid
 from dataclasses import MISSING
 
-from .primitives import DecodeError, encode_uvarint, read_uvarint_tail
+from .primitives import (
+    NO_BUDGET,
+    DecodeBudgetExceeded,
+    DecodeError,
+    EncodedArray,
+    encode_uvarint,
+    read_uvarint_tail,
+)
 from .schema import FIXED, ZERO_UUID, EntitySpec, FieldSpec
 
 _SMALL_ARRAY = 16  # primitive arrays shorter than this use a precompiled Struct per length
 _SIZES = {code: struct.calcsize(">" + code) for code in FIXED.values()}
+
+
+# Memory estimates of decoded values (CPython 64-bit), charged to the decode budget.
+_GC_HEADER = 16
+_LIST = sys.getsizeof([]) + _GC_HEADER  # plus a pointer per element
+_POINTER = 8
+_STR = sys.getsizeof("ab") - 2  # plus its length; 0- and 1-character str are shared objects
+_BYTES = sys.getsizeof(b"") - 1
+_VIEW = sys.getsizeof(memoryview(b""))
+_NUMBER = {"float64": sys.getsizeof(0.5), "uuid": sys.getsizeof(ZERO_UUID) + sys.getsizeof(2**127)}
+_SMALL_TYPES = ("bool", "int8", "uint8")  # always cached small ints
+
+
+def _value_cost(f: FieldSpec) -> int:
+    """Memory of a fixed-width field's decoded value (an int unless small, a float, a UUID)."""
+    if f.kind != "prim" or f.ktype not in FIXED or f.ktype in _SMALL_TYPES:
+        return 0
+    return _NUMBER.get(f.ktype, sys.getsizeof(2**62))
+
+
+def element_cost(ent: EntitySpec) -> int:
+    """Memory of one decoded element of `ent` without its arrays, strings and bytes (charged
+    where they are read): its dict, its numbers, and its non-nullable nested structs."""
+    cost = sys.getsizeof(dict.fromkeys(range(len(ent.fields)))) + _GC_HEADER
+    for f in ent.fields:
+        if f.kind == "struct" and not f.nullable:
+            cost += element_cost(f.entity)
+        else:
+            cost += _value_cost(f)
+    return cost
+
+
+def min_size(ent: EntitySpec) -> int:
+    """The fewest bytes one element of `ent` can be encoded in (every array empty, every string
+    empty, every nullable null, no tagged field)."""
+    return sum(_min_field_size(f, ent.flexible) for f in ent.fields if f.tag is None) + (
+        1 if ent.flexible else 0
+    )
+
+
+def _min_field_size(f: FieldSpec, flexible: bool) -> int:
+    if f.kind == "struct":
+        return 1 if f.nullable else min_size(f.entity)
+    if f.kind == "prim" and f.ktype in FIXED:
+        return _SIZES[FIXED[f.ktype]]
+    if flexible:
+        return 1
+    return 2 if f.kind == "prim" and f.ktype == "string" else 4
 
 
 def _default_value(f: FieldSpec) -> object:
@@ -136,10 +201,14 @@ def _dec_prim(s: _Src, ind: int, ktype: str, nullable: bool, flexible: bool, tar
     s.w(ind + 2, "_short()")
     if ktype == "string":
         s.w(ind + 1, f"{target} = str(b[p:{q}], 'utf-8')")
+        s.w(ind + 1, f"if {n} > 1:")
+        s.w(ind + 2, f"c -= {_STR} + {n}")
     elif ktype == "records":
         s.w(ind + 1, f"{target} = b[p:{q}]")
+        s.w(ind + 1, f"c -= {_VIEW}")
     else:
         s.w(ind + 1, f"{target} = bytes(b[p:{q}])")
+        s.w(ind + 1, f"c -= {_BYTES} + {n}")
     s.w(ind + 1, f"p = {q}")
 
 
@@ -157,14 +226,24 @@ def _dec_field(s: _Src, ind: int, f: FieldSpec, flexible: bool, target: str) -> 
         else:
             _dec_entity(s, ind, f.entity, target)
         return
+    if f.kind == "struct_array":
+        least, each = min_size(f.entity), _POINTER + element_cost(f.entity)
+    else:
+        least = _min_field_size(FieldSpec("", "prim", f.ktype, False, None, None), flexible)
+        each = _POINTER + _value_cost(FieldSpec("", "prim", f.ktype, False, None, None))
     n = s.var("n")
     _dec_length(s, ind, n, flexible, wide=True)
     s.w(ind, f"if {n} < 0:")
     s.w(ind + 1, f"{target} = None" if f.nullable else f"_null({target!r})")
-    s.w(ind, f"elif {n} > L - p:")
+    # the count against the bytes left, then the memory its elements will take against the budget
+    s.w(ind, f"elif {n} > L - p" + (f" or {n} * {least} > L - p:" if least > 1 else ":"))
     s.w(ind + 1, "_short()")
     s.w(ind, "else:")
     ind += 1
+    s.w(ind, f"c -= {_LIST} + {n} * {each}")
+    s.w(ind, f"w -= {n} + 1")
+    s.w(ind, "if c < 0 or w < 0:")
+    s.w(ind + 1, "_over(c, w)")
     if f.kind == "prim_array" and f.ktype in FIXED and f.ktype != "uuid":
         code = FIXED[f.ktype]
         s.w(ind, f"{target} = list(_unpack('>%d{code}' % {n}, b, p))")
@@ -317,11 +396,14 @@ def _enc_field(s: _Src, ind: int, f: FieldSpec, flexible: bool, val: str, buf: s
     if f.nullable:
         s.w(ind, f"if {val} is None:")
         _enc_null(s, ind + 1, buf, flexible, True)
-        s.w(ind, "else:")
-        ind += 1
+        s.w(ind, f"elif type({val}) is _EA:")
     else:
         s.w(ind, f"if {val} is None:")
         s.w(ind + 1, f"{val} = ()")
+        s.w(ind, f"if type({val}) is _EA:")
+    s.w(ind + 1, f"_put_ea({buf}, {val}, parts, {flexible})")
+    s.w(ind, "else:")
+    ind += 1
     n = s.var("n")
     s.w(ind, f"{n} = len({val})")
     _enc_length(s, ind, buf, n, flexible, True)
@@ -405,6 +487,28 @@ def _short() -> None:
     raise DecodeError("truncated message")
 
 
+def _over(memory: int, work: int) -> None:
+    if memory < 0:
+        raise DecodeBudgetExceeded("decoding it would take more memory than its budget", False)
+    raise DecodeBudgetExceeded("it has more elements than its work budget", True)
+
+
+_SEPARATE = 1 << 20  # EncodedArray data this large is sent from its own buffer, not copied in
+
+
+def _put_encoded(buf: bytearray, arr: EncodedArray, parts: list, flexible: bool) -> None:
+    """Write an EncodedArray: its count, then its bytes (file slices keep their place). Large
+    data without file slices becomes a part of its own (sent from its buffer, not copied)."""
+    n = arr.count
+    buf += encode_uvarint(n + 1) if flexible else _I32.pack(n)
+    if not arr.parts and len(arr.data) >= _SEPARATE:
+        parts.append((len(buf), arr.data))
+        return
+    for at, sl in arr.parts:
+        parts.append((at + len(buf), sl))
+    buf += arr.data
+
+
 def _null(name: str) -> None:
     raise DecodeError(f"non-nullable field {name} was null")
 
@@ -426,6 +530,9 @@ _RUNTIME = {
     "_unpack": struct.unpack_from,
     "_pack": struct.pack,
     "_short": _short,
+    "_over": _over,
+    "_EA": EncodedArray,
+    "_put_ea": _put_encoded,
     "_null": _null,
     "_uuid": _uuid,
     "_ZU": ZERO_UUID,
@@ -445,11 +552,15 @@ def _build(s: _Src, name: str):
 
 
 def compile_decoder(ent: EntitySpec, name: str = "decode"):
-    """Build `decode(buf: memoryview, pos: int) -> (dict, pos)` for an entity."""
+    """Build `decode(buf, pos, memory=NO_BUDGET, work=NO_BUDGET) -> (dict, pos)` for an entity;
+    raises DecodeBudgetExceeded when the decoded value would take more than `memory` bytes or
+    have more than `work` array elements (arrays count one each too)."""
     s = _Src()
-    s.w(0, f"def {name}(b, p):")
+    s.w(0, f"def {name}(b, p, c={NO_BUDGET}, w={NO_BUDGET}):")
     s.w(1, "L = len(b)")
     _dec_entity(s, 1, ent, "r")
+    s.w(1, "if c < 0:")
+    s.w(2, "_over(c, w)")
     s.w(1, "return r, p")
     return _build(s, name)
 

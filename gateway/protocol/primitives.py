@@ -1,10 +1,32 @@
-"""Wire primitives the generated codecs share: unsigned varints and the decode error."""
+"""Wire primitives the generated codecs share: unsigned varints, the decode errors, pre-encoded
+arrays."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
+
+NO_BUDGET = 1 << 62  # the decode budget when none is given (responses, tools)
 
 
 class DecodeError(ValueError):
     """A request or response body that does not parse at its declared API version."""
+
+
+class DecodeBudgetExceeded(DecodeError):
+    """Decoding a body would exceed its memory budget, or its work budget (`work` is True)."""
+
+    def __init__(self, message: str, work: bool) -> None:
+        super().__init__(message)
+        self.work = work
+
+
+class EncodedArray(NamedTuple):
+    """An array whose elements are already encoded: `count` elements in `data`; `parts` are the
+    `(position in data, file slice)` records of those elements (see compiler.py)."""
+
+    count: int
+    data: bytes | bytearray
+    parts: list
 
 
 def read_uvarint_tail(buf, pos: int, first: int) -> tuple[int, int]:

@@ -105,6 +105,11 @@ class LogTopic(Protocol):
     @property
     def is_internal(self) -> bool: ...
 
+    @property
+    def deletion_suspended(self) -> bool:
+        """Adopted without its configs: retention deletes nothing until they are set."""
+        ...
+
 
 class IdAllocator(Protocol):
     """Producer ids that stay unique across restarts."""

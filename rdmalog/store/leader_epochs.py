@@ -104,9 +104,13 @@ class LeaderEpochCache:
         lines = "".join(f"{e} {o}\n" for e, o in self.entries)
         body = f"0\n{len(self.entries)}\n{lines}"
         tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(body)
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w") as f:
+                f.write(body)
+                if sync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a partial file would hold space a full disk has not got
+            raise

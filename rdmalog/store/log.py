@@ -43,6 +43,7 @@ from rdmalog.errors import (
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
+from rdmalog.store.disk import storage_error
 from rdmalog.store.in_place import InPlaceAccess
 from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
 from rdmalog.store.leader_epochs import LeaderEpochCache
@@ -124,6 +125,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
         self.clock = clock
         self.lock = threading.RLock()
         self.segments: list[LogSegment] = []
+        # Set for a partition adopted without its topic's configs: retention deletes nothing.
+        self.deletion_suspended = False
         self._bases: list[int] = []
         self.log_start_offset = log_start_offset
         self.log_end_offset = 0
@@ -347,7 +350,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
                     seg = self._maybe_roll(len(mv), top_ts, nxt - 1)
                     seg.append(mv, batches)
             except OSError as e:  # disk full, I/O error: Kafka's KAFKA_STORAGE_ERROR
-                raise KafkaStorageError(f"{self.name}: {e}") from e
+                raise storage_error(e, self.dir, f"appending to {self.name}") from e
             self.log_end_offset = nxt
             for info, (_, _, last, max_ts) in zip(infos, batches, strict=True):
                 if info.producer_id >= 0 and not info.attributes & CONTROL_BIT:
@@ -588,12 +591,14 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
         before = self.log_start_offset
         with self.lock:
             deleted = 0
-            if cfg.retention_ms >= 0:
+            if self.deletion_suspended:
+                pass  # only what DeleteRecords released below goes (the last step)
+            elif cfg.retention_ms >= 0:
                 deleted += self._delete_oldest(
                     lambda seg, _: now - seg.largest_timestamp() > cfg.retention_ms,
                     roll_active=True,
                 )
-            if cfg.retention_bytes >= 0:
+            if cfg.retention_bytes >= 0 and not self.deletion_suspended:
                 excess = [self.size_in_bytes - cfg.retention_bytes]
 
                 def over(seg: LogSegment, _: int) -> bool:

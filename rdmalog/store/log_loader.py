@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rdmalog.store.disk import storage_error
 from rdmalog.store.index import IndexCorruptError
 from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
 from rdmalog.store.leader_epochs import LeaderEpochCache
@@ -97,12 +98,24 @@ def load_segments(name: str, segs: list[LogSegment], first_unflushed: int) -> li
         seg.seal()
     for seg in recovered:  # recovered data becomes the new recovery point: make it durable
         if not seg.deleted:
-            for fd in seg.dup_fds():
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            _sync_recovered(name, seg)
     return segs
+
+
+def _sync_recovered(name: str, seg: LogSegment) -> None:
+    """fsync a recovered segment. On a full disk its rebuilt indexes may not fit in their files:
+    the log data is synced all the same (an index entry only shortens a lookup's walk, and the
+    next recovery rebuilds what is missing) and the failure is reported."""
+    try:
+        fds = seg.dup_fds()
+    except OSError as e:
+        storage_error(e, seg.path.parent, f"writing the rebuilt indexes of {name}")
+        fds = [os.dup(seg.handle.fileno())]
+    for fd in fds:
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def walk_headers(plog: PartitionLog, from_offset: int) -> Iterator[tuple[int, tuple]]:
@@ -129,7 +142,11 @@ def load_leader_epochs(plog: PartitionLog, recovered_from: int | None) -> Leader
             cache.assign(h[2], base)
     cache.truncate_from_end(plog.log_end_offset)
     if cache.entries != before:
-        cache.save()
+        try:
+            cache.save()
+        except OSError as e:  # a full disk: the log's next flush writes the file
+            storage_error(e, path, f"saving the leader epochs of {plog.name}")
+            plog._save_epochs()
     return cache
 
 

@@ -12,22 +12,28 @@ A data dir is a Kafka log dir and can be imported from one as it is:
     <topic>-<partition>/                 segments (<20-digit base>.log/.index/.timeindex), partition.metadata
     __rdmalog_metadata/topics/<topic id, canonical uuid>.json
         {"name", "topic_id" (canonical uuid), "partitions", "configs" (the topic's overrides, Kafka names),
-         "created_ms"} -- rdmalog's own topic record (named by id: a 249-character topic name plus a
-         suffix would not fit in a file name). Remove this folder before handing the directory
-         back to Kafka, which refuses non-partition directories in a log dir.
+         "created_ms", "deletion_suspended" (when adopted without its configs)} -- rdmalog's own topic
+         record (named by id: a 249-character topic name plus a suffix would not fit in a file
+         name); renamed to <topic id>.deleted when its deletion is committed. Remove this folder
+         before handing the directory back to Kafka, which refuses non-partition directories in a
+         log dir.
 
 Topic creation and deletion are all or nothing. Creation first writes the record marked "creating",
 then the partitions, then the record unmarked: a failure removes what was made, and a record still
-marked at open (a crash part-way) is undone. Deletion marks the record "deleted" first and finishes
-at open if interrupted. Partitions that would not fit the descriptor limit are refused up front
+marked at open (a crash part-way) is undone. Deletion renames the record to `<topic id>.deleted`
+first (a rename needs no free space, so deleting frees a full disk) and finishes at open if
+interrupted. A write that fails raises KafkaStorageError and says so in the log (`disk.py`). Partitions that would not fit the descriptor limit are refused up front
 (`descriptors.py`).
 
 Partition directories without a topic record (a Kafka log dir) are adopted at open: the topic id comes
-from `partition.metadata` (or is new), the partition count from the directories, configs are defaults.
+from `partition.metadata` (or is new), the partition count from the directories, the configs from the
+log dir's KRaft metadata log; when those are not known, deletion (retention, compaction) is suspended
+until an operator sets the topic's configs (`adoption.py`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -46,6 +52,7 @@ from rdmalog.config import BrokerConfig, TopicConfig
 from rdmalog.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
+    KafkaError,
     KafkaStorageError,
     TopicExistsError,
     UnknownTopicIdError,
@@ -53,6 +60,9 @@ from rdmalog.errors import (
 )
 from rdmalog.store import checkpoints as ck
 from rdmalog.store import descriptors
+from rdmalog.store.adoption import adopt
+from rdmalog.store.disk import recovered, storage_error
+from rdmalog.store.kraft_metadata import read_cluster_metadata
 from rdmalog.store.log import PartitionLog, parse_partition_dir, wall_clock_ms
 from rdmalog.store.producer_ids import FILE_NAME as PRODUCER_ID_FILE
 from rdmalog.store.producer_ids import ProducerIdAllocator
@@ -60,6 +70,7 @@ from rdmalog.store.producer_ids import ProducerIdAllocator
 log = logging.getLogger(__name__)
 
 METADATA_DIR = "__rdmalog_metadata"
+DELETED_SUFFIX = ".deleted"
 FLUSH_THREADS = 32  # logs flushed or closed at once by flush_all and close (blocked in fsync)
 LOCK_FILE = ".lock"
 MAX_TOPIC_NAME = 249
@@ -106,6 +117,7 @@ class Topic:
     config: TopicConfig
     partitions: list[PartitionLog] = field(default_factory=list)
     created_ms: int = 0
+    deletion_suspended: bool = False  # adopted without known configs (adoption.py)
 
     @property
     def is_internal(self) -> bool:
@@ -196,7 +208,11 @@ class Store:
         for rec in records.values():
             cfg = TopicConfig.from_overrides(self.config, rec.get("configs") or {})
             topic = Topic(
-                rec["name"], uuid.UUID(rec["topic_id"]), cfg, created_ms=rec.get("created_ms", 0)
+                rec["name"],
+                uuid.UUID(rec["topic_id"]),
+                cfg,
+                created_ms=rec.get("created_ms", 0),
+                deletion_suspended=bool(rec.get("deletion_suspended")),
             )
             for p in range(int(rec["partitions"])):
                 key = (topic.name, p)
@@ -207,7 +223,12 @@ class Store:
             self._by_id[topic.topic_id] = topic
         marker.unlink(missing_ok=True)
         self.opened = True
-        self.checkpoint()
+        try:
+            self.checkpoint()
+        except KafkaStorageError:  # a full disk: serve what there is (the error is logged)
+            log.warning(
+                "starting without new checkpoints: the next start recovers from the old ones"
+            )
         now = self.clock()
         self._last_retention = self._last_checkpoint = now
 
@@ -219,11 +240,34 @@ class Store:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        failures: list[BaseException] = []
+
+        def close_log(plog: PartitionLog) -> None:
+            try:
+                plog.close()
+            except (OSError, KafkaStorageError) as e:  # a full disk: recovered at the next open
+                failures.append(e)
+                if isinstance(e, OSError):
+                    storage_error(e, plog.dir, f"closing {plog.name}")
+
         with self.lock:
-            self._write_due_metadata()
-            _in_parallel(PartitionLog.close, self.logs())
-            self.checkpoint()
-            ck.write_atomic(self.dir / ck.CLEAN_SHUTDOWN_FILE, "")
+            self._write_due_metadata()  # what does not fit is written at the next open
+            _in_parallel(close_log, self.logs())
+            clean = not failures
+            try:
+                self.checkpoint()
+                if clean:  # an empty file: written even on a full disk
+                    ck.write_atomic(self.dir / ck.CLEAN_SHUTDOWN_FILE, "")
+            except (OSError, KafkaStorageError) as e:
+                clean = False
+                if isinstance(e, OSError):
+                    storage_error(e, self.dir, "marking the clean shutdown")
+            if not clean:
+                log.warning(
+                    "%s closed without a clean-shutdown mark: the next start recovers its logs "
+                    "from the last checkpoints (what was acknowledged is intact)",
+                    self.dir,
+                )
             self.opened = False
         self._unlock_dir()
 
@@ -279,11 +323,26 @@ class Store:
     def _topic_file(self, topic_id: uuid.UUID | str) -> Path:
         return self.dir / METADATA_DIR / "topics" / f"{topic_id}.json"
 
+    def _deleted_file(self, topic_id: uuid.UUID | str) -> Path:
+        """The topic record once its deletion is committed (a rename: no space needed)."""
+        return self.dir / METADATA_DIR / "topics" / f"{topic_id}{DELETED_SUFFIX}"
+
+    @contextlib.contextmanager
+    def _writing(self, doing: str):
+        """File system errors while `doing` become KafkaStorageError (and a line in the log)."""
+        try:
+            yield
+        except OSError as e:
+            raise storage_error(e, self.dir, doing) from e
+
     def _load_topic_records(self) -> dict[str, dict[str, Any]]:
         out = {}
-        for path in sorted((self.dir / METADATA_DIR / "topics").glob("*.json")):
+        folder = self.dir / METADATA_DIR / "topics"
+        for path in sorted([*folder.glob("*.json"), *folder.glob("*" + DELETED_SUFFIX)]):
             try:
                 rec = json.loads(path.read_text(encoding="utf-8"))
+                if path.suffix == DELETED_SUFFIX:  # committed deletion (see delete_topic)
+                    rec["deleted"] = True
                 other = out.get(rec["name"])
                 if other is not None and (rec.get("deleted") or not other.get("deleted")):
                     if rec.get("deleted"):  # a live topic of the same name owns the directories
@@ -291,6 +350,7 @@ class Store:
                     continue
                 if other is not None:
                     self._topic_file(other["topic_id"]).unlink(missing_ok=True)
+                    self._deleted_file(other["topic_id"]).unlink(missing_ok=True)
                 out[rec["name"]] = rec
             except (ValueError, KeyError) as e:
                 raise KafkaStorageError(f"malformed topic record {path}: {e}") from None
@@ -310,6 +370,7 @@ class Store:
                 log.warning("ignoring %s: not a <topic>-<partition> directory", d)
                 continue
             found.setdefault(parsed[0], []).append(parsed[1])
+        metadata: object = None  # read when a topic needs it
         for name, parts in found.items():
             rec = records.get(name)
             if rec is not None:
@@ -323,18 +384,45 @@ class Store:
             topic_id = None
             for p in sorted(parts):
                 topic_id = topic_id or ck.read_partition_metadata(self.dir / f"{name}-{p}")
+            if metadata is None:
+                metadata = self._read_cluster_metadata()
+            adoption = adopt(name, topic_id, *metadata, self.config, self.node_id)
             rec = {
                 "name": name,
-                "topic_id": str(topic_id or uuid.uuid4()),
+                "topic_id": str(adoption.topic_id or uuid.uuid4()),
                 "partitions": max(parts) + 1,
-                "configs": {},
+                "configs": adoption.configs,
                 "created_ms": self.clock(),
             }
-            log.info(
-                "adopting topic %s (%d partitions) found in %s", name, rec["partitions"], self.dir
-            )
+            if adoption.dropped:
+                log.warning(
+                    "adopting topic %s: its Kafka configs %s are not applied here", name,
+                    ", ".join(f"{k}={v}" for k, v in sorted(adoption.dropped.items())),
+                )  # fmt: skip
+            if adoption.suspended_because is None:
+                log.info(
+                    "adopting topic %s (%d partitions) found in %s, with its Kafka configs %s",
+                    name, rec["partitions"], self.dir, adoption.configs or "(none: the defaults)",
+                )  # fmt: skip
+            else:
+                rec["deletion_suspended"] = True
+                log.warning(
+                    "adopting topic %s (%d partitions) found in %s with deletion suspended: its "
+                    "configs are not known (%s). Retention and compaction delete none of its "
+                    "records until its configs are set, e.g. kafka-configs.sh --alter "
+                    "--entity-type topics --entity-name %s --add-config retention.ms=...",
+                    name, rec["partitions"], self.dir, adoption.suspended_because, name,
+                )  # fmt: skip
             self._write_topic_record(rec)
             records[name] = rec
+
+    def _read_cluster_metadata(self) -> tuple:
+        """(the metadata log's content or None, why it could not be read or None)."""
+        try:
+            return read_cluster_metadata(self.dir), None
+        except (OSError, ValueError, KafkaError) as e:
+            log.warning("cannot read the KRaft metadata log in %s: %s", self.dir, e)
+            return None, f"its KRaft metadata log cannot be read ({e})"
 
     def _remove_unrecorded_partitions(self, rec: Mapping[str, Any], parts: list[int]) -> None:
         """Partition directories past a topic's count: those of its topic id (or empty, without
@@ -366,6 +454,7 @@ class Store:
             if owner in (topic_id, None):  # a directory made before its metadata file is ours too
                 shutil.rmtree(d, ignore_errors=True)
         self._topic_file(topic_id).unlink(missing_ok=True)
+        self._deleted_file(topic_id).unlink(missing_ok=True)
 
     def _write_topic_record(self, rec: Mapping[str, Any]) -> None:
         ck.write_atomic(
@@ -373,13 +462,16 @@ class Store:
         )
 
     def _record_of(self, topic: Topic) -> dict[str, Any]:
-        return {
+        rec = {
             "name": topic.name,
             "topic_id": str(topic.topic_id),
             "partitions": len(topic.partitions),
             "configs": topic.config.overrides,
             "created_ms": topic.created_ms,
         }
+        if topic.deletion_suspended:
+            rec["deletion_suspended"] = True
+        return rec
 
     def _open_log(
         self, topic: Topic, p: int, recovery: int, start: int, clean: bool
@@ -393,25 +485,37 @@ class Store:
             recovery_point=recovery, log_start_offset=start, clean_shutdown=clean, clock=self.clock,
             replicated=self.replicated, high_watermark=self._hw_checkpoint.get((topic.name, p), 0),
         ).open()  # fmt: skip
+        plog.deletion_suspended = topic.deletion_suspended
         if stored is None:
-            ck.write_partition_metadata(d, topic.topic_id, sync=False)
+            self._metadata_due.append((plog, topic.topic_id))
+            self._write_due_metadata()
         return plog
 
     def _write_due_metadata(self) -> None:
         """Write the partition.metadata files of new partitions, after CreateTopics answered (Kafka
         writes them from a background task too): the topic record is the durable truth, and a
-        missing file is written at open."""
+        missing file is written at open. One that cannot be written (a full disk) is reported and
+        tried again at the next pass."""
         with self.lock:
             due, self._metadata_due = self._metadata_due, []
-        for plog, topic_id in due:
+        for i, (plog, topic_id) in enumerate(due):
             with plog.lock:  # a deletion waits, or has closed it
-                if not plog.closed:
+                if plog.closed:
+                    continue
+                try:
                     ck.write_partition_metadata(plog.dir, topic_id, sync=False)
+                except OSError as e:
+                    storage_error(e, plog.dir, f"writing the partition.metadata of {plog.name}")
+                    with self.lock:
+                        self._metadata_due[:0] = due[i:]
+                    return
 
-    def _add_partitions(self, topic: Topic, total: int) -> None:
-        """Create partitions of `topic` up to `total`; on any failure remove those made here and
-        raise (KafkaStorageError for a file system error). Nothing is synced here."""
+    def _make_partitions(self, topic: Topic, total: int) -> list[PartitionLog]:
+        """Create the partitions of `topic` from its count up to `total`, not yet in the topic (the
+        caller publishes them, so a reader never sees part of them); on any failure remove those
+        made here and raise (KafkaStorageError for a file system error). Nothing is synced here."""
         first = p = len(topic.partitions)
+        made: list[PartitionLog] = []
         try:
             for p in range(first, total):
                 d = self.dir / f"{topic.name}-{p}"
@@ -419,12 +523,13 @@ class Store:
                     d, topic.name, p, topic.config, clock=self.clock, replicated=self.replicated
                 )
                 plog.create()  # FileExistsError: something else has the directory's name
-                topic.partitions.append(plog)
+                plog.deletion_suspended = topic.deletion_suspended
+                made.append(plog)
                 self._metadata_due.append((plog, topic.topic_id))
+            return made
         except BaseException as e:
-            for plog in topic.partitions[first:]:
+            for plog in made:
                 plog.delete()
-            del topic.partitions[first:]
             if isinstance(e, OSError):
                 raise KafkaStorageError(
                     f"creating partition {p} of {topic.name} failed, so none was created: {e}"
@@ -472,7 +577,7 @@ class Store:
         topic_id: uuid.UUID | None = None,
     ) -> Topic:
         """Create a topic (`num_partitions` None or -1: `num.partitions`); its configs are persisted."""
-        with self.lock:
+        with self.lock, self._writing(f"creating topic {name}"):
             cfg = self.validate_new_topic(name, num_partitions, configs)
             count = self._partition_count(num_partitions)
             topic = Topic(name, topic_id or uuid.uuid4(), cfg, created_ms=self.clock())
@@ -481,7 +586,7 @@ class Store:
             # first, marked: a crash part-way leaves a record to undo, never stray directories
             self._write_topic_record({**rec, "creating": True})
             try:
-                self._add_partitions(topic, count)
+                topic.partitions.extend(self._make_partitions(topic, count))
                 self._sync_dir()
                 self._write_topic_record(rec)
             except BaseException:
@@ -507,28 +612,29 @@ class Store:
 
     def create_partitions(self, name: str, total: int) -> Topic:
         """Grow a topic to `total` partitions (CreatePartitions), all or none of them."""
-        with self.lock:
+        with self.lock, self._writing(f"adding partitions to {name}"):
             topic = self.validate_new_partitions(name, total)
-            before = len(topic.partitions)
-            self._add_partitions(topic, total)
+            made = self._make_partitions(topic, total)
             try:
                 self._sync_dir()
-                self._write_topic_record(self._record_of(topic))
+                rec = self._record_of(topic)
+                rec["partitions"] = total
+                self._write_topic_record(rec)
             except BaseException:
-                for plog in topic.partitions[before:]:
+                for plog in made:
                     plog.delete()
-                del topic.partitions[before:]
                 raise
+            topic.partitions.extend(made)  # published once recorded
             return topic
 
     def delete_topic(self, name: str) -> None:
-        """Delete a topic and its data (open FileSlices stay readable until released). The topic
-        record is marked first and removed last, so a crash mid-way finishes the deletion at open."""
-        with self.lock:
+        """Delete a topic and its data (open FileSlices stay readable until released). The commit
+        point renames the topic record to `<id>.deleted`, which needs no free space, so deleting a
+        topic frees a full disk; the record goes last, and a crash mid-way finishes the deletion at
+        open."""
+        with self.lock, self._writing(f"deleting topic {name}"):
             topic = self.topic(name)
-            rec = self._record_of(topic)
-            rec["deleted"] = True
-            self._write_topic_record(rec)  # the commit point: a failure before it deletes nothing
+            os.rename(self._topic_file(topic.topic_id), self._deleted_file(topic.topic_id))
             del self.topics[name]
             self._by_id.pop(topic.topic_id, None)
             failed: list[OSError] = []
@@ -546,19 +652,27 @@ class Store:
             if failed:  # deleted all the same: the next start removes what is left
                 log.warning("topic %s is deleted; removing its files failed: %s", name, failed[0])
             else:
-                self._topic_file(topic.topic_id).unlink(missing_ok=True)
+                self._deleted_file(topic.topic_id).unlink(missing_ok=True)
 
     def alter_topic_config(
         self, name: str, configs: Mapping[str, Any], replace: bool = False
     ) -> TopicConfig:
         """Set (value None: revert) topic configs, or replace them all; validated, persisted, applied."""
-        with self.lock:
+        with self.lock, self._writing(f"altering the configs of {name}"):
             topic = self.topic(name)
             cfg = topic.config.altered(configs, replace=replace)
+            suspended, topic.deletion_suspended = topic.deletion_suspended, False
             topic.config = cfg
-            self._write_topic_record(self._record_of(topic))
+            try:
+                self._write_topic_record(self._record_of(topic))
+            except BaseException:
+                topic.deletion_suspended = suspended
+                raise
             for plog in topic.partitions:
                 plog.config = cfg
+                plog.deletion_suspended = False
+            if suspended:
+                log.info("topic %s: its configs were set, deletion resumes", name)
             return cfg
 
     def topic(self, name: str) -> Topic:
@@ -597,9 +711,13 @@ class Store:
         }
         hws = {(g.topic, g.partition): g.high_watermark for g in logs}
         with self._checkpoint_lock:
-            ck.write_offset_checkpoint(self.dir / ck.RECOVERY_POINT_CHECKPOINT, recovery)
-            ck.write_offset_checkpoint(self.dir / ck.LOG_START_OFFSET_CHECKPOINT, starts)
-            ck.write_offset_checkpoint(self.dir / ck.REPLICATION_CHECKPOINT, hws)
+            try:
+                ck.write_offset_checkpoint(self.dir / ck.RECOVERY_POINT_CHECKPOINT, recovery)
+                ck.write_offset_checkpoint(self.dir / ck.LOG_START_OFFSET_CHECKPOINT, starts)
+                ck.write_offset_checkpoint(self.dir / ck.REPLICATION_CHECKPOINT, hws)
+            except OSError as e:
+                raise storage_error(e, self.dir, "writing the offset checkpoints") from e
+        recovered(self.dir)
 
     def flush_all(self) -> None:
         _in_parallel(PartitionLog.flush, self.logs())
@@ -615,6 +733,10 @@ class Store:
         for plog in self.logs():
             try:
                 plog.maintain(now, retention=retention)
+            except OSError as e:
+                storage_error(e, plog.dir, f"maintenance of {plog.name}")  # logs it
+            except KafkaStorageError:
+                pass  # logged where it was raised
             except Exception:
                 log.exception("maintenance of %s failed", plog.name)
         if retention:
@@ -637,5 +759,7 @@ class Store:
         while not self._stop.wait(tick):
             try:
                 self.maintain_once()
+            except KafkaStorageError:
+                pass  # logged where it was raised, at most once a minute
             except Exception:
                 log.exception("store maintenance failed")

@@ -6,9 +6,11 @@ persisted before any id from it is used, so a crash never hands out an id twice.
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
+
+from rdmalog.store.checkpoints import write_atomic
+from rdmalog.store.disk import storage_error
 
 FILE_NAME = "rdmalog-producer-id-block"
 BLOCK_SIZE = 1000
@@ -30,13 +32,11 @@ class ProducerIdAllocator:
         """A producer id no earlier allocation (in this or a previous run) returned."""
         with self._lock:
             if self._next >= self._block_end:
+                try:
+                    write_atomic(self.path, f"{self._next + BLOCK_SIZE}\n")
+                except OSError as e:
+                    raise storage_error(e, self.path, "saving a block of producer ids") from e
                 self._block_end = self._next + BLOCK_SIZE
-                tmp = self.path.with_name(self.path.name + ".tmp")
-                with open(tmp, "w") as f:
-                    f.write(f"{self._block_end}\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self.path)
             pid = self._next
             self._next += 1
             return pid

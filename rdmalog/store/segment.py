@@ -21,6 +21,7 @@ close the file is trimmed to its data, as Kafka trims preallocated files.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -57,6 +58,15 @@ _MAGIC_AT = 16
 INT_MAX = 2**31 - 1
 READ_WINDOW = 65536  # bytes read per pread while walking batch headers
 EXTEND_STEP = 1 << 20  # the first step a head file is extended by; then it doubles
+
+
+def _data_end(fd: int, size: int) -> int:
+    """Where the file's first hole begins: its size when it has none (or the file system cannot
+    say)."""
+    try:
+        return min(size, os.lseek(fd, 0, os.SEEK_HOLE))
+    except OSError:
+        return size
 
 
 def log_file_name(base_offset: int, suffix: str = ".log") -> str:
@@ -309,7 +319,8 @@ class LogSegment:
         h = self._open()
         written = os.pwrite(h.fileno(), buf, pos0)
         if written != n:
-            raise OSError(f"short write to {self.path}: {written} of {n} bytes")
+            # a regular file takes less than asked only when its file system is full
+            raise OSError(errno.ENOSPC, f"short write: {written} of {n} bytes", str(self.path))
         self._index_batches(pos0, batches)
         self.size = pos0 + n
         if self.size > self.capacity:
@@ -391,11 +402,14 @@ class LogSegment:
         self.next_offset = expected
         pos = 0
         batches = []
-        # A scan of the whole file: a private read-only mapping (sequential readahead), let go after.
-        scan = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ) if file_size else nullcontext()
+        # A scan of the file's data: a read-only mapping (sequential readahead), let go after. Not of
+        # its sparse tail: reading a hole through a mapping allocates a page on tmpfs, a SIGBUS when
+        # the file system is full; the tail reads as zeros anyway.
+        data_end = _data_end(fd, file_size)
+        scan = mmap.mmap(fd, data_end, access=mmap.ACCESS_READ) if data_end else nullcontext()
         with scan as mm:
             while mm is not None:
-                size = batch_is_valid(mm, pos, file_size)
+                size = batch_is_valid(mm, pos, data_end)
                 if not size:
                     break
                 base, _, _, lod, _, max_ts = _WALK.unpack_from(mm, pos)
@@ -404,8 +418,8 @@ class LogSegment:
                 batches.append((pos, size, base + lod, max_ts))
                 expected = base + lod + 1
                 pos += size
-            self._check_not_legacy_format(mm, pos, file_size)
-            corrupt = pos < file_size and any(mm[pos : min(file_size, pos + LOG_OVERHEAD)])  # type: ignore[index]
+            self._check_not_legacy_format(mm, pos, data_end)
+            corrupt = pos < data_end and any(mm[pos : min(data_end, pos + LOG_OVERHEAD)])  # type: ignore[index]
         self._index_batches(0, batches)
         self.size = pos
         if pos < file_size:

@@ -1,6 +1,6 @@
 """A TCP tap between Kafka clients and a broker: forwards bytes unchanged both ways and keeps the
 record-batch bytes of every Produce request as the client sent them and of every Fetch response as
-the broker sent them.
+the broker sent them (and, with `keep_requests`, every request frame: the fuzz corpus).
 
 Start the broker with `advertised.listeners` pointing at the tap so that clients reach the leader
 through it too.
@@ -162,8 +162,12 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
 class KafkaTap:
     """Listens on a free 127.0.0.1 port and relays every connection to `upstream`."""
 
-    def __init__(self, upstream: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self, upstream: tuple[str, int] | None = None, keep_requests: bool = False
+    ) -> None:
         self.upstream = upstream
+        self.keep_requests = keep_requests
+        self.requests: list[bytes] = []  # whole request frames, size prefix included
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.address = f"127.0.0.1:{self.port}"
@@ -217,6 +221,8 @@ class KafkaTap:
                     self.errors.append(f"unparsable Produce request: {e}")
                 with self._lock:
                     self.produced.extend(found)
+                    if self.keep_requests:
+                        self.requests.append(head + frame)
                 dst.sendall(head + frame)
         except OSError:
             pass
