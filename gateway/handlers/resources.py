@@ -160,6 +160,7 @@ class ClusterTopic(NamedTuple):
 
     name: str
     config: TopicConfig
+    deletion_suspended: bool = False  # what this broker's replica says, when it holds one
 
 
 def cluster_topic(broker: Broker, name: str) -> ClusterTopic | None:
@@ -168,4 +169,6 @@ def cluster_topic(broker: Broker, name: str) -> ClusterTopic | None:
     if tv is None:
         return None
     known = {k: v for k, v in tv.configs.items() if k in TOPIC_DEFS}
-    return ClusterTopic(name, TopicConfig.from_overrides(broker.config, known))
+    local = broker.topic(name)
+    suspended = bool(getattr(local, "deletion_suspended", False))
+    return ClusterTopic(name, TopicConfig.from_overrides(broker.config, known), suspended)

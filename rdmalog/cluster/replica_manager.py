@@ -263,6 +263,12 @@ class ReplicaManager:
             or not mine
             or (tv.assignment.topic_id is not None and local.topic_id != tv.assignment.topic_id)
         ):
+            if getattr(local, "deletion_suspended", False):
+                # partitions copied into the data dir and adopted: never deleted unasked
+                log.warning(
+                    "topic %s is here but not (so) in ZooKeeper: left alone, unserved", name
+                )
+                return
             await self._delete_local(name)
             local = None
         if tv is None or not mine:
