@@ -173,11 +173,19 @@ def test_topic_configs_go_through_zookeeper(cluster: BrokerCluster) -> None:
     admin.incremental_alter_configs([res])[res].result(30)
     data, _ = cluster.zk.get(Z.config_path("cfg"))
     assert Z.decode_config(data) == {"min.insync.replicas": "3"}
+    # another broker's alter applies to what ZooKeeper holds (min.insync.replicas stays)
+    other = AdminClient({"bootstrap.servers": cluster.broker(leader).bootstrap})
+    entry = ConfigEntry("retention.ms", "86400000", incremental_operation=AlterConfigOpType.SET)
+    res = ConfigResource(ResourceType.TOPIC, "cfg", incremental_configs=[entry])
+    other.incremental_alter_configs([res])[res].result(30)
+    data, _ = cluster.zk.get(Z.config_path("cfg"))
+    assert Z.decode_config(data) == {"min.insync.replicas": "3", "retention.ms": "86400000"}
     for b in cluster.brokers:
         one = AdminClient({"bootstrap.servers": cluster.broker(b).bootstrap})
         got = one.describe_configs([ConfigResource(ResourceType.TOPIC, "cfg")])
         described = next(iter(got.values())).result(30)
         assert described["min.insync.replicas"].value == "3"
+        assert described["retention.ms"].value == "86400000"
     cluster.broker(follower).stop(signal.SIGKILL)
     cluster.wait_isr("cfg", set(cluster.brokers) - {follower})
     # the leader applies the new value: 2 in sync of 3 required

@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
 )
 
 from compat_tests.brokers import serve_command
-from compat_tests.cluster import BrokerCluster
+from compat_tests.cluster import BrokerCluster, wait_for
 
 ADMIN = ("admin", "admin-secret")
 ALICE = ("alice", "alice-secret")  # a user no ACL names
@@ -175,5 +175,7 @@ def test_cluster_admin_paths_check_acls(sasl_cluster: BrokerCluster) -> None:
     admin.incremental_alter_configs([change])[change].result(30)
     stored = json.loads(c.zk.get("/config/topics/guarded")[0])["config"]
     assert stored["retention.ms"] == "1234"
-    described = admin.describe_configs([topic])[topic].result(30)
-    assert described["retention.ms"].value == "1234"
+    wait_for(
+        "the new config described",
+        lambda: admin.describe_configs([topic])[topic].result(30)["retention.ms"].value == "1234",
+    )
