@@ -248,10 +248,13 @@ def test_a_second_broker_with_the_same_id_is_refused(
         tmp_path / "twin" / "data", dict(cluster.broker(1).overrides), log_dir=tmp_path / "twin"
     )
     try:
-        twin.start(timeout=60)
-    except BrokerStartError:
-        pass  # it may exit before it listens, or after
-    wait_for("the twin to exit", lambda: twin.proc.poll() is not None, timeout=60)
+        try:
+            twin.start(timeout=60)
+        except BrokerStartError:
+            pass  # it may exit before it listens, or after
+        wait_for("the twin to exit", lambda: twin.proc.poll() is not None, timeout=60)
+    finally:
+        twin.kill()  # nothing left running when it did not exit
     assert twin.proc.returncode == 1
     assert "broker.id 1 is registered in ZooKeeper" in twin.stderr_tail()
     assert cluster.state("dup") == before and cluster.registered() == {1, 2, 3}
@@ -266,7 +269,10 @@ def test_zookeeper_unreachable_at_start(tmp_path: Path) -> None:
         {"broker.id": "1", "zookeeper.connect": dead, "zookeeper.connection.timeout.ms": "1500"},
         log_dir=tmp_path,
     )
-    with pytest.raises(BrokerStartError):
-        b.start(timeout=30)
+    try:
+        with pytest.raises(BrokerStartError):
+            b.start(timeout=30)
+    finally:
+        b.kill()  # nothing left running when it did start
     assert b.proc.returncode == 1
     assert f"cannot reach ZooKeeper at {dead} within 1500 ms" in b.stderr_tail()
