@@ -592,7 +592,8 @@ class ReplicaManager:
 
     def replication_state(self) -> tuple[int, int, int]:
         """(under-replicated partitions led here, partitions of the cluster without a live
-        leader, partitions led here): what Kafka's ReplicaManager and controller gauges report."""
+        leader, partitions led here): what Kafka's ReplicaManager and controller gauges report;
+        the offline count only on the controller (as Kafka's, so a sum over brokers is right)."""
         under = leaders = 0
         for rep in list(self.replicas.values()):
             if rep.role == LEADER:
@@ -600,6 +601,8 @@ class ReplicaManager:
                 if len(rep.isr) < len(rep.replicas):
                     under += 1
         with self.view.lock:
+            if self.view.controller_id != self.broker_id:
+                return under, 0, leaders
             live = self.view.brokers
             offline = sum(
                 1
