@@ -3,7 +3,9 @@
 Each partition's records are a store FileSlice the server sends with sendfile. max_wait/min_bytes
 long polls wake as soon as a partition's high watermark advances. Limits follow KIP-74: the first
 batch of the first non-empty partition is always included, even when larger than the limits.
-Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells clients to
+At isolation_level 1 (read_committed) reads stop at the last stable offset and each partition
+carries the aborted transactions overlapping what it returns (from the log's `.txnindex`), which
+the client uses to drop their records. Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells clients to
 send full fetch requests (see docs/protocol.md).
 """
 
@@ -46,19 +48,21 @@ async def _read_all(
     logs = []
     errors = False
     requested = _requested(ctx, request, by_id)
+    committed = request.get("isolation_level", 0) == 1
     turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
         if turns.due():
             await turns.take()
         index = p["partition"]
         hw = plog.high_watermark
+        lso = plog.last_stable_offset
         start = plog.log_start_offset
         offset = p["fetch_offset"]
         entry = {
             "partition_index": index,
             "error_code": 0,
             "high_watermark": hw,
-            "last_stable_offset": hw,
+            "last_stable_offset": lso,
             "log_start_offset": start,
             "records": _EMPTY,
         }
@@ -68,13 +72,14 @@ async def _read_all(
             errors = True
             continue
         logs.append(plog)
-        if offset >= hw:
+        upper = lso if committed else hw
+        if offset >= upper:
             continue
         limit = min(p["partition_max_bytes"], budget - total)
         if total and limit <= 0:
             continue
         try:
-            sl = plog.read(offset, max(limit, 1))
+            sl = plog.read(offset, max(limit, 1), upper if committed else None)
         except Exception as exc:
             entry["error_code"] = error_code_of(exc)
             errors = True
@@ -85,7 +90,18 @@ async def _read_all(
             continue  # only the first non-empty partition may exceed the limits
         entry["records"] = sl
         total += sl.length
+        if committed:
+            _add_aborted(entry, plog, offset, sl, upper)
     return requested.topics, total, logs, errors or requested.missing > 0
+
+
+def _add_aborted(entry: dict, plog: Log, offset: int, sl, lso: int) -> None:
+    """The aborted transactions overlapping the slice read."""
+    txns = plog.aborted_transactions(offset, lso, sl)
+    if txns:
+        entry["aborted_transactions"] = [
+            {"producer_id": t.producer_id, "first_offset": t.first_offset} for t in txns
+        ]
 
 
 @api(1, 4, 16, eager=True)

@@ -16,10 +16,11 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4  # KIP-405: without tiered storage the same as earliest
 
 
-def _lookup(plog: Log, timestamp: int) -> tuple[int, int]:
-    """(timestamp, offset) answering a ListOffsets query on one partition log."""
+def _lookup(plog: Log, timestamp: int, read_committed: bool = False) -> tuple[int, int]:
+    """(timestamp, offset) answering a ListOffsets query on one partition log (latest is the last
+    stable offset for read_committed consumers)."""
     if timestamp == LATEST:
-        return -1, plog.high_watermark
+        return -1, plog.last_stable_offset if read_committed else plog.high_watermark
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, plog.log_start_offset
     found = (
@@ -57,7 +58,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             parts.append({"partition_index": index, "error_code": INVALID_REQUEST})
             continue
         try:
-            ts, offset = _lookup(plog, p["timestamp"])
+            ts, offset = _lookup(plog, p["timestamp"], request.get("isolation_level") == 1)
         except Exception as exc:
             parts.append({"partition_index": index, "error_code": error_code_of(exc)})
             continue

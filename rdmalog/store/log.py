@@ -64,6 +64,10 @@ from rdmalog.store.records import (
     validate_batches,
 )
 from rdmalog.store.segment import FileSlice, LogSegment
+from rdmalog.store.transaction_index import AbortedTxn
+from rdmalog.store.transactions import TXN_FLAGS, AbortedIndex, offset_after
+from rdmalog.store.transactions import on_append as track_transactions
+from rdmalog.store.transactions import rebuild as rebuild_transactions
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +143,7 @@ class PartitionLog(InPlaceAccess):
         self._roll_listeners: list[Callable[[PartitionLog, LogSegment, LogSegment], None]] = []
         self._start_listeners: list[Callable[[PartitionLog], None]] = []
         self.producer_state = ProducerStateTable()
+        self.aborted = AbortedIndex(self.dir)  # aborted transactions (.txnindex)
         self.leader_epochs = LeaderEpochCache(self.dir / LEADER_EPOCH_FILE)
         self._standby: str | None = None  # None, "making" or "ready"
         self.closed = True
@@ -223,6 +228,7 @@ class PartitionLog(InPlaceAccess):
         if loaded:
             self.leader_epochs = load_leader_epochs(self, recovered_from)
             self.producer_state = load_producer_state(self, PRODUCER_STATE_FILE)
+            rebuild_transactions(self, recovered_from)
         self.closed = False
         return self
 
@@ -231,6 +237,28 @@ class PartitionLog(InPlaceAccess):
         append path, as Kafka does since KAFKA-15046; recovery assigns the epochs of batches past
         the recovery point again)."""
         self._epochs_unsynced = True
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The offset below which every transaction is decided: the first offset of the earliest
+        open transaction, else the high watermark (what read_committed consumers read up to, and
+        what the cleaner may clean up to)."""
+        first = self.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first is None or first > hw else first
+
+    def aborted_transactions(
+        self, start: int, upper: int, fetched: FileSlice | None = None
+    ) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [`start`, `upper`) must be told of;
+        with the `fetched` slice, bounded by the offset after it (as Kafka bounds them)."""
+        if not self.aborted.entries:  # most logs: no lock, no read
+            return []
+        if fetched is not None:
+            after = offset_after(fetched.fileno(), fetched.position, fetched.length)
+            upper = upper if after is None else min(upper, after)
+        with self.lock:
+            return self.aborted.between(start, upper)
 
     @property
     def leader_epoch(self) -> int:
@@ -344,6 +372,8 @@ class PartitionLog(InPlaceAccess):
                         info.producer_id, info.producer_epoch, info.base_sequence, info.count,
                         last - info.last_offset_delta, last, max_ts,
                     )  # fmt: skip
+            if any(info.attributes & TXN_FLAGS for info in infos):
+                track_transactions(self, mv, infos, [b[2] for b in batches])
             if self.leader_epochs.assign(leader_epoch, base):
                 self._save_epochs()
             flush_needed = nxt - self.recovery_point >= cfg.flush_messages
@@ -562,6 +592,7 @@ class PartitionLog(InPlaceAccess):
     def _on_start_offset(self) -> None:
         """Forget leader epochs below the log start offset. Producer state stays (Kafka keeps it
         too): a retry of a deleted batch must still be answered as a duplicate."""
+        self.aborted.drop_below(self.log_start_offset)
         before = list(self.leader_epochs.entries)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
         if self.leader_epochs.entries != before:
@@ -619,6 +650,8 @@ class PartitionLog(InPlaceAccess):
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
             self._truncated = True
             self.producer_state.truncate_after(self.log_end_offset)
+            self.aborted.truncate(self.log_end_offset, self._bases)
+            rebuild_transactions(self, None, walk_all=True)
             self.leader_epochs.truncate_from_end(self.log_end_offset)
             self._save_epochs()
 
@@ -638,6 +671,7 @@ class PartitionLog(InPlaceAccess):
                 for seg in self.segments:
                     if seg.next_offset > self.recovery_point or seg is self.segments[-1]:
                         fds += seg.dup_fds()
+                fds += self.aborted.dup_unsynced()
                 if epochs:
                     self.leader_epochs.save(sync=False)
                     fds.append(os.open(self.leader_epochs.path, os.O_RDONLY))
