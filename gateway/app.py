@@ -15,6 +15,7 @@ from gateway.broker import Broker, SharedAppends
 from gateway.groups.service import GroupService
 from gateway.quotas import QuotaManager
 from gateway.server import Gateway
+from gateway.transactions.service import TransactionService
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import KafkaError
 from rdmalog.security.acls import authorizer_from_config
@@ -127,6 +128,10 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
     try:
         # groups are loaded from __consumer_offsets before the first client can ask for them
         gateway.broker.groups = GroupService(store, config, asyncio.get_running_loop()).start()
+        # transactional ids too (a transaction a crash left preparing is completed)
+        gateway.broker.transactions = TransactionService(
+            gateway.broker, asyncio.get_running_loop()
+        ).start()
         # native clients: the same users and ACLs; SASL on the control port as soon as any Kafka
         # listener asks for security (the control port has no TLS to name a principal by)
         secured = any(listener.spec.protocol != "PLAINTEXT" for listener in listeners)
@@ -151,6 +156,8 @@ async def shutdown(gateway: Gateway) -> None:
     if gateway.broker.rdma is not None:
         gateway.broker.rdma.stop()  # hands the last RDMA commits to the coordinator ...
         await asyncio.sleep(0)  # ... which writes them here, before the store closes
+    if gateway.broker.transactions is not None:
+        gateway.broker.transactions.stop()
     if gateway.broker.groups is not None:
         gateway.broker.groups.stop()
     gateway.broker.close()

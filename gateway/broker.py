@@ -41,6 +41,7 @@ from rdmalog.store.log import AppendResult
 
 if TYPE_CHECKING:
     from gateway.groups.service import GroupService
+    from gateway.transactions.service import TransactionService
 
 T = TypeVar("T")
 
@@ -218,6 +219,7 @@ class Broker:
         self.num_partitions: int = config.get("num.partitions")
         self._admin: ThreadPoolExecutor | None = None  # topic operations (in_admin_thread)
         self.groups: GroupService | None = None  # started by the app (gateway/app.py)
+        self.transactions: TransactionService | None = None  # likewise
         self.rdma: SharedAppends | None = None  # the RDMA service when rdma.transport is set
 
     # --- cluster view ------------------------------------------------------------------------

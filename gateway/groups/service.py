@@ -16,6 +16,7 @@ from gateway.groups.clock import LoopClock
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.groups.model import GroupConfig
 from gateway.groups.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
+from gateway.groups.txn_offsets import TxnOffsets
 from rdmalog.store.interface import LogStore
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class GroupService:
             new_waiter=loop.create_future,
             partition_exists=self._partition_exists,
         )
+        self.txn_offsets = TxnOffsets(self.coordinator, self.offsets)  # TxnOffsetCommit
 
     def start(self) -> GroupService:
         """Load every group from `__consumer_offsets` (if it exists yet), start retention."""
