@@ -118,28 +118,27 @@ class TransactionCoordinator:
             return meta.producer_id, meta.producer_epoch
         if meta.state in PREPARING:
             raise TxnError(CONCURRENT_TRANSACTIONS)
-        if producer_id != NO_PRODUCER_ID and not self._is_current(
-            meta, producer_id, producer_epoch
-        ):
-            raise TxnError(E.PRODUCER_FENCED, "the producer id and epoch are not the latest")
-        if meta.state == TxnState.ONGOING:  # a new producer takes over: abort at a bumped epoch
+        if producer_id != NO_PRODUCER_ID:  # KIP-360: a producer recovering with what it had
+            if producer_id not in (meta.producer_id, meta.last_producer_id):
+                raise TxnError(E.PRODUCER_FENCED, f"producer id {producer_id} is not the latest")
+            if producer_epoch != meta.producer_epoch:
+                if producer_epoch == meta.last_producer_epoch and meta.state != TxnState.ONGOING:
+                    # a retry of the init that bumped it, or after the coordinator's own bump
+                    # (a timeout): the current epoch, no bump
+                    return meta.producer_id, meta.producer_epoch
+                raise TxnError(E.PRODUCER_FENCED, f"epoch {producer_epoch} is not the latest")
+        if meta.state == TxnState.ONGOING:  # abort at a bumped epoch (fencing its producer)
             self._bump_epoch(meta)
             self._end(meta, commit=False)
         self._bump_epoch(meta)
+        if producer_id == NO_PRODUCER_ID:  # a new producer: no retry of an older epoch is valid
+            meta.last_producer_epoch = NO_EPOCH
         meta.timeout_ms = timeout_ms
         meta.state = TxnState.EMPTY
         meta.partitions = set()
         meta.start_ms = -1
         self._store(meta)
         return meta.producer_id, meta.producer_epoch
-
-    @staticmethod
-    def _is_current(meta: TxnMetadata, producer_id: int, epoch: int) -> bool:
-        """KIP-360: a producer recovering gives the id and epoch it had; they are the latest, or
-        those just before the coordinator's own bump (a timeout abort) or a retried init."""
-        if producer_id == meta.producer_id:
-            return epoch in (meta.producer_epoch, meta.last_producer_epoch)
-        return producer_id == meta.last_producer_id
 
     def _bump_epoch(self, meta: TxnMetadata) -> None:
         """The next epoch; a new producer id when the epoch would run out."""
