@@ -80,6 +80,7 @@ class GroupService:
         if OFFSETS_TOPIC in self.store.topics:
             self.offsets.ensure()  # adopt its partition count
             count = self.coordinator.load(self.offsets.replay())
+            self.txn_offsets.restore(self.offsets.open_transactions)
             log.info(
                 "group coordinator loaded %d group(s) from %d __consumer_offsets partition(s)",
                 count,

@@ -13,7 +13,15 @@ import logging
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.groups.model import CommitEntry
 from gateway.groups.offsets_topic import OffsetsTopic
-from gateway.groups.schema import OffsetKey, OffsetValue, encode_key, encode_offset_value
+from gateway.groups.schema import (
+    OffsetKey,
+    OffsetValue,
+    SchemaError,
+    decode_key,
+    decode_offset_value,
+    encode_key,
+    encode_offset_value,
+)
 from gateway.groups.state import Group, GroupState
 from rdmalog import errors as E
 from rdmalog.errors import KafkaError
@@ -113,6 +121,18 @@ class TxnOffsets:
         )
         if plog.append(batch).flush_needed:
             self.offsets.dirty.add(plog)
+
+    def restore(self, open_transactions: dict[int, list[tuple[bytes, bytes | None]]]) -> None:
+        """The offsets of transactions open when the broker stopped (from the topic's replay)."""
+        for pid, records in open_transactions.items():
+            for key_bytes, value_bytes in records:
+                try:
+                    key = decode_key(key_bytes)
+                    if isinstance(key, OffsetKey) and value_bytes is not None:
+                        by_group = self.pending.setdefault(pid, {}).setdefault(key.group, {})
+                        by_group[(key.topic, key.partition)] = decode_offset_value(value_bytes)
+                except SchemaError as exc:
+                    log.warning("skipping an unreadable transactional offset: %s", exc)
 
     def complete(self, producer_id: int, commit: bool, partition: int) -> None:
         """The transaction's marker landed on `__consumer_offsets` partition `partition`: apply (on

@@ -226,8 +226,8 @@ def test_second_producer_fences_the_first(broker) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["restart", "crash"])
 def test_broker_restart_mid_transaction(broker_factory, sig) -> None:
     """The coordinator reloads the ongoing transaction from __transaction_state and the partition
-    its open transaction (producer state snapshot, or the batches after a crash): the producer goes
-    on and commits; read_committed sees nothing of it before."""
+    its open transaction (producer state snapshot, or the batches after a crash), the group its
+    transactional offsets: the producer goes on and commits; nothing of it is seen before."""
     broker = broker_factory(local=True)
     bootstrap = broker.bootstrap
     topic = f"restart-{uuid.uuid4().hex[:6]}"
@@ -235,15 +235,21 @@ def test_broker_restart_mid_transaction(broker_factory, sig) -> None:
     txn_id = f"t-{topic}"
     p = _producer(bootstrap, txn_id)
     _in_transaction(p, topic, [b"before"], commit=False)  # an abort in the index, too
+    group = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}"})
     p.begin_transaction()
     p.produce(topic, b"one", partition=0)
     p.flush(TIMEOUT_S)
+    offset = [TopicPartition(topic, 0, 1)]
+    p.send_offsets_to_transaction(offset, group.consumer_group_metadata(), TIMEOUT_S)
+    assert group.committed([TopicPartition(topic, 0)], TIMEOUT_S)[0].offset < 0
     broker.restart(sig)
     assert describe(bootstrap, txn_id)["transaction_state"] == "Ongoing"
     assert offsets(bootstrap, topic, 1) == 2  # still held at the open transaction
     assert read_values(bootstrap, topic, COMMITTED) == []
     p.produce(topic, b"two", partition=0)
     p.commit_transaction(TIMEOUT_S)
+    assert group.committed([TopicPartition(topic, 0)], TIMEOUT_S)[0].offset == 1
+    group.close()
     assert read_values(bootstrap, topic, COMMITTED) == [b"one", b"two"]
     assert read_values(bootstrap, topic, UNCOMMITTED) == [b"before", b"one", b"two"]
     broker.restart(sig)
