@@ -191,6 +191,7 @@ BROKER_DEFS = _defs(
     ("transactional.id.expiration.ms", "int", 604800000, _at_least(1)),
     ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, _at_least(1)),
     ("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, _at_least(1)),
+    ("transaction.partition.verification.enable", "boolean", True),
     ("group.initial.rebalance.delay.ms", "int", 3000, _at_least(0)),
     ("group.max.size", "int", INT_MAX, _at_least(1)),
     ("offsets.retention.check.interval.ms", "long", 600000, _at_least(1)),

@@ -3,7 +3,8 @@
 Batches go to the store as memoryviews of the request frame; the store validates and patches them
 in place. acks=0 gets no response at all; acks=1 and -1 are answered once the append is done (and
 the log flushed off the event loop when the flush policy asks for it). The store validates each
-batch (CRC, sizes against max.message.bytes, codec) and its exceptions carry the error codes.
+batch (CRC, sizes against max.message.bytes, codec) and its exceptions carry the error codes; a
+transactional batch is first verified against its transaction (gateway/transactions/verification.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.registry import api
 from gateway.request_limits import Turns
+from gateway.transactions.verification import refusal
 from rdmalog.errors import (
     CORRUPT_MESSAGE,
     INVALID_REQUIRED_ACKS,
@@ -67,6 +69,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
             answers.append(
                 {"index": index, "error_code": CORRUPT_MESSAGE, "error_message": "no records"}
             )
+            continue
+        refused = txn is not None and refusal(broker, txn, plog.topic, index, records)
+        if refused:  # a transactional batch for a partition not in its transaction
+            answers.append({"index": index, "error_code": refused})
             continue
         try:
             res = await broker.append(plog, records)

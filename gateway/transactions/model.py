@@ -64,6 +64,7 @@ class TxnConfig:
     id_expiration_ms: int = 604800000
     abort_check_interval_ms: int = 10000
     expire_check_interval_ms: int = 3600000
+    verify_partitions: bool = True  # transaction.partition.verification.enable
 
     @classmethod
     def from_broker(cls, config) -> TxnConfig:
@@ -78,6 +79,7 @@ class TxnConfig:
             expire_check_interval_ms=get(
                 "transaction.remove.expired.transaction.cleanup.interval.ms"
             ),
+            verify_partitions=get("transaction.partition.verification.enable"),
         )
 
 

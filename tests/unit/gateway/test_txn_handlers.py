@@ -195,3 +195,27 @@ def test_write_txn_markers_describe_list_and_reload(tmp_path: Path) -> None:
         assert marker.records()[0].key == struct.pack(">hh", 0, 0)  # ABORT
     finally:
         h.close()
+
+
+def test_produce_verifies_the_partition_is_in_the_transaction(h: Harness) -> None:
+    from rdmalog.store.records import build_batch
+
+    r = h.init("tx")
+    pid, epoch = r["producer_id"], r["producer_epoch"]
+
+    def produce(seq: int, partition: int = 0, epoch: int = epoch) -> int:
+        batch = build_batch([(None, b"v")], producer_id=pid, producer_epoch=epoch,
+                            base_sequence=seq, transactional=True)  # fmt: skip
+        body = {"transactional_id": "tx", "acks": -1, "timeout": 1000, "topic_data": [
+            {"name": "t", "partition_data": [{"index": partition, "records": bytes(batch)}]}]}  # fmt: skip
+        return h.call(0, 9, body)["responses"][0]["partition_responses"][0]["error_code"]
+
+    assert produce(0) == INVALID_TXN_STATE  # not added: refused, nothing written
+    assert h.batches("t", 0) == []
+    assert h.add("tx", pid, epoch, [0]) == [0]
+    assert produce(0) == 0
+    assert produce(1, partition=1) == INVALID_TXN_STATE
+    assert produce(1, epoch=epoch + 1) == INVALID_PRODUCER_EPOCH  # not the coordinator's epoch
+    assert h.end("tx", pid, epoch, False) == 0
+    assert produce(1) == INVALID_TXN_STATE  # a late write after the abort
+    assert h.store.topics["t"].partitions[0].last_stable_offset == 2
