@@ -260,6 +260,12 @@ class PartitionLog(InPlaceAccess):
         with self.lock:
             return self.aborted.between(start, upper)
 
+    def aborted_from(self, start: int, limit: int) -> tuple[list[AbortedTxn], int]:
+        """What a native read_committed consumer learns from `start` on (`AbortedIndex.known_below`:
+        the aborted transactions that began below `upto`, and `upto`)."""
+        with self.lock:
+            return self.aborted.known_below(start, self.last_stable_offset, limit)
+
     @property
     def leader_epoch(self) -> int:
         """The epoch this (single) broker leads the partition in: stamped on appended batches."""

@@ -141,6 +141,19 @@ class AbortedIndex:
                 break
         return out
 
+    def known_below(self, start: int, lso: int, limit: int) -> tuple[list[AbortedTxn], int]:
+        """(entries, upto) for a reader of the log file from `start` (a native consumer): every
+        aborted transaction with a marker at or after `start` that began below `upto`, which is
+        the last stable offset unless more than `limit` of them had to be left out."""
+        i = bisect.bisect_left(self._last_offsets, start)
+        found = sorted(
+            (t for t in self.entries[i:] if t.first_offset < lso), key=lambda t: t.first_offset
+        )
+        if len(found) <= limit:
+            return found, lso
+        cut = max(limit, sum(1 for t in found if t.first_offset <= start))
+        return found[:cut], found[cut].first_offset if cut < len(found) else lso
+
     def drop_below(self, offset: int) -> None:
         """Forget entries whose marker lies below `offset` (their segments were deleted)."""
         i = bisect.bisect_left(self._last_offsets, offset)
