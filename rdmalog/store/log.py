@@ -21,6 +21,10 @@ head file to register, commits bytes written into it (`commit_written(head, posi
 same validation and patching as `append`) and tells readers how far a file is readable;
 `add_roll_listener(cb)` reports `cb(log, old_segment, new_segment)` when the head changes, before
 the old file is trimmed to its data (a trim waits while the old mapping is still exported).
+
+Compaction: the log cleaner (`cleaner.py`, run by `cleaner_manager.py`) reads sealed segments
+without the log's lock and swaps cleaned copies in with `replace_segments` (`segment_swap.py`, a
+mixin of this class), telling swap listeners.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from rdmalog.store.log_loader import (
     segment_bases,
 )
 from rdmalog.store.producer_state import ProducerStateTable
+from rdmalog.store.record_keys import require_keys
 from rdmalog.store.records import (
     CONTROL_BIT,
     LOG_APPEND_TIME,
@@ -64,6 +69,7 @@ from rdmalog.store.records import (
     validate_batches,
 )
 from rdmalog.store.segment import FileSlice, LogSegment
+from rdmalog.store.segment_swap import SegmentSwap
 from rdmalog.store.transaction_index import AbortedTxn
 from rdmalog.store.transactions import TXN_FLAGS, AbortedIndex, offset_after
 from rdmalog.store.transactions import on_append as track_transactions
@@ -103,7 +109,7 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
-class PartitionLog(InPlaceAccess):
+class PartitionLog(InPlaceAccess, SegmentSwap):
     """The segments of one partition directory `<topic>-<partition>`."""
 
     def __init__(
@@ -142,8 +148,10 @@ class PartitionLog(InPlaceAccess):
         self._listeners: list[Callable[[PartitionLog], None]] = []
         self._roll_listeners: list[Callable[[PartitionLog, LogSegment, LogSegment], None]] = []
         self._start_listeners: list[Callable[[PartitionLog], None]] = []
+        self._swap_listeners: list[Callable[[PartitionLog, list[LogSegment]], None]] = []
         self.producer_state = ProducerStateTable()
         self.aborted = AbortedIndex(self.dir)  # aborted transactions (.txnindex)
+        self.add_swap_listener(self._reload_aborted)  # the cleaner rewrote some index files
         self.leader_epochs = LeaderEpochCache(self.dir / LEADER_EPOCH_FILE)
         self._standby: str | None = None  # None, "making" or "ready"
         self.closed = True
@@ -260,6 +268,13 @@ class PartitionLog(InPlaceAccess):
         with self.lock:
             return self.aborted.between(start, upper)
 
+    def _reload_aborted(self, _log: PartitionLog, _old: list[LogSegment]) -> None:
+        """The aborted transactions again from the index files, after a cleaning swapped segments
+        (it drops the entries of transactions whose batches and marker it removed: a client must
+        not be told of a transaction whose ABORT marker it will never see)."""
+        with self.lock:
+            self.aborted.load(self._bases)
+
     def aborted_from(self, start: int, limit: int) -> tuple[list[AbortedTxn], int]:
         """What a native read_committed consumer learns from `start` on (`AbortedIndex.known_below`:
         the aborted transactions that began below `upto`, and `upto`)."""
@@ -301,6 +316,8 @@ class PartitionLog(InPlaceAccess):
                 f"{len(mv)} bytes of batches exceed segment.bytes={cfg.segment_bytes}"
             )
         self._check_timestamps(infos)
+        if "compact" in cfg.cleanup_policy:
+            require_keys(mv, infos, self.name)
         return self._append(mv, infos, leader_epoch, in_place=False)
 
     def _check_timestamps(self, infos: list[BatchInfo]) -> None:
@@ -375,7 +392,8 @@ class PartitionLog(InPlaceAccess):
             for info, (_, _, last, max_ts) in zip(infos, batches, strict=True):
                 if info.producer_id >= 0 and not info.attributes & CONTROL_BIT:
                     self.producer_state.update(
-                        info.producer_id, info.producer_epoch, info.base_sequence, info.count,
+                        info.producer_id, info.producer_epoch, info.base_sequence,
+                        info.last_offset_delta + 1,  # sequences span offsets (cleaned batches)
                         last - info.last_offset_delta, last, max_ts,
                     )  # fmt: skip
             if any(info.attributes & TXN_FLAGS for info in infos):
@@ -510,8 +528,10 @@ class PartitionLog(InPlaceAccess):
                 return None
             i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
             for seg in self.segments[i:]:
-                if seg.next_offset > offset:  # holds the first batch ending at or after `offset`
-                    return seg.slice(offset, max_bytes, upper)
+                if seg.next_offset > offset:  # may hold the first batch ending at or after it
+                    found = seg.slice(offset, max_bytes, upper)
+                    if found is not None:  # else cleaned away: offsets have gaps, go on
+                        return found
             return None
 
     def offset_for_timestamp(
