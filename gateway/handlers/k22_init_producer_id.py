@@ -56,13 +56,15 @@ def _a_name_of(acl) -> str:
 
 
 async def _transactional(ctx: RequestContext, request: dict, txn: str) -> dict:
-    """Through the transaction coordinator (a new producer id is taken off the loop first, in
-    case the id is new: allocation may fsync)."""
+    """Through the transaction coordinator (for an id it does not know, a new producer id is taken
+    off the loop first: allocation may fsync)."""
     loop = asyncio.get_running_loop()
     service = transaction_service(ctx.broker)
+    fresh = None
     try:
         await service.ensure_topic()
-        fresh = await loop.run_in_executor(None, ctx.broker.allocate_producer_id)
+        if service.coordinator.describe(txn) is None:
+            fresh = await loop.run_in_executor(None, ctx.broker.allocate_producer_id)
     except KafkaStorageError:
         return _refused(COORDINATOR_LOAD_IN_PROGRESS)
     except Exception as exc:
