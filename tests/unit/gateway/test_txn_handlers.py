@@ -72,6 +72,26 @@ def test_value_schema_round_trip() -> None:
     assert decode_value("tx", data) == meta
 
 
+def test_reads_kafkas_flexible_value_v1() -> None:
+    """TransactionLogValue v1 as Kafka 4 writes it (compact strings and arrays, tagged fields
+    PreviousProducerId, NextProducerId, ClientTransactionVersion), built from the schema."""
+    value = (
+        struct.pack(">hqhib", 1, 77, 5, 30000, 1)
+        + bytes([2])  # one partitions element (compact: n + 1)
+        + bytes([4]) + b"abc"  # compact string "abc"
+        + bytes([3]) + struct.pack(">ii", 0, 2)  # two partition ids
+        + bytes([0])  # the element's tagged fields
+        + struct.pack(">qq", 1000, 900)
+        + bytes([3, 0, 8]) + struct.pack(">q", 76)  # tag 0: previous producer id
+        + bytes([1, 8]) + struct.pack(">q", -1)  # tag 1: next producer id
+        + bytes([2, 2]) + struct.pack(">h", 1)  # tag 2: client transaction version
+    )  # fmt: skip
+    meta = decode_value("tx", value)
+    assert (meta.producer_id, meta.producer_epoch, meta.timeout_ms) == (77, 5, 30000)
+    assert meta.state == TxnState.ONGOING and meta.partitions == {("abc", 0), ("abc", 2)}
+    assert (meta.last_update_ms, meta.start_ms, meta.last_producer_id) == (1000, 900, 76)
+
+
 @pytest.mark.parametrize("version", versions(22))
 def test_init_producer_id_bumps_the_epoch(h: Harness, version: int) -> None:
     first = h.init("tx", version)
