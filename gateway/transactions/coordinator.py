@@ -12,8 +12,10 @@ except by a crash, after which the load finishes what was prepared.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 from gateway.transactions.model import (
@@ -76,6 +78,23 @@ class TransactionCoordinator:
         meta.last_update_ms = self.now_ms()
         self.topic.write(meta, meta.last_update_ms)
 
+    @contextmanager
+    def _written(self, meta: TxnMetadata) -> Iterator[None]:
+        """Changes made to `meta` in the block stand only if their records were written: a failed
+        write (a full disk) restores it and is answered COORDINATOR_NOT_AVAILABLE, so the client
+        retries (markers written meanwhile are written again: a partition takes a repeated
+        marker as a no-op)."""
+        before = dataclasses.replace(meta, partitions=set(meta.partitions))
+        try:
+            yield
+        except BaseException as exc:
+            for f in dataclasses.fields(meta):
+                setattr(meta, f.name, getattr(before, f.name))
+            if isinstance(exc, TxnError) or not isinstance(exc, Exception):
+                raise
+            log.error("transactional id %s: %s", meta.transactional_id, exc)
+            raise TxnError(E.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
+
     def load(self) -> int:
         """Rebuild every id from `__transaction_state`; transactions a crash left preparing are
         completed (their markers written again: a partition takes a repeated marker as a no-op)."""
@@ -113,7 +132,8 @@ class TransactionCoordinator:
             pid = self.allocate_producer_id() if fresh_id is None else fresh_id
             meta = TxnMetadata(transactional_id, pid, 0, timeout_ms)
             meta.state = TxnState.EMPTY
-            self._store(meta)
+            with self._written(meta):
+                self._store(meta)
             self.txns[transactional_id] = meta
             return meta.producer_id, meta.producer_epoch
         if meta.state in PREPARING:
@@ -127,17 +147,18 @@ class TransactionCoordinator:
                     # (a timeout): the current epoch, no bump
                     return meta.producer_id, meta.producer_epoch
                 raise TxnError(E.PRODUCER_FENCED, f"epoch {producer_epoch} is not the latest")
-        if meta.state == TxnState.ONGOING:  # abort at a bumped epoch (fencing its producer)
+        with self._written(meta):
+            if meta.state == TxnState.ONGOING:  # abort at a bumped epoch (fencing its producer)
+                self._bump_epoch(meta)
+                self._end(meta, commit=False)
             self._bump_epoch(meta)
-            self._end(meta, commit=False)
-        self._bump_epoch(meta)
-        if producer_id == NO_PRODUCER_ID:  # a new producer: no retry of an older epoch is valid
-            meta.last_producer_epoch = NO_EPOCH
-        meta.timeout_ms = timeout_ms
-        meta.state = TxnState.EMPTY
-        meta.partitions = set()
-        meta.start_ms = -1
-        self._store(meta)
+            if producer_id == NO_PRODUCER_ID:  # a new producer: no retry of an older epoch
+                meta.last_producer_epoch = NO_EPOCH
+            meta.timeout_ms = timeout_ms
+            meta.state = TxnState.EMPTY
+            meta.partitions = set()
+            meta.start_ms = -1
+            self._store(meta)
         return meta.producer_id, meta.producer_epoch
 
     def _bump_epoch(self, meta: TxnMetadata) -> None:
@@ -180,12 +201,13 @@ class TransactionCoordinator:
             return
         if meta.state == TxnState.ONGOING and wanted <= meta.partitions:
             return
-        if meta.state != TxnState.ONGOING:
-            meta.partitions = set()
-            meta.start_ms = self.now_ms()
-        meta.partitions |= wanted
-        meta.state = TxnState.ONGOING
-        self._store(meta)
+        with self._written(meta):
+            if meta.state != TxnState.ONGOING:
+                meta.partitions = set()
+                meta.start_ms = self.now_ms()
+            meta.partitions |= wanted
+            meta.state = TxnState.ONGOING
+            self._store(meta)
 
     def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
         """EndTxn: commit or abort the ongoing transaction (a retry of a completed end succeeds).
@@ -197,7 +219,8 @@ class TransactionCoordinator:
             # an end the coordinator completed itself (timeout) at a bumped epoch: fenced
             raise TxnError(E.PRODUCER_FENCED, f"epoch {epoch} is not {meta.producer_epoch}")
         if meta.state == TxnState.ONGOING:
-            self._end(meta, commit)
+            with self._written(meta):
+                self._end(meta, commit)
             return
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         if meta.state == done:
@@ -232,11 +255,12 @@ class TransactionCoordinator:
                     meta.transactional_id, meta.producer_id, now - meta.start_ms,
                 )  # fmt: skip
                 try:
-                    self._bump_epoch(meta)
-                    self._end(meta, commit=False)
+                    with self._written(meta):
+                        self._bump_epoch(meta)
+                        self._end(meta, commit=False)
                     aborted.append(meta.transactional_id)
-                except Exception:
-                    log.exception("aborting the transaction of %s failed", meta.transactional_id)
+                except TxnError:  # logged; the next check tries again
+                    pass
         return aborted
 
     def expire_ids(self) -> list[str]:
@@ -246,8 +270,12 @@ class TransactionCoordinator:
         gone = []
         for meta in list(self.txns.values()):
             if meta.state in COMPLETE and now - meta.last_update_ms >= self.config.id_expiration_ms:
-                meta.state = TxnState.DEAD
-                self.topic.write(meta, now, tombstone=True)
+                try:
+                    with self._written(meta):
+                        meta.state = TxnState.DEAD
+                        self.topic.write(meta, now, tombstone=True)
+                except TxnError:  # logged; the next check tries again
+                    continue
                 del self.txns[meta.transactional_id]
                 gone.append(meta.transactional_id)
         return gone

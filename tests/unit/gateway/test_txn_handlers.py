@@ -239,3 +239,19 @@ def test_produce_verifies_the_partition_is_in_the_transaction(h: Harness) -> Non
     assert h.end("tx", pid, epoch, False) == 0
     assert produce(1) == INVALID_TXN_STATE  # a late write after the abort
     assert h.store.topics["t"].partitions[0].last_stable_offset == 2
+
+
+def test_a_failed_state_write_changes_nothing(h: Harness) -> None:
+    """A `__transaction_state` write that fails (here its partition is closed, as after a storage
+    error) is answered COORDINATOR_NOT_AVAILABLE, retriable, and the id keeps its state."""
+    r = h.init("tx")
+    pid, epoch = r["producer_id"], r["producer_epoch"]
+    assert h.add("tx", pid, epoch, [0]) == [0]
+    state_log = h.broker.transactions.topic.log_of("tx")
+    state_log.close()
+    assert h.end("tx", pid, epoch, True) == 15
+    assert h.init("tx")["error_code"] == 15
+    (state,) = h.call(65, 0, {"transactional_ids": ["tx"]})["transaction_states"]
+    assert (state["transaction_state"], state["producer_epoch"]) == ("Ongoing", epoch)
+    assert state["topics"] == [{"topic": "t", "partitions": [0]}]
+    assert h.batches("t", 0) == []  # no marker was written
