@@ -129,7 +129,7 @@ def _configs(ctx: RequestContext, name: str, config: TopicConfig) -> dict:
     return {"configs": None, "topic_config_error_code": TOPIC_AUTHORIZATION_FAILED}
 
 
-@api(19, 2, 7, eager=True)
+@api(19, 0, 7, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Create every requested topic (or only validate); one result per topic."""
     topics = request["topics"]

@@ -27,6 +27,7 @@ from rdmalog.rdma.broker.partitions import (
     ProduceFile,
     ReadFile,
     SlotRegion,
+    datapath_counters,
 )
 from rdmalog.rdma.broker.prefault import Prefaulter
 from rdmalog.rdma.broker.queue_pairs import QueuePairs
@@ -61,6 +62,7 @@ class Grants:
         slots_per_consumer: int,
         hello_reply: dict,
         access: AccessControl,
+        counters: dict[str, int] | None = None,
     ):
         self.store = store
         self.device = device
@@ -74,6 +76,9 @@ class Grants:
         self.slots_per_consumer = slots_per_consumer
         self.hello_reply = hello_reply
         self.access = access
+        self.counters = (
+            datapath_counters() if counters is None else counters
+        )  # the service's, for metrics
         self._file_ids = itertools.count(1)
 
     def handle(self, s: Session, req: dict) -> dict:
@@ -184,6 +189,8 @@ class Grants:
         if mode not in ("exclusive", "shared"):
             raise ControlError("invalid_request", f"unknown mode {mode!r}")
         ps = self.partitions.get(topic, partition)
+        if ps.log.config.rdmalog_mirror_source:  # a mirror topic (gateway/mirror): read-only
+            raise ControlError("invalid_request", f"{topic} is a read-only mirror topic")
         with self.lock:
             f = ps.produce
             if f is not None and not f.revoked:
@@ -206,12 +213,15 @@ class Grants:
                         8, Access.LOCAL_WRITE | Access.REMOTE_ATOMIC | Access.REMOTE_READ
                     )
                     store(word.buf, 0, word_encode(0, position))
-                f = ProduceFile(self._new_file_id(), ps, head, position, mode, mr, word)
+                f = ProduceFile(
+                    self._new_file_id(), ps, head, position, mode, mr, word, self.counters
+                )
             f.sessions.add(s.id)
             self.files[f.file_id] = f
             ps.produce = f
             s.state.setdefault("grants", set()).add(f.file_id)
             reply = self._grant_reply(f, s)
+            self.counters["produce_grants"] += 1
         # Outside the locks: a preallocated head file is made resident, as registering it with
         # an RNIC would pin it (its first megabytes before the producer hears of it, the rest in
         # the background). Then nothing is left to allocate, and the prefaulter's writable lead
@@ -273,6 +283,7 @@ class Grants:
                 mr = self.device.reg_mr(seg.mmap, Access.REMOTE_READ, path=str(seg.path))
                 rf = ps.readers[seg.base_offset] = ReadFile(key, seg, mr)
             rf.refs.add(s.id)
+            self.counters["read_grants"] += 1
             committed = bool(s.state.get("read_committed"))
             if committed:
                 rf.committed.add(s.id)
