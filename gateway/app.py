@@ -46,14 +46,16 @@ def secure_listeners(
     return [secure(config, spec) for spec in specs]
 
 
-def open_store(config: BrokerConfig) -> LogStore:
+def open_store(
+    config: BrokerConfig, replicated: bool = False, cluster_id: str | None = None
+) -> LogStore:
     """Open the rdmalog store of this broker (recovers every log), its descriptor limit raised
-    first: each partition holds a file open."""
+    first: each partition holds a file open. `replicated` and the cluster's id in cluster mode."""
     from rdmalog.store.descriptors import raise_soft_limit
     from rdmalog.store.log_manager import Store
 
     raise_soft_limit()
-    store = Store(Path(config.log_dirs[0]), config)
+    store = Store(Path(config.log_dirs[0]), config, replicated=replicated, cluster_id=cluster_id)
     store.open()
     return store
 
@@ -150,28 +152,49 @@ async def start_metrics(gateway: Gateway, config: BrokerConfig, listen_host: str
 async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
     """Open the store and start a gateway on its listeners (`listen` replaces the first one's
     address); return it running. Security that cannot be served as configured stops start-up
-    before anything is opened."""
+    before anything is opened. With `zookeeper.connect` the broker joins its cluster
+    (gateway/cluster/node.py): the session and cluster id before the store opens, replicas before
+    the gateway listens, registration after."""
     listeners = secure_listeners(config, listen)
-    store = open_store(config)
+    node = None
+    if config.get("zookeeper.connect"):
+        from gateway.cluster.node import ClusterNode
+
+        node = ClusterNode(config)
+        cluster_id = await asyncio.to_thread(node.connect)
+        try:
+            store = open_store(config, replicated=True, cluster_id=cluster_id)
+        except BaseException:
+            await node.stop()
+            raise
+    else:
+        store = open_store(config)
     try:
         entity_configs = EntityConfigs.in_data_dir(config.log_dirs[0])
         authorizer = authorizer_from_config(config, config.log_dirs[0])
     except BaseException:
+        if node is not None:
+            await node.stop()
         store.close()
         raise
     gateway = Gateway(Broker(config, store), ScramCredentials(entity_configs))
+    gateway.broker.cluster = node
     gateway.broker.authorizer = authorizer
     gateway.broker.entity_configs = entity_configs
     gateway.quotas = QuotaManager(
         entity_configs, config.get("quota.window.num"), config.get("quota.window.size.seconds")
     )
     try:
-        # groups are loaded from __consumer_offsets before the first client can ask for them
-        gateway.broker.groups = GroupService(store, config, asyncio.get_running_loop()).start()
+        replicas = None
+        if node is not None:
+            await node.prepare(store, gateway.broker)
+            replicas = node.replicas
+        # groups are loaded from __consumer_offsets before the first client can ask for them (in
+        # a cluster, partition by partition as this broker comes to lead them)
+        loop = asyncio.get_running_loop()
+        gateway.broker.groups = GroupService(store, config, loop, replicas).start()
         # transactional ids too (a transaction a crash left preparing is completed)
-        gateway.broker.transactions = TransactionService(
-            gateway.broker, asyncio.get_running_loop()
-        ).start()
+        gateway.broker.transactions = TransactionService(gateway.broker, loop).start()
         # native clients: the same users and ACLs; SASL on the control port as soon as any Kafka
         # listener asks for security (the control port has no TLS to name a principal by)
         secured = any(listener.spec.protocol != "PLAINTEXT" for listener in listeners)
@@ -185,22 +208,34 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
         log_start_up(config, store, listeners)
         gateway.broker.mirror = MirrorService(gateway.broker).start()
         gateway.metrics_server = await start_metrics(gateway, config, listeners[0].spec.host)
+        if node is not None and gateway.broker.rdma is not None:
+            node.serve_rdma(gateway.broker.rdma)
         await gateway.start(listeners)
+        if node is not None:
+            await node.join()
     except BaseException:
         await gateway.stop()
+        if node is not None:
+            await node.stop()
         store.close()
         raise
     return gateway
 
 
 async def shutdown(gateway: Gateway) -> None:
-    """Stop a gateway started by `start` and flush/close its store."""
+    """Stop a gateway started by `start` and flush/close its store (in a cluster, leaderships move
+    away first: Kafka's controlled shutdown)."""
     metrics_server = gateway.metrics_server
     if metrics_server is not None:
         metrics_server.stopping = True  # /health answers 503 from here on
     if gateway.broker.mirror is not None:
         await gateway.broker.mirror.stop()
+    node = gateway.broker.cluster
+    if node is not None:
+        await node.controlled_shutdown()
     await gateway.stop()
+    if node is not None:
+        await node.stop()
     if gateway.broker.rdma is not None:
         gateway.broker.rdma.stop()  # hands the last RDMA commits to the coordinator ...
         await asyncio.sleep(0)  # ... which writes them here, before the store closes

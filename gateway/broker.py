@@ -42,6 +42,7 @@ from rdmalog.store.interface import Log, LogStore, LogTopic
 from rdmalog.store.log import AppendResult
 
 if TYPE_CHECKING:
+    from gateway.cluster.node import ClusterNode
     from gateway.groups.service import GroupService
     from gateway.transactions.service import TransactionService
 
@@ -147,6 +148,9 @@ class PartitionFields(NamedTuple):
     answers: str = "partitions"  # a topic's partition list in the response
     answer_index: str = "partition_index"  # a partition's index in the response
     missing: Mapping[str, object] = {}  # more fields of an answer to a partition not found
+    epoch: str | None = (
+        None  # a partition's current leader epoch in the request (checked in a cluster)
+    )
 
 
 class RequestedPartitions:
@@ -178,6 +182,7 @@ class RequestedPartitions:
     def __iter__(self) -> Iterator[tuple[dict, Log, list[dict]]]:
         f = self._fields
         partition = self._broker.partition
+        epoch = f.epoch
         allowed = self._allowed
         for t in self._request:
             key = t[f.topic]
@@ -188,7 +193,11 @@ class RequestedPartitions:
                 name = key if isinstance(key, str) else self._broker.topic_name(key)
                 denied = name is not None and not allowed(name)
             for p in t[f.partitions]:
-                found = TOPIC_AUTHORIZATION_FAILED if denied else partition(key, p[f.index])
+                found = (
+                    TOPIC_AUTHORIZATION_FAILED
+                    if denied
+                    else partition(key, p[f.index], p.get(epoch, -1) if epoch else -1)
+                )
                 self.denied += denied
                 if isinstance(found, int):
                     self.missing += 1
@@ -226,6 +235,9 @@ class Broker:
         self.rdma: SharedAppends | None = None  # the RDMA service when rdma.transport is set
         self.metrics = BrokerMetrics()
         self.mirror: Any = None  # the mirror topics' links (gateway/mirror), started by the app
+        self.cluster: ClusterNode | None = (
+            None  # gateway/cluster/node.py when zookeeper.connect is set
+        )
 
     # --- cluster view ------------------------------------------------------------------------
 
@@ -262,9 +274,20 @@ class Broker:
 
     # --- topics and partitions ---------------------------------------------------------------
 
-    def partition(self, topic: str | uuid.UUID, index: int) -> Log | int:
+    def partition(self, topic: str | uuid.UUID, index: int, current_epoch: int = -1) -> Log | int:
         """Partition `index` of a topic named (or, given a UUID, identified) by `topic`: its log, or
-        the Kafka error code that answers a request for it."""
+        the Kafka error code that answers a request for it. In a cluster only the partition's
+        leader answers (else NOT_LEADER_OR_FOLLOWER), in `current_epoch` when one is given (else
+        FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH)."""
+        if self.cluster is not None:
+            if not isinstance(topic, str):
+                tv = self.cluster.view.topic_by_id(topic)
+                if tv is None:
+                    return UNKNOWN_TOPIC_ID
+                topic = tv.name
+            code = self.cluster.replicas.leader_error(topic, index, current_epoch)
+            if code:
+                return code
         if isinstance(topic, str):
             found = self.store.topics.get(topic)
             missing = UNKNOWN_TOPIC_OR_PARTITION
@@ -314,6 +337,9 @@ class Broker:
 
     def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
         """The name of the topic with `topic_id`, None when there is none."""
+        if self.cluster is not None:
+            tv = self.cluster.view.topic_by_id(topic_id)
+            return None if tv is None else tv.name
         found = self.topic_by_id(topic_id)
         return None if found is None else found.name
 

@@ -180,8 +180,10 @@ class BrokerCollector:
                 segments.add_metric(labels, len(plog.segments))
                 count += 1
         yield from (size, end, start, segments)
-        replication = getattr(b, "replication_state", None)
-        under, offline, leaders = (0, 0, count) if replication is None else replication()
+        replicas = b.cluster.replicas if b.cluster is not None else None
+        under, offline, leaders = (
+            (0, 0, count) if replicas is None else replicas.replication_state()
+        )
         yield _gauge(
             "kafka_server_replicamanager_underreplicatedpartitions",
             "partitions led here whose ISR is smaller than their replica set",

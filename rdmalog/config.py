@@ -269,9 +269,24 @@ BROKER_DEFS = _defs(
     ("allow.everyone.if.no.acl.found", "boolean", False),
     ("quota.window.num", "int", 11, _at_least(1)),
     ("quota.window.size.seconds", "int", 1, _at_least(1)),
+    # cluster mode (Kafka's ZooKeeper mode): set zookeeper.connect; unset, one broker as before
     ("zookeeper.connect", "string", None),
-    ("zookeeper.session.timeout.ms", "int", 18000),
-    ("zookeeper.connection.timeout.ms", "int", None),
+    ("zookeeper.session.timeout.ms", "int", 18000, _at_least(1)),
+    ("zookeeper.connection.timeout.ms", "int", None, _at_least(1)),
+    ("broker.rack", "string", None),
+    ("replica.lag.time.max.ms", "long", 30000, _at_least(1)),
+    ("replica.fetch.max.bytes", "int", 1048576, _at_least(0)),
+    ("replica.fetch.response.max.bytes", "int", 10485760, _at_least(0)),
+    ("replica.fetch.wait.max.ms", "int", 500, _at_least(0)),
+    ("replica.fetch.min.bytes", "int", 1, _at_least(1)),
+    ("unclean.leader.election.enable", "boolean", False),
+    ("controlled.shutdown.enable", "boolean", True),
+    ("auto.leader.rebalance.enable", "boolean", True),
+    ("leader.imbalance.check.interval.seconds", "long", 300, _at_least(1)),
+    ("leader.imbalance.per.broker.percentage", "int", 10, _at_least(0)),
+    ("controlled.shutdown.max.retries", "int", 3, _at_least(0)),
+    ("controlled.shutdown.retry.backoff.ms", "long", 5000, _at_least(0)),
+    ("offsets.commit.timeout.ms", "int", 5000, _at_least(1)),
 )
 
 # Keys Kafka knows that rdmalog accepts and ignores (logged, never an error).
@@ -281,11 +296,10 @@ IGNORED_BROKER_KEYS = frozenset(
     log.roll.jitter.ms log.roll.jitter.hours log.segment.delete.delay.ms
     log.message.format.version
     inter.broker.protocol.version controller.listener.names controller.quorum.voters
-    controller.quorum.bootstrap.servers process.roles metadata.log.dir auto.leader.rebalance.enable
-    unclean.leader.election.enable replica.lag.time.max.ms replica.fetch.max.bytes
-    replica.socket.timeout.ms controlled.shutdown.enable group.coordinator.rebalance.protocols
+    controller.quorum.bootstrap.servers process.roles metadata.log.dir
+    replica.socket.timeout.ms group.coordinator.rebalance.protocols
     confluent.support.metrics.enable metric.reporters transaction.state.log.segment.bytes
-    offsets.commit.timeout.ms offsets.load.buffer.size message.timestamp.difference.max.ms""".split()
+    offsets.load.buffer.size message.timestamp.difference.max.ms""".split()
 )
 # Other keys under these prefixes are accepted and ignored (logged). A setting that would make the
 # broker serve less security than asked is never among them: what rdmalog/security cannot honour stops

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what rdmalog needs on a fresh Debian machine: system packages (kcat and Node.js for the tests, a
-# Java 17 runtime for PySpark and the Java client), a virtualenv in .venv with the project and the given pip
-# extras, and for `test` the KafkaJS and kafka-clients (jar) compat dependencies.
+# Installs what rdmalog needs on a fresh Debian machine: system packages (kcat, Node.js and ZooKeeper
+# for the tests, a Java 17 runtime for PySpark and the Java client), a virtualenv in .venv with the
+# project and the given pip extras, and for `test` the KafkaJS and kafka-clients (jar) compat
+# dependencies.
 # Usage: scripts/setup.sh [EXTRAS]   e.g. scripts/setup.sh test,spark
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,8 @@ if [[ ",$extras," == *",test,"* ]]; then
     command -v npm >/dev/null || need_apt+=(nodejs npm)  # KafkaJS compat scenarios
     # the verbs transport's mapping is checked against Debian's pyverbs (no device needed)
     [[ -d /usr/lib/python3/dist-packages/pyverbs ]] || need_apt+=(python3-pyverbs)
+    # the cluster tests run a real ZooKeeper (Debian's 3.8: /usr/share/java/zookeeper.jar)
+    [[ -f /usr/share/java/zookeeper.jar ]] || need_apt+=(zookeeper)
 fi
 if [[ ",$extras," == *",spark,"* || ",$extras," == *",test,"* ]]; then
     # PySpark, and the Java kafka-clients compat scenarios; javac and jar build the JVM reader

@@ -13,7 +13,7 @@ const PARTITIONS = 3
 const [bootstrap, scenarioName] = process.argv.slice(2)
 const kafka = new Kafka({
   clientId: 'compat-kafkajs',
-  brokers: [bootstrap],
+  brokers: bootstrap.split(','), // a bootstrap list ("host:port,host:port") as every client takes it
   // KAFKAJS_LOG=1: KafkaJS's debug log on stderr (stdout carries only the JSON result)
   logLevel: process.env.KAFKAJS_LOG ? logLevel.DEBUG : logLevel.NOTHING,
   logCreator: () => ({ namespace, label, log }) => console.error(label, namespace, JSON.stringify(log)),

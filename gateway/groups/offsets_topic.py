@@ -11,6 +11,7 @@ import logging
 from collections.abc import Iterator
 
 from gateway.groups.schema import OFFSETS_TOPIC, partition_for
+from rdmalog.errors import KafkaError
 from rdmalog.store.interface import Log, LogStore, LogTopic
 from rdmalog.store.records import Record, build_batch, decode_records, iter_batches
 
@@ -19,21 +20,33 @@ log = logging.getLogger(__name__)
 READ_CHUNK = 1 << 20
 
 
+class CoordinatorNotAvailableError(KafkaError):
+    error_code = 15  # COORDINATOR_NOT_AVAILABLE
+
+
 class OffsetsTopic:
     """Writes group records to `__consumer_offsets` and reads them all back."""
 
     def __init__(
-        self, store: LogStore, num_partitions: int = 50, segment_bytes: int = 104_857_600
+        self,
+        store: LogStore,
+        num_partitions: int = 50,
+        segment_bytes: int = 104_857_600,
+        create: bool = True,
     ) -> None:
         self.store = store
         self.num_partitions = num_partitions
         self.segment_bytes = segment_bytes
+        self.create = create  # False in cluster mode: the topic comes through ZooKeeper
         self.dirty: set[Log] = set()
         self.open_transactions: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        self.appended: dict[Log, int] = {}  # log -> last offset written (cluster mode waits on it)
 
     def ensure(self) -> LogTopic:
         """The topic, created (compacted) when missing; an existing topic keeps its partition count."""
         topic = self.store.topics.get(OFFSETS_TOPIC)
+        if topic is None and not self.create:
+            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} has no replica on this broker")
         if topic is None:
             configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)}
             try:
@@ -61,6 +74,8 @@ class OffsetsTopic:
         result = plog.append(batch)
         if result.flush_needed:
             self.dirty.add(plog)
+        if not self.create:
+            self.appended[plog] = result.last_offset
 
     def flush(self) -> None:
         """fsync the partitions the flush policy asked for (blocking: run it off the event loop)."""
@@ -81,6 +96,12 @@ class OffsetsTopic:
             return
         for plog in list(topic.partitions):
             yield from self._replay_partition(plog)
+
+    def replay_partition(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        """Every committed (key, value) of one partition (a coordinator taking it over)."""
+        topic = self.store.topics.get(OFFSETS_TOPIC)
+        if topic is not None and 0 <= partition < len(topic.partitions):
+            yield from self._replay_partition(topic.partitions[partition])
 
     def _replay_partition(self, plog: Log) -> Iterator[tuple[bytes, bytes | None]]:
         end = plog.log_end_offset

@@ -16,10 +16,15 @@ from gateway.groups.clock import LoopClock
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.groups.model import GroupConfig
 from gateway.groups.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
+from gateway.groups.schema import partition_for
 from gateway.groups.txn_offsets import TxnOffsets
 from rdmalog.store.interface import LogStore
 
 log = logging.getLogger(__name__)
+
+NOT_LEADER_OR_FOLLOWER = 6
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
 
 
 def _setting(config: Any, name: str, default: int) -> int:
@@ -56,28 +61,47 @@ def group_config(config: Any) -> GroupConfig:
 
 
 class GroupService:
-    """A coordinator bound to a store and an event loop."""
+    """A coordinator bound to a store and an event loop.
 
-    def __init__(self, store: LogStore, config: Any, loop: asyncio.AbstractEventLoop) -> None:
+    In cluster mode (`replicas`, the broker's ReplicaManager) it coordinates the groups of the
+    `__consumer_offsets` partitions this broker leads: it loads a partition's groups when it
+    becomes leader and forgets them when it stops leading; other groups get NOT_COORDINATOR;
+    what it writes is acknowledged once the ISR has it (`durable`)."""
+
+    def __init__(
+        self,
+        store: LogStore,
+        config: Any,
+        loop: asyncio.AbstractEventLoop,
+        replicas: Any = None,
+    ) -> None:
         self.store = store
         self.loop = loop
+        self.replicas = replicas
+        self.commit_timeout_s = _setting(config, "offsets.commit.timeout.ms", 5000) / 1000
         self.offsets = OffsetsTopic(
             store,
             _setting(config, "offsets.topic.num.partitions", 50),
             _setting(config, "offsets.topic.segment.bytes", 104_857_600),
+            create=replicas is None,
         )
+        self._loaded: set[int] = set()  # cluster mode: partitions whose groups are here
         self.coordinator = GroupCoordinator(
             LoopClock(loop),
             self.offsets,
             group_config(config),
             new_waiter=loop.create_future,
             partition_exists=self._partition_exists,
+            coordinator_error=self._coordinator_error if replicas is not None else None,
         )
         self.txn_offsets = TxnOffsets(self.coordinator, self.offsets)  # TxnOffsetCommit
 
     def start(self) -> GroupService:
-        """Load every group from `__consumer_offsets` (if it exists yet), start retention."""
-        if OFFSETS_TOPIC in self.store.topics:
+        """Load every group from `__consumer_offsets` (if it exists yet), start retention. In
+        cluster mode groups are loaded partition by partition as leadership comes."""
+        if self.replicas is not None:
+            self.replicas.add_leadership_listener(self._on_leadership)
+        elif OFFSETS_TOPIC in self.store.topics:
             self.offsets.ensure()  # adopt its partition count
             count = self.coordinator.load(self.offsets.replay())
             self.txn_offsets.restore(self.offsets.open_transactions)
@@ -97,10 +121,62 @@ class GroupService:
         t = self.store.topics.get(topic)
         return t is not None and 0 <= partition < len(t.partitions)
 
-    async def durable(self) -> None:
-        """Wait until what the coordinator wrote is as durable as the flush policy requires."""
+    async def durable(self) -> int:
+        """Wait until what the coordinator wrote is as durable as the flush policy requires, and
+        in cluster mode replicated to the ISR (bounded by offsets.commit.timeout.ms); 0, or the
+        Kafka error code of a write the ISR did not take (NOT_COORDINATOR when leadership moved,
+        REQUEST_TIMED_OUT), which OffsetCommit answers with."""
         if self.offsets.dirty:
             await self.loop.run_in_executor(None, self.offsets.flush)
+        failed = 0
+        if self.replicas is not None and self.offsets.appended:
+            pending = [
+                (plog, last)
+                for plog, last in self.offsets.appended.items()
+                if plog.high_watermark <= last
+            ]
+            for plog, last in list(self.offsets.appended.items()):
+                if plog.high_watermark > last:
+                    del self.offsets.appended[plog]
+            codes = await asyncio.gather(
+                *(
+                    self.replicas.wait_replicated(p.topic, p.partition, last, self.commit_timeout_s)
+                    for p, last in pending
+                )
+            )
+            for (plog, _), code in zip(pending, codes, strict=True):
+                if code:
+                    log.warning("group records in %s not replicated: error %d", plog.name, code)
+                    failed = NOT_COORDINATOR if code == NOT_LEADER_OR_FOLLOWER else code
+        return failed
+
+    # --- cluster mode -----------------------------------------------------------------------
+
+    def _coordinator_error(self, group_id: str) -> int:
+        count = self.replicas.partition_count(OFFSETS_TOPIC)
+        if not count:
+            return COORDINATOR_NOT_AVAILABLE
+        p = partition_for(group_id, count)
+        if p in self._loaded and not self.replicas.leader_error(OFFSETS_TOPIC, p):
+            return 0
+        return NOT_COORDINATOR
+
+    def _on_leadership(self, topic: str, partition: int, leads: bool, epoch: int) -> None:
+        if topic != OFFSETS_TOPIC:
+            return
+        count = self.replicas.partition_count(OFFSETS_TOPIC)
+        if leads:
+            self.offsets.ensure()
+            loaded = self.coordinator.load(self.offsets.replay_partition(partition))
+            self._loaded.add(partition)
+            log.info(
+                "coordinating the groups of %s-%d (epoch %d): %d loaded",
+                OFFSETS_TOPIC, partition, epoch, loaded,
+            )  # fmt: skip
+        else:
+            self._loaded.discard(partition)
+            gone = self.coordinator.unload(lambda g: partition_for(g, count) == partition)
+            log.info("%s-%d led elsewhere now: %d group(s) moved", OFFSETS_TOPIC, partition, gone)
 
 
 def group_service(broker: Any) -> GroupService:

@@ -109,8 +109,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
     txn = request.get("transactional_id")
     if txn is not None and not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
         return _refuse_all(request, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    replicas = broker.cluster.replicas if broker.cluster is not None else None
     to_flush = []
     internal_allowed = ctx.client_id == ADMIN_CLIENT_ID
+    to_replicate = []  # acks=all in a cluster: (answer, topic, partition, last offset)
     requested = ctx.partitions(request["topic_data"], FIELDS, Operation.WRITE)
     turns = Turns()  # a request may name a hundred thousand partitions
     for pd, plog, answers in requested:
@@ -136,6 +138,11 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
         if refused is not None:
             answers.append({"index": index, "error_code": refused[0], "error_message": refused[1]})
             continue
+        if replicas is not None and acks == -1:  # enough replicas in sync (min.insync.replicas)
+            code = replicas.check_produce(plog.topic, index, acks)
+            if code:
+                answers.append({"index": index, "error_code": code})
+                continue
         refused_txn = txn is not None and refusal(broker, txn, plog.topic, index, records)
         if refused_txn:  # a transactional batch for a partition not in its transaction
             answers.append({"index": index, "error_code": refused_txn})
@@ -168,18 +175,27 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
         if res.flush_needed:
             to_flush.append(plog)
         t = res.log_append_time
-        answers.append(
-            {
-                "index": index,
-                "error_code": 0,
-                "base_offset": res.base_offset,
-                "log_append_time": -1 if t is None else t,
-                "log_start_offset": res.log_start_offset,
-            }
-        )
+        answer = {
+            "index": index,
+            "error_code": 0,
+            "base_offset": res.base_offset,
+            "log_append_time": -1 if t is None else t,
+            "log_start_offset": res.log_start_offset,
+        }
+        answers.append(answer)
+        if replicas is not None and acks == -1:
+            to_replicate.append((answer, plog.topic, index, res.last_offset))
     if to_flush:
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in to_flush))
+    if to_replicate:  # answered once the ISR has the batches (the request's timeout bounds it)
+        timeout = request.get("timeout", 30000) / 1000
+        codes = await asyncio.gather(
+            *(replicas.wait_replicated(n, i, last, timeout) for _, n, i, last in to_replicate)
+        )
+        for (answer, *_), code in zip(to_replicate, codes, strict=True):
+            if code:
+                answer.update(error_code=code, base_offset=-1)
     if acks == 0:
         if requested.denied and ctx.connection is not None:
             ctx.connection.abort()  # no answer to carry the error: Kafka closes the connection

@@ -36,7 +36,9 @@ from rdmalog.store.legacy_format import MAGIC_V0, MAGIC_V1, down_convert
 from rdmalog.store.segment import FileSlice
 
 _EMPTY = b""
-_BY_NAME = PartitionFields(topic="topic", index="partition", missing={"records": _EMPTY})
+_BY_NAME = PartitionFields(
+    topic="topic", index="partition", missing={"records": _EMPTY}, epoch="current_leader_epoch"
+)
 _BY_ID = _BY_NAME._replace(topic="topic_id")
 
 
@@ -67,6 +69,13 @@ class _Refused(Exception):
         self.error_code = code
 
 
+def replica_id_of(request: dict, version: int) -> int:
+    """The fetching replica's broker id (-1: a consumer); v15 moved it into replica_state."""
+    if version >= 15:
+        return (request.get("replica_state") or {}).get("replica_id", -1)
+    return request.get("replica_id", -1)
+
+
 def _requested(ctx: RequestContext, request: dict, by_id: bool) -> RequestedPartitions:
     """The partitions asked for: a consumer needs READ on each topic, a follower (replica id >= 0)
     CLUSTER_ACTION on the cluster, or every partition is refused (as Kafka does)."""
@@ -81,10 +90,14 @@ def _requested(ctx: RequestContext, request: dict, by_id: bool) -> RequestedPart
 
 
 async def _read_all(
-    ctx: RequestContext, request: dict, by_id: bool
+    ctx: RequestContext, request: dict, by_id: bool, replica_id: int = -1
 ) -> tuple[list, int, list[Log], bool, dict[str, int]]:
     """One pass over the requested partitions -> (responses, bytes, logs, any error, bytes per
-    topic); a request of many partitions gives the event loop its turns meanwhile."""
+    topic); a request of many partitions gives the event loop its turns meanwhile.
+
+    In a cluster a follower (replica_id >= 0) reads up to the log end offset, and its fetch offset
+    tells the leader how far it has come (consumers read up to the high watermark)."""
+    replicas = ctx.broker.cluster.replicas if replica_id >= 0 else None
     version = ctx.api_version
     budget = min(request.get("max_bytes", 0x7FFFFFFF), ctx.broker.config.get("fetch.max.bytes"))
     total = 0
@@ -98,10 +111,28 @@ async def _read_all(
         if turns.due():
             await turns.take()
         index = p["partition"]
+        offset = p["fetch_offset"]
+        if replicas is not None:
+            code = replicas.follower_fetch(
+                plog.topic, index, replica_id, offset, p.get("current_leader_epoch", -1)
+            )
+            if code:
+                parts.append(
+                    {
+                        "partition_index": index,
+                        "error_code": code,
+                        "high_watermark": plog.high_watermark,
+                        "log_start_offset": plog.log_start_offset,
+                        "records": _EMPTY,
+                    }
+                )
+                errors = True
+                continue
         hw = plog.high_watermark
         lso = plog.last_stable_offset
         start = plog.log_start_offset
-        offset = p["fetch_offset"]
+        # followers read to the log end, read_committed consumers to the last stable offset
+        upper = plog.log_end_offset if replicas is not None else lso if committed else hw
         entry = {
             "partition_index": index,
             "error_code": 0,
@@ -116,14 +147,15 @@ async def _read_all(
             errors = True
             continue
         logs.append(plog)
-        upper = lso if committed else hw
         if offset >= upper:
             continue
         limit = min(p["partition_max_bytes"], budget - total)
         if total and limit <= 0:
             continue
         try:
-            sl = plog.read(offset, max(limit, 1), upper if committed else None)
+            sl = plog.read(
+                offset, max(limit, 1), upper_bound=upper if committed or replicas else None
+            )
             if sl is None or sl.length == 0:
                 continue
             if total and sl.length > limit:
@@ -162,7 +194,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         # cannot be ours: Kafka answers FETCH_SESSION_ID_NOT_FOUND and the client starts over.
         return {"throttle_time": 0, "error_code": FETCH_SESSION_ID_NOT_FOUND, "responses": []}
     by_id = ctx.api_version >= 13
-    responses, total, logs, errors, by_topic = await _read_all(ctx, request, by_id)
+    # in a cluster a follower's fetch (replica id >= 0); a single broker serves consumers only
+    replica_id = replica_id_of(request, ctx.api_version) if ctx.broker.cluster is not None else -1
+    responses, total, logs, errors, by_topic = await _read_all(ctx, request, by_id, replica_id)
     min_bytes = request.get("min_bytes", 0)
     wait_ms = request.get("max_wait", 0)
     if total < min_bytes and not errors and wait_ms > 0 and logs:
@@ -172,8 +206,13 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            woke = await ctx.broker.wait_for_data(logs, remaining)
-            responses, total, logs, errors, by_topic = await _read_all(ctx, request, by_id)
+            if replica_id >= 0:  # followers wait for appends, consumers for the high watermark
+                woke = await ctx.broker.cluster.replicas.wait_for_appends(logs, remaining)
+            else:
+                woke = await ctx.broker.wait_for_data(logs, remaining)
+            responses, total, logs, errors, by_topic = await _read_all(
+                ctx, request, by_id, replica_id
+            )
             if total >= min_bytes or errors or not woke or not logs:
                 break
     if by_topic:

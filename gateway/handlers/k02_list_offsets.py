@@ -67,7 +67,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     twice = duplicates(
         (t["name"], p["partition_index"]) for t in request["topics"] for p in t["partitions"]
     )
-    requested = ctx.partitions(request["topics"], PartitionFields(), Operation.DESCRIBE)
+    requested = ctx.partitions(
+        request["topics"], PartitionFields(epoch="current_leader_epoch"), Operation.DESCRIBE
+    )
     v0 = ctx.api_version == 0
     turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:

@@ -71,7 +71,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             retention_ms=retention,
         )
     )
-    await service.durable()
+    failed = await service.durable()  # in a cluster: the ISR has the commits, or why not
 
     def topic_answer(item: tuple[object, str | None, list[int]]) -> dict:
         key, name, parts = item
@@ -82,7 +82,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             if name is None
             else E.TOPIC_AUTHORIZATION_FAILED
             if name in denied
-            else results.get((name, p), E.NONE)
+            else results.get((name, p), E.NONE) or failed
             for p in parts
         ]
         entry = {"topic_id": key} if by_id else {"name": key}

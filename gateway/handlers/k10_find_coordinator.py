@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from gateway.broker import RequestContext
-from gateway.groups.schema import OFFSETS_TOPIC
+from gateway.groups.schema import OFFSETS_TOPIC, partition_for
 from gateway.groups.service import group_service
 from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
@@ -49,6 +49,8 @@ def _answer(ctx: RequestContext, key: str, key_type: int, unavailable: str | Non
         return _refusal(key, E.INVALID_GROUP_ID, "the group id must not be empty")
     if unavailable is not None:
         return _refusal(key, E.COORDINATOR_NOT_AVAILABLE, unavailable)
+    if broker.cluster is not None:
+        return _cluster_answer(ctx, key)
     host, port = broker.endpoint(ctx.listener)
     return {
         "key": key,
@@ -60,8 +62,47 @@ def _answer(ctx: RequestContext, key: str, key_type: int, unavailable: str | Non
     }
 
 
+def _cluster_answer(ctx: RequestContext, key: str) -> dict:
+    """Cluster mode: the leader of the group's `__consumer_offsets` partition coordinates it."""
+    node = ctx.broker.cluster
+    tv = node.view.topic(OFFSETS_TOPIC)
+    state = None if tv is None else tv.states.get(partition_for(key, len(tv.assignment.partitions)))
+    live = node.view.live_brokers()
+    if state is None or state.leader not in live:
+        return _refusal(key, E.COORDINATOR_NOT_AVAILABLE, "The coordinator is not available.")
+    leader = live[state.leader].endpoint(ctx.listener or node.listener)
+    return {
+        "key": key,
+        "error_code": E.NONE,
+        "error_message": None,
+        "node_id": state.leader,
+        "host": leader.host,
+        "port": leader.port,
+    }
+
+
 async def _offsets_topic_problem(ctx: RequestContext) -> str | None:
-    """Create `__consumer_offsets` when missing; why it cannot be, or None."""
+    """Create `__consumer_offsets` when missing; why it cannot be, or None. In a cluster it is
+    created through ZooKeeper (offsets.topic.replication.factor live brokers needed)."""
+    node = ctx.broker.cluster
+    if node is not None:
+        if node.view.topic(OFFSETS_TOPIC) is not None:
+            return None
+        from gateway.cluster.admin import auto_create
+
+        cfg = ctx.broker.config
+        configs = {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(cfg.get("offsets.topic.segment.bytes")),
+        }
+        await auto_create(
+            node,
+            OFFSETS_TOPIC,
+            cfg.get("offsets.topic.num.partitions"),
+            cfg.get("offsets.topic.replication.factor"),
+            configs,
+        )
+        return f"{OFFSETS_TOPIC} is being created"
     if ctx.broker.topic(OFFSETS_TOPIC) is not None:
         return None
     # Kafka creates __consumer_offsets here. Its 50 partitions are tens to hundreds of ms of file

@@ -129,6 +129,56 @@ def _configs(ctx: RequestContext, name: str, config: TopicConfig) -> dict:
     return {"configs": None, "topic_config_error_code": TOPIC_AUTHORIZATION_FAILED}
 
 
+async def _create_in_cluster(
+    ctx: RequestContext, t: dict, validate_only: bool, timeout_ms: int
+) -> dict:
+    """Cluster mode: the controller writes the topic to ZooKeeper (gateway/cluster/admin.py)."""
+    from gateway.cluster import admin
+
+    node = ctx.broker.cluster
+    name = t["name"]
+    bad = topic_name_error(name)
+    if bad is not None:
+        return _fail(name, INVALID_TOPIC_EXCEPTION, bad)
+    if name in INTERNAL_TOPICS:
+        return _fail(name, INVALID_REQUEST, f"Creation of internal topic {name} is prohibited.")
+    if admin.not_controller(node):
+        return _fail(
+            name, admin.NOT_CONTROLLER, "This is not the correct controller for this cluster."
+        )
+    assignments = t.get("assignments") or []
+    if assignments and (t["num_partitions"] != -1 or t["replication_factor"] != -1):
+        return _fail(
+            name,
+            INVALID_REQUEST,
+            "Both numPartitions or replicationFactor and replicasAssignments were set. "
+            "Both cannot be used at the same time.",
+        )
+    configs = {c["name"]: c["value"] for c in t.get("configs") or [] if c["value"] is not None}
+    try:
+        plan = admin.plan_topic(
+            node, name, t["num_partitions"], t["replication_factor"], assignments, configs
+        )
+        config = TopicConfig.from_overrides(ctx.broker.config, configs)
+        topic_id = None
+        if not validate_only:
+            topic_id = await admin.create_topic(node, name, plan, configs, timeout_ms)
+    except Exception as exc:
+        code = admin.error_code_of(exc)
+        if code == -1:
+            log.exception("creating topic %s failed", name)
+        return _fail(name, code, str(exc) or None)
+    return {
+        "name": name,
+        "topic_id": topic_id,
+        "error_code": 0,
+        "error_message": None,
+        "num_partitions": len(plan),
+        "replication_factor": len(plan[0]),
+        **_configs(ctx, name, config),
+    }
+
+
 @api(19, 0, 7, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Create every requested topic (or only validate); one result per topic."""
@@ -148,6 +198,8 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                 INVALID_REQUEST,
                 "Create topics request from client contains duplicate topic name.",
             )
+        if ctx.broker.cluster is not None:
+            return await _create_in_cluster(ctx, t, validate_only, request.get("timeout", 30000))
         return await _create_one(ctx, t, validate_only)
 
     results = await answer_each(ctx, ("topics",), topics, create)

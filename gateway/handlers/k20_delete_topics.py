@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import NamedTuple
 
 from gateway.broker import RequestContext
 from gateway.handlers.answers import answer_each, duplicates
@@ -34,9 +35,23 @@ def _fail(name: str | None, topic_id, code: int, message: str) -> dict:
     return {"name": name, "topic_id": topic_id, "error_code": code, "error_message": message}
 
 
+class _ClusterTopic(NamedTuple):
+    name: str
+    topic_id: object
+
+
+def _find(broker, name: str | None, topic_id):
+    """The topic by name or id: the store's, or in a cluster ZooKeeper's (any broker answers)."""
+    if broker.cluster is None:
+        return broker.topic(name) if name is not None else broker.topic_by_id(topic_id)
+    view = broker.cluster.view
+    tv = view.topic(name) if name is not None else view.topic_by_id(topic_id)
+    return None if tv is None else _ClusterTopic(tv.name, tv.assignment.topic_id)
+
+
 async def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
     broker = ctx.broker
-    topic = broker.topic(name) if name is not None else broker.topic_by_id(topic_id)
+    topic = _find(broker, name, topic_id)
     if name is not None and not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, name):
         return {"name": name, "topic_id": topic_id, "error_code": TOPIC_AUTHORIZATION_FAILED}
     if topic is not None and name is None:
@@ -60,7 +75,16 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
             f"Deletion of internal topic {topic.name} is prohibited.",
         )
     try:
-        await broker.delete_topic(topic.name)
+        if broker.cluster is not None:  # the controller deletes it through ZooKeeper
+            from gateway.cluster import admin
+
+            if admin.not_controller(broker.cluster):
+                return _fail(
+                    topic.name, topic.topic_id, admin.NOT_CONTROLLER, "This is not the controller."
+                )
+            await admin.delete_topic(broker.cluster, topic.name, ctx.extra.get("timeout_ms", 30000))
+        else:
+            await broker.delete_topic(topic.name)
     except Exception as exc:
         code = error_code_of(exc)
         if code == -1:
@@ -73,6 +97,7 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
 @api(20, 0, 6, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Delete each named (or, v6, identified) topic."""
+    ctx.extra["timeout_ms"] = request.get("timeout", 30000)  # in a cluster: how long to wait
     if ctx.api_version < 6:
         names = request["topic_names"]
         dup = duplicates(names)

@@ -9,7 +9,9 @@ from rdmalog.errors import FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
 from rdmalog.security.authorizer import Operation
 from rdmalog.store.interface import Log
 
-FIELDS = PartitionFields(topic="topic", index="partition", answer_index="partition")
+FIELDS = PartitionFields(
+    topic="topic", index="partition", answer_index="partition", epoch="current_leader_epoch"
+)
 
 
 def _answer(plog: Log, p: dict) -> dict:

@@ -16,6 +16,7 @@ from gateway.handlers.resources import (
     PASSWORD,
     TOPIC,
     broker_resource_error,
+    cluster_topic,
     config_type,
     resource_denied,
     unknown_resource,
@@ -81,7 +82,7 @@ def _describe(broker, res: dict, synonyms: bool) -> dict:
     result = {"resource_type": rtype, "resource_name": name, "error_code": 0, "configs": []}
     try:
         if rtype == TOPIC:
-            topic = broker.topic(name)
+            topic = broker.topic(name) if broker.cluster is None else cluster_topic(broker, name)
             if topic is None:
                 result.update(unknown_resource(name))
             else:

@@ -66,6 +66,26 @@ async def _grow(broker: Broker, t: dict, validate_only: bool) -> dict:
     return out
 
 
+async def _grow_in_cluster(
+    ctx: RequestContext, t: dict, validate_only: bool, timeout_ms: int
+) -> dict:
+    """Cluster mode: the controller grows the topic's assignment in ZooKeeper."""
+    from gateway.cluster import admin
+
+    node = ctx.broker.cluster
+    out = {"name": t["name"], "error_code": 0, "error_message": None}
+    if admin.not_controller(node):
+        out.update(error_code=admin.NOT_CONTROLLER, error_message="This is not the controller.")
+        return out
+    try:
+        await admin.create_partitions(
+            node, t["name"], t["count"], t.get("assignments"), validate_only, timeout_ms
+        )
+    except Exception as exc:
+        out.update(error_code=admin.error_code_of(exc), error_message=str(exc) or None)
+    return out
+
+
 @api(37, 0, 3)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Create the missing partitions of each topic (or only validate)."""
@@ -85,6 +105,14 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                 "error_code": INVALID_REQUEST,
                 "error_message": "Duplicate topic name.",
             }
+        if ctx.broker.cluster is not None:
+            if t["name"] in INTERNAL_TOPICS:
+                return {
+                    "name": t["name"],
+                    "error_code": INVALID_REQUEST,
+                    "error_message": f"Adding partitions to internal topic {t['name']} is prohibited.",
+                }
+            return await _grow_in_cluster(ctx, t, validate_only, request.get("timeout", 30000))
         return await _grow(ctx.broker, t, validate_only)
 
     results = await answer_each(ctx, ("results",), request["topics"], grow)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gateway.broker import RequestContext
+from gateway.cluster.metadata import describe_cluster_brokers
 from gateway.handlers.registry import api
 from rdmalog.errors import UNSUPPORTED_ENDPOINT_TYPE
 from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
@@ -13,7 +14,7 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 @api(60, 0, 2)
 async def handle(ctx: RequestContext, request: dict) -> dict:
-    """Describe this (single-broker) cluster."""
+    """Describe this cluster (one broker, or the brokers registered in ZooKeeper)."""
     broker = ctx.broker
     endpoint_type = request.get("endpoint_type", BROKERS_ENDPOINT)
     response = {
@@ -40,6 +41,12 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         and ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
         else AUTHORIZED_OPERATIONS_OMITTED,
     }
+    if broker.cluster is not None:  # the cluster as ZooKeeper has it
+        view = broker.cluster.view
+        response["controller_id"] = view.controller_id
+        response["brokers"] = describe_cluster_brokers(
+            view, ctx.listener or broker.cluster.listener
+        )
     if endpoint_type != BROKERS_ENDPOINT:
         response.update(
             error_code=UNSUPPORTED_ENDPOINT_TYPE,

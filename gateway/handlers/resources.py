@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.broker import Broker, RequestContext
+from rdmalog.config import TOPIC_DEFS, TopicConfig
 from rdmalog.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     INVALID_REQUEST,
@@ -134,7 +135,7 @@ async def alter_resource(
     if invalid:
         out.update(invalid)
         return out
-    topic = broker.topic(name)
+    topic = broker.topic(name) if broker.cluster is None else cluster_topic(broker, name)
     if topic is None:
         out.update(unknown_resource(name))
         return out
@@ -142,8 +143,62 @@ async def alter_resource(
         changes = changes_of(topic, configs)
         if validate_only:
             topic.config.altered(changes, replace=replace)
+        elif broker.cluster is not None:  # ZooKeeper's /config/topics; every replica applies it
+            await broker.in_admin_thread(
+                _alter_in_zookeeper, broker, name, configs, changes_of, replace
+            )
         else:
             await broker.in_admin_thread(broker.alter_topic_config, name, changes, replace)
     except Exception as exc:  # store errors carry their Kafka code
         out.update(error_code=error_code_of(exc), error_message=str(exc))
     return out
+
+
+CONFIG_WRITE_ATTEMPTS = 10  # alters of one topic's configs racing at several brokers
+
+
+def _alter_in_zookeeper(
+    broker: Broker,
+    name: str,
+    configs: list[dict],
+    changes_of: Callable[[Any, list[dict]], dict[str, str | None]],
+    replace: bool,
+) -> None:
+    """Cluster mode (in the admin thread): the changes applied to /config/topics/<name> as read,
+    written back at the version read, with the change notification, in one transaction: all of a
+    resource's changes or none, and none lost to an alter at another broker (read again, applied
+    again). Keys rdmalog does not know stay unless the request replaces every override."""
+    from rdmalog.cluster.registry import StaleStateError
+
+    registry = broker.cluster.registry
+    for _ in range(CONFIG_WRITE_ATTEMPTS):
+        stored, version = registry.versioned_topic_configs(name)
+        known = {k: v for k, v in stored.items() if k in TOPIC_DEFS}
+        topic = ClusterTopic(name, TopicConfig.from_overrides(broker.config, known))
+        new = topic.config.altered(changes_of(topic, configs), replace=replace)
+        kept = {} if replace else {k: v for k, v in stored.items() if k not in TOPIC_DEFS}
+        try:
+            registry.set_topic_configs(name, {**kept, **new.overrides}, version)
+            return
+        except StaleStateError:
+            continue
+    raise StaleStateError(f"the configs of {name} kept changing; try again")
+
+
+class ClusterTopic(NamedTuple):
+    """A topic's config as the cluster has it (in ZooKeeper), on any broker."""
+
+    name: str
+    config: TopicConfig
+    deletion_suspended: bool = False  # what this broker's replica says, when it holds one
+
+
+def cluster_topic(broker: Broker, name: str) -> ClusterTopic | None:
+    """Cluster mode: the topic's config from ZooKeeper's /config/topics (None: no such topic)."""
+    tv = broker.cluster.view.topic(name)
+    if tv is None:
+        return None
+    known = {k: v for k, v in tv.configs.items() if k in TOPIC_DEFS}
+    local = broker.topic(name)
+    suspended = bool(getattr(local, "deletion_suspended", False))
+    return ClusterTopic(name, TopicConfig.from_overrides(broker.config, known), suspended)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -95,9 +96,18 @@ class KafkaConnection:
         self._lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, host: str, port: int, client_id: str = "rdmalog") -> KafkaConnection:
+    async def open(
+        cls,
+        host: str,
+        port: int,
+        client_id: str = "rdmalog",
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> KafkaConnection:
+        """Connect (over TLS with `ssl_context`)."""
         loop = asyncio.get_running_loop()
-        transport, receiver = await loop.create_connection(_Receiver, host, port)
+        transport, receiver = await loop.create_connection(
+            _Receiver, host, port, ssl=ssl_context, server_hostname=host if ssl_context else None
+        )
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):

@@ -20,6 +20,7 @@ from gateway.transactions.markers import PartitionMarkers
 from gateway.transactions.model import TxnConfig
 from gateway.transactions.schema import TRANSACTION_STATE_TOPIC
 from gateway.transactions.state_topic import TransactionStateTopic
+from rdmalog.errors import KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,8 @@ class TransactionService:
     async def ensure_topic(self) -> None:
         """Create `__transaction_state` when missing (in the admin thread: its partitions are file
         work)."""
+        if getattr(self.broker, "cluster", None) is not None:  # its topic comes through ZooKeeper
+            raise KafkaError("transactions are not coordinated in cluster mode yet")
         if TRANSACTION_STATE_TOPIC not in self.broker.store.topics:
             await self.broker.in_admin_thread(self.topic.ensure)
 

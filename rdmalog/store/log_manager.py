@@ -136,10 +136,15 @@ class Store:
         *,
         clock: Callable[[], int] = wall_clock_ms,
         adoption_metadata: ClusterMetadata | None = None,
+        replicated: bool = False,
+        cluster_id: str | None = None,
     ) -> None:
         """`adoption_metadata`: the topic ids and configs of partition directories to adopt, in
         place of the log dir's KRaft metadata log (`rdmalog import` passes what the operator gave:
-        a configs file, or a source cluster's answers)."""
+        a configs file, or a source cluster's answers); `replicated`: cluster mode, where the
+        replica manager moves every log's high watermark (from the checkpointed one at open);
+        `cluster_id`: the cluster's id (from ZooKeeper), which a data dir of another cluster
+        refuses."""
         self.dir = Path(data_dir) if data_dir is not None else config.log_dirs[0]
         self._adoption_metadata = adoption_metadata
         self.config = config
@@ -149,6 +154,9 @@ class Store:
         self.lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
         self.cluster_id = ""
+        self.replicated = replicated
+        self._expected_cluster_id = cluster_id
+        self._hw_checkpoint: dict[tuple[str, int], int] = {}
         self.producer_ids: ProducerIdAllocator | None = None
         self.node_id = config.node_id
         self._stop = threading.Event()
@@ -188,6 +196,8 @@ class Store:
         clean = marker.exists()
         recovery = ck.read_offset_checkpoint(self.dir / ck.RECOVERY_POINT_CHECKPOINT)
         starts = ck.read_offset_checkpoint(self.dir / ck.LOG_START_OFFSET_CHECKPOINT)
+        if self.replicated:
+            self._hw_checkpoint = ck.read_offset_checkpoint(self.dir / ck.REPLICATION_CHECKPOINT)
         records = self._load_topic_records()
         self._adopt_partition_dirs(records)
         for rec in list(records.values()):
@@ -302,11 +312,18 @@ class Store:
 
     def _load_meta_properties(self) -> None:
         props = ck.read_meta_properties(self.dir)
+        expected = self._expected_cluster_id
         if props is None:
-            self.cluster_id = ck.uuid_to_kafka(uuid.uuid4())
+            self.cluster_id = expected or ck.uuid_to_kafka(uuid.uuid4())
             ck.write_meta_properties(self.dir, self.cluster_id, self.node_id)
             return
-        self.cluster_id = props.get("cluster.id", "") or ck.uuid_to_kafka(uuid.uuid4())
+        self.cluster_id = props.get("cluster.id", "") or expected or ck.uuid_to_kafka(uuid.uuid4())
+        if expected and self.cluster_id != expected:
+            raise KafkaStorageError(
+                f"The Cluster ID {expected} doesn't match stored clusterId {self.cluster_id} in "
+                f"{self.dir / ck.META_PROPERTIES}. The broker is trying to join the wrong cluster. "
+                "Configured zookeeper.connect may be wrong."
+            )
         stored = props.get("node.id", props.get("broker.id"))
         explicit = self.config.is_set("node.id") or self.config.is_set("broker.id")
         if stored is not None and int(stored) != self.node_id:
@@ -484,6 +501,7 @@ class Store:
         plog = PartitionLog(
             d, topic.name, p, topic.config,
             recovery_point=recovery, log_start_offset=start, clean_shutdown=clean, clock=self.clock,
+            replicated=self.replicated, high_watermark=self._hw_checkpoint.get((topic.name, p), 0),
         ).open()  # fmt: skip
         plog.deletion_suspended = topic.deletion_suspended
         if stored is None:
@@ -519,7 +537,9 @@ class Store:
         try:
             for p in range(first, total):
                 d = self.dir / f"{topic.name}-{p}"
-                plog = PartitionLog(d, topic.name, p, topic.config, clock=self.clock)
+                plog = PartitionLog(
+                    d, topic.name, p, topic.config, clock=self.clock, replicated=self.replicated
+                )
                 plog.create()  # FileExistsError: something else has the directory's name
                 plog.deletion_suspended = topic.deletion_suspended
                 made.append(plog)

@@ -14,6 +14,7 @@ import functools
 import threading
 from collections.abc import Callable
 
+from rdmalog.errors import NotLeaderOrFollowerError
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport._atomic64 import store
 from rdmalog.rdma.transport.interface import Access
@@ -244,10 +245,17 @@ class Partitions:
         self.store = store
         self.lock = lock
         self.by_key: dict[tuple[str, int], PartState] = {}
+        # cluster mode: 0 when this broker leads the partition (else a Kafka error code); native
+        # producers and consumers are served by the leader only
+        self.leader_check: Callable[[str, int], int] | None = None
 
     def get(self, topic: str, partition: int) -> PartState:
-        """The partition's state (raises the store's error for an unknown one); a log that was
-        deleted and created again gets a new one."""
+        """The partition's state (raises the store's error for an unknown one, and in a cluster
+        NotLeaderOrFollowerError where this broker does not lead); a log that was deleted and
+        created again gets a new one."""
+        check = self.leader_check
+        if check is not None and check(topic, partition):
+            raise NotLeaderOrFollowerError(f"this broker does not lead {topic}-{partition}")
         plog = self.store.partition(topic, partition)
         with self.lock:
             ps = self.by_key.get((topic, partition))

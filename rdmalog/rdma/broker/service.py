@@ -166,6 +166,23 @@ class RdmaService:
         self.stop()
 
     # -- the gateway's appends (see OrderedCommits) ------------------------------------------------
+    @property
+    def leader_check(self):
+        """Cluster mode: `check(topic, partition)` is 0 where this broker leads (see Partitions)."""
+        return self.partitions.leader_check
+
+    @leader_check.setter
+    def leader_check(self, check) -> None:
+        self.partitions.leader_check = check
+
+    def revoke_produce(self, topic: str, partition: int) -> None:
+        """Withdraw a partition's produce grant (cluster mode: its leadership moved away)."""
+        with self.lock:
+            ps = self.parts.get((topic, partition))
+            f = None if ps is None else ps.produce
+        if f is not None and not f.revoked:
+            self.ordering.revoke(f)
+
     def try_append(self, topic: str, partition: int, buf, leader_epoch: int | None = None):
         """A plain append when no RDMA producer holds the head; None: call `append` off the loop."""
         return self.ordering.try_append(topic, partition, buf, leader_epoch)

@@ -1,0 +1,115 @@
+"""A follower's connection to its leader: Fetch (v12) and OffsetForLeaderEpoch (v4) with the
+follower's replica id, on the gateway's codec (rdmalog.cluster.fetcher.LeaderConnection), over the
+leader's inter-broker listener with its security (TLS, SASL login)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.protocol.client import KafkaConnection
+from rdmalog.security.inter_broker import ClientSecurity, authenticate
+
+FETCH, FETCH_VERSION = 1, 12
+OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION = 23, 4
+
+
+class ReplicaLink:
+    """Requests a follower sends to a leader broker."""
+
+    def __init__(self, conn: KafkaConnection) -> None:
+        self.conn = conn
+
+    @classmethod
+    async def open(
+        cls, host: str, port: int, security: ClientSecurity | None = None
+    ) -> ReplicaLink:
+        """Connect to a leader's inter-broker listener: TLS and a SASL login as its
+        security protocol asks (rdmalog.security.inter_broker)."""
+        conn = await KafkaConnection.open(
+            host,
+            port,
+            client_id="rdmalog-replica-fetcher",
+            ssl_context=None if security is None else security.ssl_context,
+        )
+        if security is not None:
+            try:
+                await authenticate(conn.request, security)
+            except BaseException:
+                conn.abort()
+                raise
+        return cls(conn)
+
+    async def offsets_for_leader_epoch(
+        self, replica_id: int, partitions: list[tuple[str, int, int, int]]
+    ) -> dict[tuple[str, int], tuple[int, int, int]]:
+        by_topic: dict[str, list[dict]] = {}
+        for topic, p, current, epoch in partitions:
+            by_topic.setdefault(topic, []).append(
+                {"partition": p, "current_leader_epoch": current, "leader_epoch": epoch}
+            )
+        body = {
+            "replica_id": replica_id,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+        }
+        resp = await self.conn.request(
+            OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, body
+        )
+        out = {}
+        for t in resp["topics"]:
+            for p in t["partitions"]:
+                out[(t["topic"], p["partition"])] = (
+                    p["error_code"],
+                    p["leader_epoch"],
+                    p["end_offset"],
+                )
+        return out
+
+    async def fetch(
+        self,
+        replica_id: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        partitions: list[tuple[str, int, int, int, int, int]],
+    ) -> dict[tuple[str, int], tuple[int, int, int, Any]]:
+        by_topic: dict[str, list[dict]] = {}
+        for topic, p, offset, epoch, log_start, part_max in partitions:
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition": p,
+                    "current_leader_epoch": epoch,
+                    "fetch_offset": offset,
+                    "last_fetched_epoch": -1,
+                    "log_start_offset": log_start,
+                    "partition_max_bytes": part_max,
+                }
+            )
+        body = {
+            "replica_id": replica_id,
+            "max_wait": max_wait_ms,
+            "min_bytes": min_bytes,
+            "max_bytes": max_bytes,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+        resp = await self.conn.request(FETCH, FETCH_VERSION, body)
+        out = {}
+        for t in resp["responses"]:
+            for p in t["partitions"]:
+                out[(t["topic"], p["partition_index"])] = (
+                    p["error_code"],
+                    p["high_watermark"],
+                    p["log_start_offset"],
+                    p.get("records"),
+                )
+        return out
+
+    def abort(self) -> None:
+        self.conn.abort()
+
+    async def close(self) -> None:
+        await self.conn.close()
