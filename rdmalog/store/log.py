@@ -73,8 +73,7 @@ from rdmalog.store.records import (
 from rdmalog.store.segment import FileSlice, LogSegment
 from rdmalog.store.segment_swap import SegmentSwap
 from rdmalog.store.stats import LOG_STATS
-from rdmalog.store.transaction_index import AbortedTxn
-from rdmalog.store.transactions import TXN_FLAGS, AbortedIndex, offset_after
+from rdmalog.store.transactions import TXN_FLAGS, AbortedIndex, TransactionalLog
 from rdmalog.store.transactions import on_append as track_transactions
 from rdmalog.store.transactions import rebuild as rebuild_transactions
 
@@ -112,7 +111,7 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
-class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
+class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
     """The segments of one partition directory `<topic>-<partition>`."""
 
     def __init__(
@@ -260,41 +259,6 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
         append path, as Kafka does since KAFKA-15046; recovery assigns the epochs of batches past
         the recovery point again)."""
         self._epochs_unsynced = True
-
-    @property
-    def last_stable_offset(self) -> int:
-        """The offset below which every transaction is decided: the first offset of the earliest
-        open transaction, else the high watermark (what read_committed consumers read up to, and
-        what the cleaner may clean up to)."""
-        first = self.producer_state.first_unstable_offset()
-        hw = self.high_watermark
-        return hw if first is None or first > hw else first
-
-    def aborted_transactions(
-        self, start: int, upper: int, fetched: FileSlice | None = None
-    ) -> list[AbortedTxn]:
-        """The aborted transactions a read_committed fetch of [`start`, `upper`) must be told of;
-        with the `fetched` slice, bounded by the offset after it (as Kafka bounds them)."""
-        if not self.aborted.entries:  # most logs: no lock, no read
-            return []
-        if fetched is not None:
-            after = offset_after(fetched.fileno(), fetched.position, fetched.length)
-            upper = upper if after is None else min(upper, after)
-        with self.lock:
-            return self.aborted.between(start, upper)
-
-    def _reload_aborted(self, _log: PartitionLog, _old: list[LogSegment]) -> None:
-        """The aborted transactions again from the index files, after a cleaning swapped segments
-        (it drops the entries of transactions whose batches and marker it removed: a client must
-        not be told of a transaction whose ABORT marker it will never see)."""
-        with self.lock:
-            self.aborted.load(self._bases)
-
-    def aborted_from(self, start: int, limit: int) -> tuple[list[AbortedTxn], int]:
-        """What a native read_committed consumer learns from `start` on (`AbortedIndex.known_below`:
-        the aborted transactions that began below `upto`, and `upto`)."""
-        with self.lock:
-            return self.aborted.known_below(start, self.last_stable_offset, limit)
 
     @property
     def leader_epoch(self) -> int:

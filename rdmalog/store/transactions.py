@@ -17,10 +17,11 @@ import bisect
 import logging
 import os
 import struct
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rdmalog.store.records import (
     CONTROL_BIT,
@@ -34,7 +35,7 @@ from rdmalog.store.records import (
     build_batch,
     read_header,
 )
-from rdmalog.store.segment import log_file_name
+from rdmalog.store.segment import FileSlice, log_file_name
 from rdmalog.store.transaction_index import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -265,3 +266,49 @@ def offset_after(fd: int, position: int, length: int) -> int | None:
         return None
     base, size = read_header(raw)
     return base if size >= MIN_BATCH_LENGTH + LOG_OVERHEAD else None
+
+
+class TransactionalLog:
+    """What a partition log answers about transactions (a mixin of `PartitionLog`): the last
+    stable offset and the aborted transactions a read_committed reader must skip."""
+
+    lock: threading.RLock
+    aborted: AbortedIndex
+    producer_state: Any
+    high_watermark: int
+    _bases: list[int]
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The offset below which every transaction is decided: the first offset of the earliest
+        open transaction, else the high watermark (what read_committed consumers read up to, and
+        what the cleaner may clean up to)."""
+        first = self.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first is None or first > hw else first
+
+    def aborted_transactions(
+        self, start: int, upper: int, fetched: FileSlice | None = None
+    ) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [`start`, `upper`) must be told of;
+        with the `fetched` slice, bounded by the offset after it (as Kafka bounds them)."""
+        if not self.aborted.entries:  # most logs: no lock, no read
+            return []
+        if fetched is not None:
+            after = offset_after(fetched.fileno(), fetched.position, fetched.length)
+            upper = upper if after is None else min(upper, after)
+        with self.lock:
+            return self.aborted.between(start, upper)
+
+    def _reload_aborted(self, _log: object, _old: list) -> None:
+        """The aborted transactions again from the index files, after a cleaning swapped segments
+        (it drops the entries of transactions whose batches and marker it removed: a client must
+        not be told of a transaction whose ABORT marker it will never see)."""
+        with self.lock:
+            self.aborted.load(self._bases)
+
+    def aborted_from(self, start: int, limit: int) -> tuple[list[AbortedTxn], int]:
+        """What a native read_committed consumer learns from `start` on (`AbortedIndex.known_below`:
+        the aborted transactions that began below `upto`, and `upto`)."""
+        with self.lock:
+            return self.aborted.known_below(start, self.last_stable_offset, limit)
