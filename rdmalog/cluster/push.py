@@ -106,9 +106,8 @@ class FollowerLink(Endpoint):
         self.parts: dict[tuple[str, int], Pushed] = {}
         self.by_file: dict[int, Pushed] = {}
         self.credits = 1  # until a grant says how many
-        self.outstanding: deque[tuple[int, int, int, float, Any]] = (
-            deque()
-        )  # fid, order, end, t, mr
+        # writes not answered yet, oldest first: (wr id, file id, order, posted at)
+        self.outstanding: deque[tuple[int, int, int, float]] = deque()
         self._wr = 0
         self._work: deque[Callable[[], None]] = deque()
         self._stop = threading.Event()
@@ -372,7 +371,7 @@ class FollowerLink(Endpoint):
             pp.source_pos = pos
             pp.next_offset = offset
             pp.inflight += 1
-            self.outstanding.append((pp.file_id, order, offset, time.monotonic(), pp.source_mr))
+            self.outstanding.append((self._wr, pp.file_id, order, time.monotonic()))
 
     def _completion(self, wc) -> None:
         if wc.opcode == Opcode.RECV:
@@ -383,12 +382,19 @@ class FollowerLink(Endpoint):
             for fid, order, status, _base, last, _ in ACK.iter_unpack(self.acks.buf[off : off + n]):
                 self._ack(fid, order, status, last)
             self.qp.post_recv(wc.wr_id, self.acks, off, ACK_BUF)
+        elif wc.status == Status.WR_FLUSH_ERR:
+            raise TransportError("the queue pair to the follower was flushed")
         elif wc.status != Status.SUCCESS:
-            raise TransportError(f"a write failed: {wc.status.name}")
+            # A write that never reached the file (its grant was revoked: a roll, a leader
+            # change): the follower will not answer it. Granted again, or back to pull.
+            for entry in self.outstanding:
+                if entry[0] == wc.wr_id:
+                    self._ack(entry[1], entry[2], AckStatus.REVOKED, -1)
+                    break
 
     def _ack(self, fid: int, order: int, status: int, last: int) -> None:
         for i, entry in enumerate(self.outstanding):
-            if entry[0] == fid and entry[1] == order:
+            if entry[1] == fid and entry[2] == order:
                 del self.outstanding[i]
                 break
         pp = self.by_file.get(fid)
