@@ -6,6 +6,7 @@ pull and return to push, and a deposed leader's writes are refused."""
 from __future__ import annotations
 
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from compat_tests.cluster import BrokerCluster, wait_for
-from tests.cluster.clients import create_topic
+from tests.cluster.clients import ProducerLoad, create_topic, duplicates, read_all
 
 TRANSPORTS = ["shm", "tcp"]
 
@@ -100,3 +101,104 @@ def test_acks_all_through_push(push_cluster: BrokerCluster) -> None:
     # the records were pushed, not fetched: the followers never fell back to pull
     text = c.broker(leader).stderr_path.read_text(errors="replace")
     assert "pull replication for follower" not in text
+
+
+def _count(c: BrokerCluster, broker: int, pattern: str) -> int:
+    return len(re.findall(pattern, c.broker(broker).stderr_path.read_text(errors="replace")))
+
+
+def _same_bytes_everywhere(c: BrokerCluster, topic: str) -> None:
+    def same() -> bool:
+        logs = {b: _log_bytes(c, b, topic) for b in c.brokers}
+        return len(set(logs.values())) == 1
+
+    wait_for("every replica holds the same bytes", same, timeout=60)
+
+
+def _pushed_by(c: BrokerCluster, leader: int, topic: str, follower: int) -> int:
+    return _count(c, leader, rf"{topic}-0: pushing to follower {follower} ")
+
+
+def test_follower_killed_mid_push_pulls_then_is_pushed_again(push_cluster: BrokerCluster) -> None:
+    c = push_cluster
+    create_topic(c.bootstrap, "fk", min_insync_replicas="2")
+    c.wait_isr("fk", {1, 2, 3})
+    leader = c.leader("fk")
+    victim = max(set(c.brokers) - {leader})
+    producer = ProducerLoad(c.bootstrap, "fk", count=2000).start()
+    wait_for("pushing to the victim", lambda: _pushed_by(c, leader, "fk", victim) >= 1)
+    wait_for("a quarter acknowledged", lambda: len(producer.acked) >= 500, timeout=60)
+    c.broker(victim).stop(signal.SIGKILL)
+    wait_for("the ISR without it", lambda: victim not in c.state("fk")["isr"], timeout=30)
+    pushed_before = _pushed_by(c, leader, "fk", victim)
+    c.broker(victim).start()  # it pulls (truncating as KIP-101 says), catches up, is pushed
+    c.wait_isr("fk", {1, 2, 3}, timeout=60)
+    wait_for("pushed again", lambda: _pushed_by(c, leader, "fk", victim) > pushed_before)
+    producer.finish()
+    assert not producer.errors, producer.errors[:5]
+    log = read_all(c.bootstrap, "fk")
+    assert set(producer.acked) <= set(log)
+    assert duplicates(log) == []
+    _same_bytes_everywhere(c, "fk")
+
+
+def test_leader_killed_mid_push_loses_nothing_acknowledged(push_cluster: BrokerCluster) -> None:
+    c = push_cluster
+    create_topic(c.bootstrap, "lk", min_insync_replicas="2")
+    c.wait_isr("lk", {1, 2, 3})
+    leader = c.leader("lk")
+    producer = ProducerLoad(c.bootstrap, "lk", count=2000).start()
+    wait_for("pushing", lambda: len(_pushing(c, leader, "lk")) == 2)
+    wait_for("a quarter acknowledged", lambda: len(producer.acked) >= 500, timeout=60)
+    c.broker(leader).stop(signal.SIGKILL)
+    new = wait_for(
+        "a new leader", lambda: c.leader("lk") not in (-1, leader) and c.leader("lk"), timeout=60
+    )
+    other = (set(c.brokers) - {leader, new}).pop()
+    wait_for("the new leader pushes", lambda: other in _pushing(c, new, "lk"), timeout=60)
+    producer.finish()
+    assert not producer.errors, producer.errors[:5]
+    acked = set(producer.acked)
+    assert len(acked) == 2000
+    # the old leader returns as a follower: its uncommitted tail is truncated, then it is pushed
+    c.broker(leader).start()
+    c.wait_isr("lk", {1, 2, 3}, timeout=60)
+    wait_for("the old leader is pushed", lambda: leader in _pushing(c, new, "lk"), timeout=60)
+    log = read_all(c.bootstrap, "lk")
+    assert acked <= set(log), f"lost: {sorted(acked - set(log))[:10]}"
+    assert duplicates(log) == []
+    _same_bytes_everywhere(c, "lk")
+
+
+def test_follower_that_stops_taking_writes(push_cluster: BrokerCluster) -> None:
+    """Frozen (SIGSTOP): the leader's credits run out and it stays bounded; the follower leaves
+    the ISR after replica.lag.time.max.ms, producers go on; thawed, it pulls and is pushed again."""
+    c = push_cluster
+    create_topic(c.bootstrap, "frozen", min_insync_replicas="2")
+    c.wait_isr("frozen", {1, 2, 3})
+    leader = c.leader("frozen")
+    victim = max(set(c.brokers) - {leader})
+    producer = ProducerLoad(c.bootstrap, "frozen", count=1_000_000).start()  # until stopped
+    wait_for("pushing to the victim", lambda: _pushed_by(c, leader, "frozen", victim) >= 1)
+    wait_for("some acknowledged", lambda: len(producer.acked) >= 200, timeout=60)
+    c.broker(victim).proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for("the ISR without it", lambda: victim not in c.state("frozen")["isr"], timeout=30)
+        wait_for(
+            "the leader's push link to it is given up",
+            lambda: _count(c, leader, rf"push link to broker {victim} is down") >= 1,
+            timeout=30,
+        )
+        acked = len(producer.acked)
+        wait_for("acks=all goes on without it", lambda: len(producer.acked) > acked + 100)
+    finally:
+        c.broker(victim).proc.send_signal(signal.SIGCONT)
+    pushed_before = _pushed_by(c, leader, "frozen", victim)
+    c.wait_isr("frozen", {1, 2, 3}, timeout=60)
+    wait_for("pushed again", lambda: _pushed_by(c, leader, "frozen", victim) > pushed_before)
+    producer.stop()
+    assert not producer.errors, producer.errors[:5]
+    log = read_all(c.bootstrap, "frozen")
+    assert set(producer.acked) <= set(log)
+    assert duplicates(log) == []
+    _same_bytes_everywhere(c, "frozen")
