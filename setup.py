@@ -1,5 +1,5 @@
-"""Builds the C extensions (64-bit atomics on shared mappings; the native consumer's batch decoder);
-pyproject.toml holds the rest."""
+"""Builds the C extensions (64-bit atomics on shared mappings; the native clients' batch codec; the
+store's batch check); pyproject.toml holds the rest."""
 
 from setuptools import Extension, setup
 
@@ -11,9 +11,17 @@ setup(
             extra_compile_args=["-O2"],
             optional=False,
         ),
+        Extension(  # optional: rdmalog/store/records.py falls back to Python without it
+            "rdmalog.store._records",
+            ["rdmalog/store/_records.c"],
+            depends=["rdmalog/store/crc32c.h"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
         Extension(  # optional: rdmalog/rdma/client/consumer.py falls back to Python without it
             "rdmalog.rdma.client._batch",
             ["rdmalog/rdma/client/_batch.c"],
+            depends=["rdmalog/store/crc32c.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

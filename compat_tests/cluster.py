@@ -92,9 +92,15 @@ class BrokerCluster:
         return self.brokers[broker_id]
 
     def start(self) -> BrokerCluster:
-        for b in self.brokers.values():
-            b.start()
-        self.wait_registered(set(self.brokers))
+        """Start every broker and wait until they are registered; a start that fails stops the
+        brokers it started (a fixture whose setup raised never runs its teardown)."""
+        try:
+            for b in self.brokers.values():
+                b.start()
+            self.wait_registered(set(self.brokers))
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:

@@ -144,15 +144,45 @@ async def alter_resource(
         if validate_only:
             topic.config.altered(changes, replace=replace)
         elif broker.cluster is not None:  # ZooKeeper's /config/topics; every replica applies it
-            new = topic.config.altered(changes, replace=replace)
             await broker.in_admin_thread(
-                broker.cluster.registry.set_topic_configs, name, new.overrides
+                _alter_in_zookeeper, broker, name, configs, changes_of, replace
             )
         else:
             await broker.in_admin_thread(broker.alter_topic_config, name, changes, replace)
     except Exception as exc:  # store errors carry their Kafka code
         out.update(error_code=error_code_of(exc), error_message=str(exc))
     return out
+
+
+CONFIG_WRITE_ATTEMPTS = 10  # alters of one topic's configs racing at several brokers
+
+
+def _alter_in_zookeeper(
+    broker: Broker,
+    name: str,
+    configs: list[dict],
+    changes_of: Callable[[Any, list[dict]], dict[str, str | None]],
+    replace: bool,
+) -> None:
+    """Cluster mode (in the admin thread): the changes applied to /config/topics/<name> as read,
+    written back at the version read, with the change notification, in one transaction: all of a
+    resource's changes or none, and none lost to an alter at another broker (read again, applied
+    again). Keys rdmalog does not know stay unless the request replaces every override."""
+    from rdmalog.cluster.registry import StaleStateError
+
+    registry = broker.cluster.registry
+    for _ in range(CONFIG_WRITE_ATTEMPTS):
+        stored, version = registry.versioned_topic_configs(name)
+        known = {k: v for k, v in stored.items() if k in TOPIC_DEFS}
+        topic = ClusterTopic(name, TopicConfig.from_overrides(broker.config, known))
+        new = topic.config.altered(changes_of(topic, configs), replace=replace)
+        kept = {} if replace else {k: v for k, v in stored.items() if k not in TOPIC_DEFS}
+        try:
+            registry.set_topic_configs(name, {**kept, **new.overrides}, version)
+            return
+        except StaleStateError:
+            continue
+    raise StaleStateError(f"the configs of {name} kept changing; try again")
 
 
 class ClusterTopic(NamedTuple):

@@ -274,24 +274,42 @@ class Registry:
         return stat.version
 
     def topic_configs(self, topic: str) -> dict[str, str]:
-        try:
-            data, _ = self.zk.get(Z.config_path(topic))
-        except NoNodeError:
-            return {}
-        return Z.decode_config(data)
+        return self.versioned_topic_configs(topic)[0]
 
-    def set_topic_configs(self, topic: str, configs: dict[str, str]) -> None:
-        """Write /config/topics/<topic> and a change notification, as Kafka's AdminZkClient."""
+    def versioned_topic_configs(self, topic: str) -> tuple[dict[str, str], int]:
+        """/config/topics/<topic> and its znode version (-1: no such znode)."""
         try:
-            self.zk.set(Z.config_path(topic), Z.encode_config(configs))
+            data, stat = self.zk.get(Z.config_path(topic))
         except NoNodeError:
-            self.zk.create(Z.config_path(topic), Z.encode_config(configs), makepath=True)
-        self.zk.create(
-            f"{Z.CONFIG_CHANGES}/config_change_",
-            Z.encode_config_change(topic),
-            sequence=True,
-            makepath=True,
-        )
+            return {}, -1
+        return Z.decode_config(data), stat.version
+
+    def set_topic_configs(
+        self, topic: str, configs: dict[str, str], version: int | None = None
+    ) -> None:
+        """Write /config/topics/<topic> and its change notification (as Kafka's AdminZkClient) in
+        one transaction: both or neither. `version`: the znode version the configs were read at
+        (-1: read as absent); StaleStateError when they changed since. None writes regardless."""
+        self.zk.ensure_path(Z.CONFIG_TOPICS)
+        self.zk.ensure_path(Z.CONFIG_CHANGES)
+        if version is None:
+            version = self.versioned_topic_configs(topic)[1]
+            if version != -1:
+                version = None
+        t = self.zk.transaction()
+        if version == -1:
+            t.create(Z.config_path(topic), Z.encode_config(configs))
+        else:
+            t.set_data(
+                Z.config_path(topic), Z.encode_config(configs), -1 if version is None else version
+            )
+        t.create(f"{Z.CONFIG_CHANGES}/config_change_", Z.encode_config_change(topic), sequence=True)
+        results = t.commit()
+        if isinstance(results[0], (BadVersionError, NodeExistsError, NoNodeError)):
+            raise StaleStateError(f"the configs of {topic} changed meanwhile")
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed:
+            raise failed[0]
 
     def mark_for_deletion(self, topic: str) -> None:
         """/admin/delete_topics/<topic>: the controller deletes the topic."""

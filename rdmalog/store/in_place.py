@@ -117,7 +117,8 @@ class InPlaceAccess:
         """Validate the bytes written at [position, end) of `head` as a produce request's batches;
         raises HeadMovedError (see the class) or the Kafka error of invalid bytes."""
         with self.lock:
-            return self._validate(self._head_at(head, position), position, end)
+            with self._written(self._head_at(head, position), position, end) as mv:
+                return self._validate(mv)
 
     def commit_written(
         self,
@@ -149,9 +150,9 @@ class InPlaceAccess:
                 )
             if replicated:
                 return self._commit_replicated(seg, position, end)
-            if infos is None:
-                infos = self._validate(seg, position, end)
-            with memoryview(seg.mmap)[position:end] as mv:
+            with self._written(seg, position, end) as mv:  # one view: validated, then patched
+                if infos is None:
+                    infos = self._validate(mv)
                 return self._append(mv, infos, leader_epoch, in_place=True)
 
     def _head_at(self, head: SegmentFile, position: int) -> LogSegment:
@@ -161,12 +162,17 @@ class InPlaceAccess:
             raise HeadMovedError(f"{self.name}: the head moved past the written bytes")
         return seg
 
-    def _validate(self, seg: LogSegment, position: int, end: int) -> list[BatchInfo]:
-        """The batches at [position, end) of seg's mapping, checked as `append` checks them."""
-        if seg.mmap is None or not position <= end <= seg.capacity:
+    @staticmethod
+    def _written(seg: LogSegment, position: int, end: int) -> memoryview:
+        """A view of [position, end) of seg's mapping (release it: `with`)."""
+        mm = seg.mmap
+        if mm is None or not 0 <= position <= end <= seg.capacity:
             raise InvalidRecordError("written region is outside the active segment")
-        with memoryview(seg.mmap)[position:end] as mv:
-            infos = validate_batches(mv, self.config.max_message_bytes)
+        return memoryview(mm)[position:end]
+
+    def _validate(self, mv: memoryview) -> list[BatchInfo]:
+        """The batches in `mv`, checked as `append` checks them."""
+        infos = validate_batches(mv, self.config.max_message_bytes)
         self._check_timestamps(infos)
         return infos
 

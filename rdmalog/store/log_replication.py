@@ -138,9 +138,7 @@ class ReplicatedLog:
 
         if self.closed:
             raise KafkaStorageError(f"{self.name} is closed")
-        if seg.mmap is None or not position < end <= seg.capacity:
-            raise CorruptRecordError(f"{self.name}: written region is outside the head file")
-        with memoryview(seg.mmap)[position:end] as mv:
+        with self._written(seg, position, end) as mv:
             infos = validate_batches(mv, None, from_client=False, allow_control=True)
             expected = self.log_end_offset
             batches, epochs = [], []

@@ -32,6 +32,11 @@ from rdmalog.errors import (
 )
 from rdmalog.store.compression import Codec, compress, decompress
 
+try:  # validate_batches' loop in C (setup.py builds it; optional)
+    from rdmalog.store._records import validate as _c_validate
+except ImportError:  # pragma: no cover - a source tree without the extension built
+    _c_validate = None
+
 HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
@@ -91,6 +96,20 @@ def validate_batches(
     `allow_control`, which the broker's own transaction markers need); recovery and imports relax
     them, as Kafka does for replicated or compacted batches.
     """
+    if _c_validate is not None:  # the same checks in one C call; None: a bad batch, said below
+        infos = _c_validate(
+            buf, -1 if max_batch_size is None else max_batch_size, from_client, allow_control,
+            BatchInfo,
+        )  # fmt: skip
+        if infos is not None:
+            return infos
+    return _validate_batches(buf, max_batch_size, from_client, allow_control)
+
+
+def _validate_batches(
+    buf: memoryview, max_batch_size: int | None, from_client: bool, allow_control: bool
+) -> list[BatchInfo]:
+    """validate_batches in Python: raises the Kafka error of the first bad batch."""
     out: list[BatchInfo] = []
     end = len(buf)
     pos = 0

@@ -173,11 +173,19 @@ def test_topic_configs_go_through_zookeeper(cluster: BrokerCluster) -> None:
     admin.incremental_alter_configs([res])[res].result(30)
     data, _ = cluster.zk.get(Z.config_path("cfg"))
     assert Z.decode_config(data) == {"min.insync.replicas": "3"}
+    # another broker's alter applies to what ZooKeeper holds (min.insync.replicas stays)
+    other = AdminClient({"bootstrap.servers": cluster.broker(leader).bootstrap})
+    entry = ConfigEntry("retention.ms", "86400000", incremental_operation=AlterConfigOpType.SET)
+    res = ConfigResource(ResourceType.TOPIC, "cfg", incremental_configs=[entry])
+    other.incremental_alter_configs([res])[res].result(30)
+    data, _ = cluster.zk.get(Z.config_path("cfg"))
+    assert Z.decode_config(data) == {"min.insync.replicas": "3", "retention.ms": "86400000"}
     for b in cluster.brokers:
         one = AdminClient({"bootstrap.servers": cluster.broker(b).bootstrap})
         got = one.describe_configs([ConfigResource(ResourceType.TOPIC, "cfg")])
         described = next(iter(got.values())).result(30)
         assert described["min.insync.replicas"].value == "3"
+        assert described["retention.ms"].value == "86400000"
     cluster.broker(follower).stop(signal.SIGKILL)
     cluster.wait_isr("cfg", set(cluster.brokers) - {follower})
     # the leader applies the new value: 2 in sync of 3 required
@@ -240,10 +248,13 @@ def test_a_second_broker_with_the_same_id_is_refused(
         tmp_path / "twin" / "data", dict(cluster.broker(1).overrides), log_dir=tmp_path / "twin"
     )
     try:
-        twin.start(timeout=60)
-    except BrokerStartError:
-        pass  # it may exit before it listens, or after
-    wait_for("the twin to exit", lambda: twin.proc.poll() is not None, timeout=60)
+        try:
+            twin.start(timeout=60)
+        except BrokerStartError:
+            pass  # it may exit before it listens, or after
+        wait_for("the twin to exit", lambda: twin.proc.poll() is not None, timeout=60)
+    finally:
+        twin.kill()  # nothing left running when it did not exit
     assert twin.proc.returncode == 1
     assert "broker.id 1 is registered in ZooKeeper" in twin.stderr_tail()
     assert cluster.state("dup") == before and cluster.registered() == {1, 2, 3}
@@ -258,7 +269,10 @@ def test_zookeeper_unreachable_at_start(tmp_path: Path) -> None:
         {"broker.id": "1", "zookeeper.connect": dead, "zookeeper.connection.timeout.ms": "1500"},
         log_dir=tmp_path,
     )
-    with pytest.raises(BrokerStartError):
-        b.start(timeout=30)
+    try:
+        with pytest.raises(BrokerStartError):
+            b.start(timeout=30)
+    finally:
+        b.kill()  # nothing left running when it did start
     assert b.proc.returncode == 1
     assert f"cannot reach ZooKeeper at {dead} within 1500 ms" in b.stderr_tail()

@@ -103,6 +103,14 @@ def test_topic_state_and_config_znodes(registries) -> None:
     change = reg.zk.get_children("/config/changes")[0]
     assert change.startswith("config_change_")
     assert _json(reg, f"/config/changes/{change}") == {"version": 2, "entity_path": "topics/orders"}
+    # an alter writes at the version it read: one that lost a race writes nothing, no notification
+    configs, version = reg.versioned_topic_configs("orders")
+    reg.set_topic_configs("orders", {**configs, "retention.ms": "1000"}, version)
+    with pytest.raises(StaleStateError):
+        reg.set_topic_configs("orders", {"retention.ms": "2000"}, version)
+    assert reg.topic_configs("orders") == {"min.insync.replicas": "1", "retention.ms": "1000"}
+    assert len(reg.zk.get_children("/config/changes")) == 2
+    assert reg.versioned_topic_configs("absent") == ({}, -1)
 
 
 def test_controller_election_and_fencing(registries) -> None:

@@ -9,6 +9,7 @@ queue pair to the session. Writes on an unbound queue pair are refused (it has n
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import struct
@@ -36,8 +37,9 @@ class ClientQP:
         # One region: RECV_DEPTH 64-byte receive buffers, then the acknowledgements to send.
         self.mr = device.alloc_mr(ACKS_AT + ACKS_PER_SEND * ACK_SIZE, Access.LOCAL_WRITE)
         self._lock = threading.Lock()
-        self._outbox: list[tuple[int, int, int, int, int, int]] = []
+        self._queued = 0  # acknowledgements packed at ACKS_AT, not sent yet
         self._acks_due = acks_due  # the service's set of queue pairs with acknowledgements queued
+        self._reply: tuple[int, Reply] = (-1, self.ack)  # (file id, its reply), the last made
         self.closed = False
 
     def close(self) -> None:
@@ -49,7 +51,7 @@ class ClientQP:
             if self.closed:  # closed by another thread (its session's end, its own error)
                 return
             self.closed = True
-            self._outbox.clear()
+            self._queued = 0
         self.qp.close()
         with contextlib.suppress(TransportError, BufferError):
             self.mr.deregister()
@@ -61,37 +63,60 @@ class ClientQP:
     def repost(self, i: int) -> None:
         """Post receive i again; a client gone since (its queue pair closed) needs none, and what
         it sent before still counts."""
-        with contextlib.suppress(TransportError):
+        try:
             self.qp.post_recv(i, self.mr, i * 64, 64)
+        except TransportError:
+            pass
 
     def ack(
-        self, file_id: int, order: int, status: AckStatus, base: int, last: int, nxt: int
+        self,
+        file_id: int,
+        order: int,
+        status: AckStatus,
+        base: int,
+        last: int,
+        nxt: int,
+        _append_time: int = -1,
     ) -> None:
-        """Queue an acknowledgement; `send_acks` sends what is queued (the service calls it once
-        it has committed what it could: a run of writes costs one SEND, not one each)."""
+        """Queue an acknowledgement: packed into the SEND buffer, sent by `send_acks` (the service
+        calls it once it has committed what it could: a run of writes costs one SEND, not one
+        each) or as soon as the buffer holds ACKS_PER_SEND. (The log append time of a gateway
+        append's reply has no field here.)"""
         with self._lock:
             if self.closed:
                 return
-            self._outbox.append((file_id, order, status, base, last, nxt))
+            n = self._queued
+            ACK.pack_into(
+                self.mr.buf, ACKS_AT + n * ACK_SIZE, file_id, order, status, base, last, nxt
+            )
+            self._queued = n = n + 1
+            if n == ACKS_PER_SEND:
+                self._post()
+                return
         self._acks_due.add(self)
 
     def send_acks(self) -> None:
         with self._lock:
-            out, self._outbox = self._outbox, []  # empty once closed
-            buf = self.mr.buf
-            for i in range(0, len(out), ACKS_PER_SEND):
-                chunk = out[i : i + ACKS_PER_SEND]
-                for j, entry in enumerate(chunk):
-                    ACK.pack_into(buf, ACKS_AT + j * ACK_SIZE, *entry)
-                try:
-                    self.qp.post_send(0, self.mr, ACKS_AT, len(chunk) * ACK_SIZE, signaled=False)
-                except (TransportError, OSError):
-                    return  # the client is gone
+            if self._queued:  # none once closed
+                self._post()
+
+    def _post(self) -> None:
+        """SEND the queued acknowledgements (a SEND's payload is taken at post time, so the
+        buffer is free again at once); under the lock."""
+        n, self._queued = self._queued, 0
+        try:
+            self.qp.post_send(0, self.mr, ACKS_AT, n * ACK_SIZE, signaled=False)
+        except (TransportError, OSError):
+            pass  # the client is gone
 
     def reply(self, file_id: int) -> Reply:
-        return lambda order, status, base, last, nxt, _append_time=-1: self.ack(
-            file_id, order, status, base, last, nxt
-        )
+        """What answers the writes of file `file_id` on this queue pair (the last one made is
+        kept: a queue pair's writes go to one file or a few)."""
+        fid, reply = self._reply
+        if fid != file_id:
+            reply = functools.partial(self.ack, file_id)
+            self._reply = (file_id, reply)
+        return reply
 
 
 class QueuePairs:

@@ -48,6 +48,8 @@ _REVOKED = AckStatus.REVOKED
 
 log = logging.getLogger(__name__)
 
+TICK = 0.01  # seconds between the completion loop's checks of order timeouts and commit folds
+
 
 class RdmaService:
     """KafkaDirect's RDMA module for one broker: `start()`, serve, `stop()`."""
@@ -114,6 +116,8 @@ class RdmaService:
         self.grants.access.authorizer.add_listener(self._access_changed)
         _warn_if_exposed(transport, host, credentials is not None)
         self._stop = threading.Event()
+        # The completion loop's test: a plain attribute (Event.is_set is a Python call).
+        self._running = True
         self._threads: list[threading.Thread] = []
 
     @property
@@ -138,6 +142,7 @@ class RdmaService:
         return self
 
     def stop(self) -> None:
+        self._running = False
         self._stop.set()
         self.control.stop()
         for t in self._threads:
@@ -209,41 +214,48 @@ class RdmaService:
             self.queue_pairs.accept(qp)
 
     def _completion_loop(self) -> None:
+        """Notice writes and commit them on this thread, no hand-off: the commit of a write is
+        done by the thread whose completion poll saw it. Every 10 ms (`TICK`) it also gives up
+        writes that waited too long, drains the send queue's error completions and folds the
+        commit slots when due."""
         ordering, acks_due = self.ordering, self.queue_pairs.acks_due
-        last_check = last_fold = time.monotonic()
-        while not self._stop.is_set():
+        wait, take = self.recv_cq.wait, self._completion
+        last_tick = last_fold = time.monotonic()
+        while self._running:
             try:
-                wcs = self.recv_cq.wait(0.02, 64)
+                wcs = wait(0.02, 64)
             except Exception:  # keep serving: one bad completion must not stop the broker
                 log.exception("rdma completion wait failed")
                 continue
-            arrivals: list[Arrival] = []
-            for wc in wcs:
-                try:
-                    a = self._completion(wc)
-                except Exception:
-                    log.exception("rdma completion failed")
-                else:
-                    if a is not None:
-                        arrivals.append(a)
-            if arrivals:
-                try:
-                    ordering.arrive_many(arrivals)
+            if wcs:
+                arrivals: list[Arrival] = []
+                for wc in wcs:
+                    try:
+                        a = take(wc)
+                    except Exception:
+                        log.exception("rdma completion failed")
+                    else:
+                        if a is not None:
+                            arrivals.append(a)
+                try:  # as above: one failure must not stop every later commit
+                    if arrivals:
+                        ordering.arrive_many(arrivals)
+                    elif acks_due:  # writes refused in _completion (no grant)
+                        ordering.send_acks()
                 except Exception:
                     log.exception("rdma commit failed")
             now = time.monotonic()
-            try:  # as above: one failure must not stop every later commit
-                if not arrivals and acks_due:  # writes refused in _completion (no grant)
-                    ordering.send_acks()
+            if now - last_tick < TICK:
+                continue
+            last_tick = now
+            try:  # as above
                 self.send_cq.poll(256)  # acks are unsignaled: only errors land here
-                if now - last_check > 0.01:
-                    last_check = now
-                    ordering.check_timeouts(now)
+                ordering.check_timeouts(now)
                 if now - last_fold > self.commit_interval:
                     last_fold = now
                     self.commit_slots.fold()
             except Exception:
-                log.exception("rdma acknowledgements, timeout check or commit fold failed")
+                log.exception("rdma timeout check, send queue or commit fold failed")
 
     def _completion(self, wc) -> Arrival | None:
         """Handle one completion; a produce notification is returned for `arrive_many`."""

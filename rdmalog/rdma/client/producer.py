@@ -160,8 +160,11 @@ class Delivery:
     def done(self) -> bool:
         return self.result is not None or self.error is not None
 
+    def _done(self) -> bool:  # `done` as a method: what `wait` polls, one call per look
+        return self.result is not None or self.error is not None
+
     def wait(self, timeout: float | None = None) -> tuple[int, int]:
-        self._producer._drive(lambda: self.done, timeout)
+        self._producer._drive(self._done, timeout)
         if self.error is not None:
             raise self.error
         if self.result is None:
@@ -302,8 +305,9 @@ class Producer(Endpoint):
         """One record; partition None: `partition_for(topic, key)`, as Kafka producers choose."""
         if partition is None:
             partition = self.partition_for(topic, key)
-        rec = Record(key, value, headers or [], timestamp)
-        return self.send_records(topic, partition, [rec])
+        if headers is None and timestamp is None:
+            return self.send_records(topic, partition, [(key, value)])  # (the builders' plain form)
+        return self.send_records(topic, partition, [Record(key, value, headers or [], timestamp)])
 
     def partition_for(self, topic: str, key: bytes | None) -> int:
         """Kafka's default partitioner: murmur2 of the key modulo the partition count, so keyed

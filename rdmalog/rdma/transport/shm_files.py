@@ -14,7 +14,7 @@ import shutil
 import stat
 import time
 
-from rdmalog.rdma.transport._atomic64 import load, ring_pop, ring_push, store, wait_change
+from rdmalog.rdma.transport._atomic64 import load, ring_pop, ring_push, ring_take, ring_wait, store
 from rdmalog.rdma.transport.interface import TransportError
 
 PAGE = mmap.ALLOCATIONGRANULARITY
@@ -118,18 +118,35 @@ class Ring:
         """(kind, qp_num, imm, byte_len, payload bytes or None) of the next published slot, or
         None."""
         e = ring_pop(self.buf, self.nslots, self.slot_size, self.head)
-        if e is not None:
+        if e:
             self.head += 1
             return e
-        if self.stalled():  # claimed, unpublished: a push under way, or its producer was killed
-            now = time.monotonic()
-            if self._stall[0] != self.head:
-                self._stall = (self.head, now)
-            elif now - self._stall[1] >= RING_STALL_S:  # killed: the slot would block the ring
-                self.head += 1
-                store(self.buf, 64, self.head)
-                return self.pop()
+        if e is False and self._skip_stalled():
+            return self.pop()
         return None
+
+    def take(self, room: int) -> list | tuple:
+        """Up to `room` published slots' entries (as `pop`), oldest first: one C call."""
+        es = ring_take(self.buf, self.nslots, self.slot_size, self.head, room)
+        if es:
+            self.head += len(es)
+            return es
+        if es is False and self._skip_stalled():
+            return self.take(room)
+        return ()
+
+    def _skip_stalled(self) -> bool:
+        """The slot at the head is claimed but not published: a push under way, or its producer
+        was killed mid-push. True once it has been so for RING_STALL_S and was skipped (it would
+        block the ring)."""
+        now = time.monotonic()
+        if self._stall[0] != self.head:
+            self._stall = (self.head, now)
+        elif now - self._stall[1] >= RING_STALL_S:
+            self.head += 1
+            store(self.buf, 64, self.head)
+            return True
+        return False
 
     def stalled(self) -> bool:
         """Whether a slot is claimed at the head but not published (yet)."""
@@ -140,11 +157,7 @@ class Ring:
 
     def spin(self, spin_ns: int) -> bool:
         """Spin without the GIL until the next slot is published or spin_ns pass."""
-        off = self.slot_off(self.head)
-        cur = load(self.buf, off)
-        if cur == self.head + 1:
-            return True
-        return wait_change(self.buf, off, cur, spin_ns) == self.head + 1
+        return ring_wait(self.buf, self.nslots, self.slot_size, self.head, spin_ns)
 
     def close(self) -> None:
         self.buf.release()

@@ -15,12 +15,14 @@ from rdmalog.errors import (
     MessageTooLargeError,
     UnsupportedCompressionTypeError,
 )
+from rdmalog.store import records as records_module
 from rdmalog.store.compression import Codec
 from rdmalog.store.records import (
     ATTRIBUTES,
     BATCH_OVERHEAD,
     CRC_POS,
     LOG_APPEND_TIME,
+    BatchInfo,
     Record,
     RecordBatch,
     build_batch,
@@ -212,3 +214,50 @@ def test_decode_rejects_garbage_records() -> None:
     raw[BATCH_OVERHEAD] = 0x7F  # first record's length varint now claims too much
     with pytest.raises(CorruptRecordError):
         decode_all(raw)
+
+
+def _cases() -> list[tuple[bytes, dict]]:
+    """Buffers and validate_batches arguments, good and bad, for the C check against Python."""
+    plain, zstd = build_batch(RECORDS), build_batch(RECORDS, compression=Codec.ZSTD)
+    idem = build_batch(RECORDS[:2], producer_id=7, producer_epoch=3, base_sequence=11)
+    ctl = build_batch(
+        [Record(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")], control=True, producer_id=1
+    )
+    cases: list[tuple[bytes, dict]] = [
+        (plain, {}), (plain + zstd + idem, {}), (idem, {"max_batch_size": len(idem)}),
+        (plain, {"max_batch_size": len(plain) - 1}), (ctl, {}), (ctl, {"allow_control": True}),
+        (ctl, {"from_client": False}), (b"", {}), (plain[:-1], {}), (plain[:30], {}),
+        (plain + plain[:70], {}), (build_batch(RECORDS, transactional=True), {}),
+    ]  # fmt: skip
+    for pos, value, fmt in ((16, 1, ">b"), (57, 3, ">i"), (ATTRIBUTES, 6, ">h"), (8, 10, ">i")):
+        for recrc in (False, True):
+            bad = bytearray(plain)
+            struct.pack_into(fmt, bad, pos, value)
+            cases.append((bytes(_recrc(bad) if recrc else bad), {}))
+            cases.append((bytes(bad), {"from_client": False}))
+    neg = bytearray(plain)
+    struct.pack_into(">h", neg, ATTRIBUTES, -32768)  # a negative attributes field, codec 0
+    cases.append((bytes(_recrc(neg)), {}))
+    for i in range(0, len(plain), 7):
+        flipped = bytearray(plain)
+        flipped[i] ^= 0x40
+        cases.append((bytes(flipped), {}))
+    return cases
+
+
+@pytest.mark.skipif(records_module._c_validate is None, reason="the C extension is not built")
+def test_the_c_check_agrees_with_the_python_one() -> None:
+    """records.validate_batches takes the C check's infos, or says in Python why a batch is bad:
+    the C check must pass exactly the buffers Python passes, with the same infos."""
+    for raw, kw in _cases():
+        opts = {"max_batch_size": None, "from_client": True, "allow_control": False, **kw}
+        try:
+            want = records_module._validate_batches(memoryview(raw), *opts.values())
+        except Exception:
+            want = None
+        got = records_module._c_validate(
+            memoryview(raw), -1 if opts["max_batch_size"] is None else opts["max_batch_size"],
+            opts["from_client"], opts["allow_control"], BatchInfo,
+        )  # fmt: skip
+        assert got == want, (raw[:70], kw)
+        assert got is None or all(type(i) is BatchInfo for i in got)
