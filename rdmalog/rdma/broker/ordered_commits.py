@@ -199,13 +199,7 @@ class OrderedCommits:
         end = start + byte_len
         f.narrow(end)  # before validating: no holder can change these bytes now
         try:
-<<<<<<< HEAD
-            res = plog.commit_written(
-                f.segment, start, start + byte_len, replicated=f.replica_of is not None
-            )
-=======
-            res = plog.commit_written(f.segment, start, end)
->>>>>>> cluster
+            res = plog.commit_written(f.segment, start, end, replicated=f.replica_of is not None)
         except HeadMovedError:
             answer = (AckStatus.REVOKED, -1, -1, 0)
         except KafkaError as e:
