@@ -138,8 +138,9 @@ class ClusterNode:
     def _push_from_here(self) -> None:
         """The leader's side: PushReplication, with links made to followers' RDMA services."""
         from rdmalog.cluster.push import PushReplication
+        from rdmalog.rdma.client.endpoint import SaslCredentials
 
-        replicas, cfg = self.replicas, self.config
+        replicas, cfg, sec = self.replicas, self.config, self.security
 
         def rdma_of(broker_id: int) -> tuple[str, str] | None:
             info = self.view.brokers.get(broker_id)
@@ -152,6 +153,10 @@ class ClusterNode:
             replicas.push_pulled,
             batch_max=cfg.get("replica.push.batch.max.bytes"),
             stall_s=cfg.get("replica.lag.time.max.ms") / 1000,
+            # the follower's RDMA service takes the login of its inter-broker listener
+            sasl=None
+            if sec.mechanism is None
+            else SaslCredentials(sec.mechanism, sec.username or "", sec.password or ""),
         )
 
     async def join(self) -> None:

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rdmalog.rdma.client.endpoint import Endpoint
+from rdmalog.rdma.client.endpoint import Endpoint, SaslCredentials
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport.interface import Access, Opcode, RemoteRegion, Status, TransportError
 from rdmalog.rdma.wire import ACK, ACK_SIZE, ACKS_PER_SEND, AckStatus, imm_encode
@@ -96,8 +96,10 @@ class FollowerLink(Endpoint):
         on_ack: Callable[[Pushed, int], None],
         on_pull: Callable[[Pushed, str], None],
         on_down: Callable[[FollowerLink, str], None],
+        sasl: SaslCredentials | None = None,
     ) -> None:
-        super().__init__(control_address, transport, timeout=5.0)
+        """`sasl`: the inter-broker login, for a follower whose RDMA service requires one."""
+        super().__init__(control_address, transport, timeout=5.0, sasl=sasl)
         self.leader_id, self.follower_id = leader_id, follower_id
         self.batch_max = batch_max
         self.stall_s = stall_s
@@ -447,8 +449,10 @@ class PushReplication:
         *,
         batch_max: int = 1024,
         stall_s: float = 30.0,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.leader_id = leader_id
+        self.sasl = sasl
         self.rdma_of = rdma_of
         self.acked, self.pulled = acked, pulled
         self.batch_max, self.stall_s = batch_max, stall_s
@@ -487,7 +491,7 @@ class PushReplication:
                 batch_max=self.batch_max, stall_s=self.stall_s,
                 on_ack=lambda p, leo: self.acked(p.topic, p.partition, follower, p.epoch, leo),
                 on_pull=lambda p, _why: self.pulled(p.topic, p.partition, follower),
-                on_down=self._down,
+                on_down=self._down, sasl=self.sasl,
             )  # fmt: skip
         except Exception as exc:
             log.info("push replication to broker %d not possible: %r; pulling", follower, exc)

@@ -14,10 +14,19 @@ import pytest
 from rdmalog.cluster.push import FollowerLink, Pushed
 from rdmalog.config import BrokerConfig
 from rdmalog.rdma.broker.service import RdmaService
+from rdmalog.rdma.transport.verbs import unavailable_reason
 from rdmalog.store.log_manager import Store
 from rdmalog.store.records import build_batch
 
 LEADER, EPOCH = 1, 5
+
+
+@pytest.fixture(params=["shm", "tcp", "verbs"])
+def kind(request) -> str:
+    """The link is written against the transport interface alone: verbs is the same code."""
+    if request.param == "verbs" and unavailable_reason() is not None:
+        pytest.skip(f"verbs: {unavailable_reason()}")
+    return request.param
 
 
 def _store(path: Path) -> Store:
