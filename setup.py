@@ -1,5 +1,6 @@
-"""Builds the C extensions (64-bit atomics on shared mappings; the native clients' batch codec; the
-store's batch check); pyproject.toml holds the rest."""
+"""Builds the C extensions (64-bit atomics on shared mappings; the log cleaner's offset map and record
+filter, which hashes keys with OpenSSL's MD5 as Kafka does; the store's batch check; the native
+clients' batch codec); pyproject.toml holds the rest."""
 
 from setuptools import Extension, setup
 
@@ -9,6 +10,14 @@ setup(
             "rdmalog.rdma.transport._atomic64",
             ["rdmalog/rdma/transport/_atomic64.c"],
             extra_compile_args=["-O2"],
+            optional=False,
+        ),
+        Extension(
+            "rdmalog.store._cleaner",
+            ["rdmalog/store/_cleaner.c"],
+            depends=["rdmalog/store/_cleaner_records.h"],
+            extra_compile_args=["-O2"],
+            libraries=["crypto"],
             optional=False,
         ),
         Extension(  # optional: rdmalog/store/records.py falls back to Python without it

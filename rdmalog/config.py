@@ -61,6 +61,10 @@ def _at_least(lo: int, at_most: int | None = None) -> Callable[[Any], str | None
     return lambda v: None if v is None or lo <= v <= at_most else f"must be {lo} to {at_most}"
 
 
+def _between(lo: float, hi: float) -> Callable[[Any], str | None]:
+    return lambda v: None if v is None or lo <= v <= hi else f"must be between {lo} and {hi}"
+
+
 def _minus_one_or_at_least(lo: int) -> Callable[[Any], str | None]:
     return lambda v: None if v is None or v == -1 or v >= lo else f"must be -1 or at least {lo}"
 
@@ -161,6 +165,18 @@ BROKER_DEFS = _defs(
     ("log.retention.check.interval.ms", "long", 300000, _at_least(1)),
     ("log.cleanup.policy", "list", ["delete"], _one_of("delete", "compact")),
     ("log.preallocate", "boolean", False),
+    # the log cleaner (compacted topics): rdmalog/store/cleaner_manager.py
+    ("log.cleaner.enable", "boolean", True),
+    ("log.cleaner.threads", "int", 1, _at_least(0)),
+    ("log.cleaner.dedupe.buffer.size", "long", 134217728, _at_least(0)),
+    ("log.cleaner.io.buffer.size", "int", 524288, _at_least(0)),
+    ("log.cleaner.io.buffer.load.factor", "double", 0.9),
+    ("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308),
+    ("log.cleaner.backoff.ms", "long", 15000, _at_least(0)),
+    ("log.cleaner.min.cleanable.ratio", "double", 0.5, _between(0, 1)),
+    ("log.cleaner.delete.retention.ms", "long", 86400000, _at_least(0)),
+    ("log.cleaner.min.compaction.lag.ms", "long", 0, _at_least(0)),
+    ("log.cleaner.max.compaction.lag.ms", "long", LONG_MAX, _at_least(1)),
     ("log.flush.interval.messages", "long", LONG_MAX, _at_least(1)),
     ("log.flush.interval.ms", "long", None, _at_least(0)),
     ("log.flush.scheduler.interval.ms", "long", LONG_MAX, _at_least(0)),
@@ -261,9 +277,8 @@ BROKER_DEFS = _defs(
 IGNORED_BROKER_KEYS = frozenset(
     """num.network.threads num.io.threads num.recovery.threads.per.data.dir num.replica.fetchers
     socket.send.buffer.bytes socket.receive.buffer.bytes queued.max.requests background.threads
-    log.roll.jitter.ms log.roll.jitter.hours log.cleaner.enable log.cleaner.threads
-    log.cleaner.dedupe.buffer.size log.cleaner.delete.retention.ms log.cleaner.min.cleanable.ratio
-    log.segment.delete.delay.ms log.message.format.version log.message.downconversion.enable
+    log.roll.jitter.ms log.roll.jitter.hours log.segment.delete.delay.ms
+    log.message.format.version log.message.downconversion.enable
     inter.broker.protocol.version controller.listener.names controller.quorum.voters
     controller.quorum.bootstrap.servers process.roles metadata.log.dir
     replica.socket.timeout.ms group.coordinator.rebalance.protocols
@@ -507,6 +522,11 @@ class BrokerConfig(_Config):
         b, n = self.get("broker.id"), self.get("node.id")
         if b >= 0 and n >= 0 and b != n:
             raise InvalidConfigError(f"broker.id={b} and node.id={n} must agree")
+        threads = self.get("log.cleaner.threads")
+        if threads and self.get("log.cleaner.dedupe.buffer.size") // threads <= 1 << 20:
+            raise InvalidConfigError(
+                "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread."
+            )
 
     # Effective values that Kafka derives from several keys.
     @property
@@ -583,12 +603,15 @@ _TOPIC_ROWS: list[tuple[tuple, str | None]] = [
     (("flush.ms", "long", None, _at_least(0)), "log_flush_interval_ms"),
     (("compression.type", "string", None, _one_of("producer")), "compression.type"),
     (("preallocate", "boolean", None), "log.preallocate"),
+    (("delete.retention.ms", "long", None, _at_least(0)), "log.cleaner.delete.retention.ms"),
+    (
+        ("min.cleanable.dirty.ratio", "double", None, _between(0, 1)),
+        "log.cleaner.min.cleanable.ratio",
+    ),
+    (("min.compaction.lag.ms", "long", None, _at_least(0)), "log.cleaner.min.compaction.lag.ms"),
+    (("max.compaction.lag.ms", "long", None, _at_least(1)), "log.cleaner.max.compaction.lag.ms"),
     # Accepted and described with Kafka's defaults; not enforced yet.
-    (("delete.retention.ms", "long", 86400000, _at_least(0)), None),
     (("file.delete.delay.ms", "long", 60000, _at_least(0)), None),
-    (("min.cleanable.dirty.ratio", "double", 0.5), None),
-    (("min.compaction.lag.ms", "long", 0, _at_least(0)), None),
-    (("max.compaction.lag.ms", "long", LONG_MAX, _at_least(1)), None),
     (("segment.jitter.ms", "long", 0, _at_least(0)), None),
     (("unclean.leader.election.enable", "boolean", False), None),
     (("message.downconversion.enable", "boolean", True), None),
@@ -629,6 +652,12 @@ class TopicConfig(_Config):
                 continue
             cfg._values[name] = _parse(name, d.kind, raw, d.validator)
             cfg._sources[name] = ConfigSource.DYNAMIC_TOPIC_CONFIG
+        lo, hi = cfg.get("min.compaction.lag.ms"), cfg.get("max.compaction.lag.ms")
+        if lo > hi:
+            raise InvalidConfigError(
+                f"conflict topic config setting min.compaction.lag.ms ({lo}) > "
+                f"max.compaction.lag.ms ({hi})"
+            )
         return cfg
 
     @property

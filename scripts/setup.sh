@@ -31,7 +31,7 @@ fi
 # Set up once: a stamp records what the last successful setup installed from (the extras, the
 # packaging files, the C sources and the JS lock file); a later call with the same inputs returns at once.
 stamp=".venv/.setup-${extras:-base}"
-inputs=$(cat pyproject.toml setup.py compat_tests/js/package-lock.json rdmalog/rdma/*/*.c 2>/dev/null \
+inputs=$(cat pyproject.toml setup.py compat_tests/js/package-lock.json rdmalog/rdma/*/*.c rdmalog/store/*.c rdmalog/store/*.h 2>/dev/null \
     | sha256sum | cut -d' ' -f1)
 if [[ -x .venv/bin/rdmalog && -f "$stamp" && "$(cat "$stamp")" == "$inputs" ]]; then
     exit 0

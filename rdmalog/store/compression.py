@@ -137,3 +137,27 @@ def _unzstd(data: bytes) -> bytes:
             raise CorruptRecordError("truncated zstd frame")
         data = d.unused_data
     return b"".join(out)
+
+
+def compress_as_kafka(codec: int | Codec, data: bytes | memoryview) -> bytes:
+    """Compress `data` as Kafka's broker (Java) writes a batch it re-builds, for the log cleaner:
+    gzip with GZIPOutputStream's header (OS byte 255, as JDK 16+ writes it), zstd streamed as
+    zstd-jni's output stream closes (no content size in the frame header, the data flushed as a
+    block, then an empty last block); snappy (xerial) and lz4 as `compress` writes them, which is
+    already what Kafka writes."""
+    codec = codec_of(codec)
+    if codec == Codec.GZIP:
+        out = bytearray(compress(codec, data))
+        out[9] = 255  # the gzip header's OS field
+        return bytes(out)
+    if codec == Codec.ZSTD:
+        stream = _zstd_streaming.compressobj()
+        return (
+            stream.compress(bytes(data))
+            + stream.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+            + stream.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH)
+        )
+    return compress(codec, data)
+
+
+_zstd_streaming = zstandard.ZstdCompressor(level=3, write_content_size=False)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from rdmalog.errors import InvalidRecordError, OffsetOutOfRangeError
+from rdmalog.store.record_keys import require_keys
 from rdmalog.store.records import BatchInfo, validate_batches
 from rdmalog.store.segment import LogSegment, log_file_name
 
@@ -174,6 +175,8 @@ class InPlaceAccess:
         """The batches in `mv`, checked as `append` checks them."""
         infos = validate_batches(mv, self.config.max_message_bytes)
         self._check_timestamps(infos)
+        if "compact" in self.config.cleanup_policy:
+            require_keys(mv, infos, self.name)
         return infos
 
     def roll_head(self, head: SegmentFile) -> None:
@@ -199,9 +202,9 @@ class InPlaceAccess:
                     f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]"
                 )
             seg, start = self.segments[-1], self.segments[-1].size
-            for cand in self.segments:
-                if cand.base_offset > offset:
-                    break
+            for cand in self.segments:  # cleaned logs have gaps: the batch may start past it
+                if cand.next_offset <= offset:
+                    continue
                 found = cand.find_position(offset)
                 if found is not None:
                     seg, start = cand, found[0]
@@ -210,11 +213,16 @@ class InPlaceAccess:
 
     @contextmanager
     def next_file(self, base_offset: int) -> Iterator[SegmentFile | None]:
-        """The file after the one starting at `base_offset`; None while that one is not readable
-        to its end or no file follows. The log's lock is held until the block ends."""
+        """The file after the one starting at `base_offset` (sealed files left empty by the
+        cleaner skipped); None while that one is not readable to its end or no file follows. The
+        log's lock is held until the block ends."""
         with self.lock:
             current = [seg for seg in self.segments if seg.base_offset == base_offset]
-            later = [seg for seg in self.segments if seg.base_offset > base_offset]
+            later = [
+                seg
+                for seg in self.segments
+                if seg.base_offset > base_offset and (seg.size or seg is self.segments[-1])
+            ]
             if not later or (current and not self.readable_end(current[0])[2]):
                 yield None
             else:

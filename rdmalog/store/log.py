@@ -22,6 +22,10 @@ head file to register, commits bytes written into it (`commit_written(head, posi
 same validation and patching as `append`) and tells readers how far a file is readable;
 `add_roll_listener(cb)` reports `cb(log, old_segment, new_segment)` when the head changes, before
 the old file is trimmed to its data (a trim waits while the old mapping is still exported).
+
+Compaction: the log cleaner (`cleaner.py`, run by `cleaner_manager.py`) reads sealed segments
+without the log's lock and swaps cleaned copies in with `replace_segments` (`segment_swap.py`, a
+mixin of this class), telling swap listeners.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from rdmalog.store.log_loader import (
 )
 from rdmalog.store.log_replication import ReplicatedLog
 from rdmalog.store.producer_state import ProducerStateTable
+from rdmalog.store.record_keys import require_keys
 from rdmalog.store.records import (
     CONTROL_BIT,
     LOG_APPEND_TIME,
@@ -66,6 +71,7 @@ from rdmalog.store.records import (
     validate_batches,
 )
 from rdmalog.store.segment import FileSlice, LogSegment
+from rdmalog.store.segment_swap import SegmentSwap
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +107,7 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
-class PartitionLog(InPlaceAccess, ReplicatedLog):
+class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
     """The segments of one partition directory `<topic>-<partition>`."""
 
     def __init__(
@@ -147,6 +153,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
         self._roll_listeners: list[Callable[[PartitionLog, LogSegment, LogSegment], None]] = []
         self._start_listeners: list[Callable[[PartitionLog], None]] = []
         self._append_listeners: list[Callable[[PartitionLog], None]] = []
+        self._swap_listeners: list[Callable[[PartitionLog, list[LogSegment]], None]] = []
         self.producer_state = ProducerStateTable()
         self.leader_epochs = LeaderEpochCache(self.dir / LEADER_EPOCH_FILE)
         self._standby: str | None = None  # None, "making" or "ready"
@@ -246,6 +253,12 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
         self._epochs_unsynced = True
 
     @property
+    def last_stable_offset(self) -> int:
+        """The offset below which every transaction is decided (what the cleaner may clean up
+        to): the high watermark, as rdmalog writes no transactions yet."""
+        return self.high_watermark
+
+    @property
     def leader_epoch(self) -> int:
         """The epoch this (single) broker leads the partition in: stamped on appended batches."""
         return max(self.leader_epochs.latest_epoch, 0)
@@ -280,6 +293,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
                 f"{len(mv)} bytes of batches exceed segment.bytes={cfg.segment_bytes}"
             )
         self._check_timestamps(infos)
+        if "compact" in cfg.cleanup_policy:
+            require_keys(mv, infos, self.name)
         return self._append(mv, infos, leader_epoch, in_place=False)
 
     def _check_timestamps(self, infos: list[BatchInfo]) -> None:
@@ -355,7 +370,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
             for info, (_, _, last, max_ts) in zip(infos, batches, strict=True):
                 if info.producer_id >= 0 and not info.attributes & CONTROL_BIT:
                     self.producer_state.update(
-                        info.producer_id, info.producer_epoch, info.base_sequence, info.count,
+                        info.producer_id, info.producer_epoch, info.base_sequence,
+                        info.last_offset_delta + 1,  # sequences span offsets (cleaned batches)
                         last - info.last_offset_delta, last, max_ts,
                     )  # fmt: skip
             if self.leader_epochs.assign(leader_epoch, base):
@@ -489,8 +505,10 @@ class PartitionLog(InPlaceAccess, ReplicatedLog):
                 return None
             i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
             for seg in self.segments[i:]:
-                if seg.next_offset > offset:  # holds the first batch ending at or after `offset`
-                    return seg.slice(offset, max_bytes, upper)
+                if seg.next_offset > offset:  # may hold the first batch ending at or after it
+                    found = seg.slice(offset, max_bytes, upper)
+                    if found is not None:  # else cleaned away: offsets have gaps, go on
+                        return found
             return None
 
     def offset_for_timestamp(

@@ -15,37 +15,83 @@ from rdmalog.store.index import IndexCorruptError
 from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
 from rdmalog.store.leader_epochs import LeaderEpochCache
 from rdmalog.store.producer_state import ProducerStateTable
-from rdmalog.store.records import CONTROL_BIT
+from rdmalog.store.records import CONTROL_BIT, LOG_OVERHEAD, MIN_BATCH_LENGTH
 from rdmalog.store.segment import LogSegment
+from rdmalog.store.segment import walk_headers as walk_file_headers
+from rdmalog.store.segment_swap import CLEANED_SUFFIX, SWAP_SUFFIX
 
 if TYPE_CHECKING:
     from rdmalog.store.log import PartitionLog
 
 log = logging.getLogger(__name__)
 
-_LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".tmp")
+_LEFTOVER_SUFFIXES = (".deleted", ".tmp")
+
+
+def _offset_of(name: str) -> int | None:
+    """The base offset a segment file's name starts with (Kafka's offsetFromFileName), or None."""
+    stem = name.partition(".")[0]
+    return int(stem) if stem.isdigit() else None
+
+
+def _next_offset(path: Path) -> int:
+    """The offset after the last whole batch of the log file `path` (its base when it has none)."""
+    nxt = _offset_of(path.name) or 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        for at, h in walk_file_headers(fd, 0, size):
+            if h[1] < MIN_BATCH_LENGTH or at + h[1] + LOG_OVERHEAD > size:
+                break
+            nxt = h[0] + h[3] + 1
+    finally:
+        os.close(fd)
+    return nxt
 
 
 def clean_leftovers(directory: Path) -> set[str]:
-    """Remove leftovers of interrupted operations; returns the file names that remain."""
+    """Remove leftovers of interrupted operations and finish or undo an interrupted swap of cleaned
+    segments, as Kafka's LogLoader does; returns the file names that remain.
+
+    `.deleted` and `.tmp` files go. `.cleaned` files are a cleaning that never reached its swap:
+    they go, with any `.swap` file at or after the first of them (an incomplete operation).
+    The remaining `.swap` files were complete: the segments they replace (files whose base offset
+    lies between the first swapped base offset and the offset after the swapped data) go, then
+    the `.swap` files take their names."""
     names = set(os.listdir(directory))
+    swaps, cleaned_from = [], None
     for name in list(names):
-        p = directory / name
         if name.endswith(_LEFTOVER_SUFFIXES):
             names.discard(name)
-            p.unlink(missing_ok=True)
-        elif name.endswith(".swap"):
-            # A .log.swap is a finished replacement (Kafka renames it into place); indexes are rebuilt.
+            (directory / name).unlink(missing_ok=True)
+        elif name.endswith(CLEANED_SUFFIX) and _offset_of(name) is not None:
+            off = _offset_of(name)
+            cleaned_from = off if cleaned_from is None else min(cleaned_from, off)
             names.discard(name)
-            target = directory / name[: -len(".swap")]
-            if target.name.endswith(".log"):
-                os.replace(p, target)
-                names.add(target.name)
-                for suffix in (".index", ".timeindex"):
-                    names.discard(target.name[:-4] + suffix)
-                    (directory / (target.name[:-4] + suffix)).unlink(missing_ok=True)
-            else:
-                p.unlink(missing_ok=True)
+            (directory / name).unlink(missing_ok=True)
+        elif name.endswith(SWAP_SUFFIX) and _offset_of(name) is not None:
+            swaps.append(name)
+    for name in list(swaps):
+        if cleaned_from is not None and _offset_of(name) >= cleaned_from:  # type: ignore[operator]
+            log.warning("%s: removing %s of an incomplete swap", directory, name)
+            swaps.remove(name)
+            names.discard(name)
+            (directory / name).unlink(missing_ok=True)
+    logs = [n for n in swaps if n[: -len(SWAP_SUFFIX)].endswith(".log")]
+    if logs:
+        low = min(_offset_of(n) for n in logs)  # type: ignore[type-var]
+        high = max(_next_offset(directory / n) for n in logs)
+        for name in list(names):
+            off = _offset_of(name)
+            if not name.endswith(SWAP_SUFFIX) and off is not None and low <= off < high:
+                names.discard(name)
+                (directory / name).unlink(missing_ok=True)
+    for name in swaps:
+        log.info("%s: completing the swap of %s", directory, name)
+        target = name[: -len(SWAP_SUFFIX)]
+        os.replace(directory / name, directory / target)
+        names.discard(name)
+        names.add(target)
     return names
 
 
@@ -161,5 +207,7 @@ def load_producer_state(plog: PartitionLog, file_name: str) -> ProducerStateTabl
         table, start = ProducerStateTable(), plog.log_start_offset
     for base, h in walk_headers(plog, start):
         if h[9] >= 0 and not h[5] & CONTROL_BIT:
-            table.update(h[9], h[10], h[11], h[12], base, base + h[6], h[8])
+            # the sequences a batch took span its offsets (lastOffsetDelta + 1), as Kafka's
+            # lastSequence: a cleaned batch keeps them with fewer records, or none
+            table.update(h[9], h[10], h[11], h[6] + 1, base, base + h[6], h[8])
     return table

@@ -8,6 +8,7 @@ A data dir is a Kafka log dir and can be imported from one as it is:
     recovery-point-offset-checkpoint     Kafka's offset checkpoint format (also log-start-offset-,
     log-start-offset-checkpoint          replication-offset-checkpoint)
     .kafka_cleanshutdown                 present only after a clean close; without it logs are recovered
+    cleaner-offset-checkpoint            where each compacted log's next cleaning starts (Kafka's)
     .lock                                flock held while a Store has the directory open
     <topic>-<partition>/                 segments (<20-digit base>.log/.index/.timeindex), partition.metadata
     __rdmalog_metadata/topics/<topic id, canonical uuid>.json
@@ -61,6 +62,7 @@ from rdmalog.errors import (
 from rdmalog.store import checkpoints as ck
 from rdmalog.store import descriptors
 from rdmalog.store.adoption import adopt
+from rdmalog.store.cleaner_manager import LogCleaner
 from rdmalog.store.disk import recovered, storage_error
 from rdmalog.store.kraft_metadata import read_cluster_metadata
 from rdmalog.store.log import PartitionLog, parse_partition_dir, wall_clock_ms
@@ -157,6 +159,7 @@ class Store:
         self._last_retention = 0
         self._last_checkpoint = 0
         self._metadata_due: list[tuple[PartitionLog, uuid.UUID]] = []
+        self.cleaner: LogCleaner | None = None  # compacted topics' cleaner, made at open
         self.opened = False
         self._lock_fd = -1
 
@@ -177,6 +180,7 @@ class Store:
                 target=self._maintenance_loop, name="rdmalog-maintenance", daemon=True
             )
             self._thread.start()
+            self.cleaner.start()  # type: ignore[union-attr]
         return self
 
     def _open(self) -> None:
@@ -222,6 +226,7 @@ class Store:
             self.topics[topic.name] = topic
             self._by_id[topic.topic_id] = topic
         marker.unlink(missing_ok=True)
+        self.cleaner = LogCleaner(self, self.config)
         self.opened = True
         try:
             self.checkpoint()
@@ -240,6 +245,8 @@ class Store:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self.cleaner is not None:
+            self.cleaner.stop()  # a round in progress stops at its next check
         failures: list[BaseException] = []
 
         def close_log(plog: PartitionLog) -> None:
@@ -637,6 +644,10 @@ class Store:
             os.rename(self._topic_file(topic.topic_id), self._deleted_file(topic.topic_id))
             del self.topics[name]
             self._by_id.pop(topic.topic_id, None)
+            cleaner = self.cleaner
+            if cleaner is not None:  # a round on these logs stops first, as Kafka's does
+                for plog in topic.partitions:
+                    cleaner.abort_and_pause(plog)
             failed: list[OSError] = []
             for plog in topic.partitions:
                 tomb = self.dir / f"{plog.dir.name}.{topic.topic_id.hex}-delete"  # Kafka's marker
@@ -649,6 +660,8 @@ class Store:
                     plog.delete()
                 except OSError as e:
                     failed.append(e)
+            if cleaner is not None:
+                cleaner.forget(topic.partitions)
             if failed:  # deleted all the same: the next start removes what is left
                 log.warning("topic %s is deleted; removing its files failed: %s", name, failed[0])
             else:
@@ -730,9 +743,11 @@ class Store:
         retention = force_retention or now - self._last_retention >= self.config.get(
             "log.retention.check.interval.ms"
         )
+        cleaner = self.cleaner
         for plog in self.logs():
-            try:
-                plog.maintain(now, retention=retention)
+            try:  # a compact,delete log being cleaned is left to the next retention check
+                busy = cleaner is not None and cleaner.busy(plog)
+                plog.maintain(now, retention=retention and not busy)
             except OSError as e:
                 storage_error(e, plog.dir, f"maintenance of {plog.name}")  # logs it
             except KafkaStorageError:

@@ -72,8 +72,9 @@ class ReplicatedLog:
 
     def append_replicated(self: PartitionLog, buf: memoryview | bytes) -> int:
         """Append the leader's batches as they are (their offsets, epochs and bytes); batches wholly
-        below the log end offset are skipped. Returns the new log end offset. A batch that does not
-        follow on raises CorruptRecordError (the follower truncates and fetches again)."""
+        below the log end offset are skipped, offsets a compacted leader no longer has are skipped
+        over. Returns the new log end offset. A batch overlapping the log end raises
+        CorruptRecordError (the follower truncates and fetches again)."""
         mv = memoryview(buf)
         infos = validate_batches(mv, None, from_client=False, allow_control=True)
         with self.lock:
@@ -92,13 +93,15 @@ class ReplicatedLog:
                 last = base + info.last_offset_delta
                 if last < expected:
                     continue  # already here (a fetch from inside a batch)
-                if base != expected:
-                    if base < expected and self.log_end_offset == self.log_start_offset == expected:
+                # a batch after a gap is taken as it is: the leader's cleaner removed the offsets
+                # between (Kafka's appendAsFollower asks only that offsets move forward)
+                if base < expected:
+                    if self.log_end_offset == self.log_start_offset == expected:
                         self._reset_locked(base)  # an empty log starting inside this batch
                     else:
                         raise CorruptRecordError(
-                            f"{self.name}: replicated batch at offset {base} does not follow the "
-                            f"log end offset {expected}"
+                            f"{self.name}: replicated batch at offset {base} overlaps the log "
+                            f"end offset {expected}"
                         )
                 if seg_bytes + run_bytes and seg_bytes + run_bytes + info.size > limit:
                     if run:

@@ -149,6 +149,15 @@ class ProducerStateTable:
             BatchMeta(first_seq, _last_seq(first_seq, count), first_offset, last_offset, timestamp)
         )
 
+    def last_records(self) -> dict[int, tuple[int | None, int]]:
+        """Kafka's lastRecordsOfActiveProducers: producer id -> (the last offset of its last data
+        batch, or None; its epoch). The cleaner keeps those batches (emptied if need be), so the
+        state can be rebuilt from the log."""
+        return {
+            pid: (e.batches[-1].last_offset if e.batches else None, e.epoch)
+            for pid, e in self.producers.items()
+        }
+
     def expire(self, now: int, max_age_ms: int) -> int:
         """Forget producers whose last batch's max timestamp is `max_age_ms` old (Kafka's
         `producer.id.expiration.ms`); returns how many went."""

@@ -177,7 +177,7 @@ def set_log_append_time(buf: memoryview | bytearray, pos: int, size: int, timest
     attrs = _H.unpack_from(buf, pos + ATTRIBUTES)[0]
     _H.pack_into(buf, pos + ATTRIBUTES, attrs | TIMESTAMP_TYPE_BIT)
     _Q.pack_into(buf, pos + MAX_TIMESTAMP, timestamp)
-    _set_crc(buf, pos, size)
+    set_crc(buf, pos, size)
 
 
 _PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
@@ -189,11 +189,11 @@ def stamp_producer(
     """Make the batch at `pos` an idempotent producer's: its id, epoch and first sequence, then
     the CRC again. Returns how many sequence numbers its records take."""
     _PRODUCER.pack_into(buf, pos + PRODUCER_ID, pid, epoch, seq)
-    _set_crc(buf, pos, size)
+    set_crc(buf, pos, size)
     return _I.unpack_from(buf, pos + LAST_OFFSET_DELTA)[0] + 1
 
 
-def _set_crc(buf: memoryview | bytearray, pos: int, size: int) -> None:
+def set_crc(buf: memoryview | bytearray, pos: int, size: int) -> None:
     """The CRC-32C of the batch at `pos` (of `size` bytes), over attributes to its end."""
     _UI.pack_into(
         buf, pos + CRC_POS, _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES : pos + size])
@@ -377,7 +377,7 @@ def build_batch(
         len(recs) - 1, base_ts, max(stamps), producer_id, producer_epoch, base_sequence, len(recs),
     )  # fmt: skip
     out[BATCH_OVERHEAD:] = body
-    _set_crc(out, 0, len(out))
+    set_crc(out, 0, len(out))
     return out
 
 

@@ -154,6 +154,9 @@ class LogSegment:
         self.segment_bytes = segment_bytes
         self.allocate_storage = allocate_storage  # Kafka's `preallocate`: blocks, not a sparse hole
         self.index_interval = index_interval
+        self.file_suffix = (
+            file_suffix  # "" once in place; ".cleaned", ".swap" while the cleaner swaps
+        )
         self.path = self.dir / log_file_name(base_offset, ".log" + file_suffix)
         self.offset_index = OffsetIndex(
             self.dir / log_file_name(base_offset, ".index" + file_suffix),
@@ -585,14 +588,48 @@ class LogSegment:
         self.closed = True
         self._handle_ref = None
 
+    @property
+    def txn_index_path(self) -> Path:
+        """Kafka's aborted-transaction index of this segment (`.txnindex`), when it has one."""
+        return self.dir / log_file_name(self.base_offset, ".txnindex" + self.file_suffix)
+
+    def rename_suffix(self, old: str, new: str) -> None:
+        """Rename every file of the segment from suffix `old` to `new` (the cleaner's `.cleaned` ->
+        `.swap` -> ``), log file first as Kafka's changeFileSuffixes does. Open descriptors (and
+        FileSlices) stay valid across the rename."""
+        if self.file_suffix != old:
+            raise ValueError(f"{self.path} does not end in {old!r}")
+        txn = self.txn_index_path
+        for holder in (self, self.offset_index, self.time_index):
+            target = Path(str(holder.path)[: len(str(holder.path)) - len(old)] + new)
+            os.replace(holder.path, target)
+            holder.path = target
+        self.file_suffix = new
+        if txn.exists():
+            os.replace(txn, self.txn_index_path)
+
+    def set_last_modified(self, mtime_ns: int) -> None:
+        """Kafka's setLastModified: the log and index files' modification time (a cleaned segment
+        keeps the time of the segments it replaces, for time retention and ListOffsets v0)."""
+        for p in (self.path, self.offset_index.path, self.time_index.path):
+            os.utime(p, ns=(mtime_ns, mtime_ns))
+
     def delete(self) -> None:
         """Rename files to `.deleted`, then unlink; open FileSlices keep reading the unlinked file."""
+        for p in self.mark_deleted():
+            p.unlink(missing_ok=True)
+
+    def mark_deleted(self) -> list[Path]:
+        """Close the segment and rename its files to `.deleted` (what a recovery removes); returns
+        those paths for the caller to unlink, which it may do later, outside a lock."""
         self.deleted = self.closed = True
         self._let_go_of_mapping()
         self._handle = self._handle_ref = None
-        for p in (self.path, self.offset_index.path, self.time_index.path):
+        gone = []
+        for p in (self.path, self.offset_index.path, self.time_index.path, self.txn_index_path):
             try:
                 os.rename(p, str(p) + ".deleted")
-                os.unlink(str(p) + ".deleted")
+                gone.append(Path(str(p) + ".deleted"))
             except FileNotFoundError:
                 pass
+        return gone

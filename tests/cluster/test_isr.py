@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from kafka import KafkaProducer
-from kafka.errors import NotEnoughReplicasError
+from kafka.errors import KafkaConnectionError, NotEnoughReplicasError
 
 from compat_tests.cluster import BrokerCluster, wait_for
 from tests.cluster.clients import create_topic, produce_error, read_all
@@ -65,15 +65,21 @@ def test_min_insync_replicas_with_followers_down(cluster: BrokerCluster) -> None
 
     admin = KafkaAdminClient(bootstrap_servers=cluster.broker(leader).bootstrap)
 
-    def partition_seen_by_leader() -> dict:
-        return admin.describe_topics(["mi"])[0]["partitions"][0]
+    def partition_seen_by_leader() -> dict | None:
+        """The partition in Metadata of the one live broker (the admin client may try a killed
+        one first: that attempt is refused, the next goes to the leader)."""
+        try:
+            return admin.describe_topics(["mi"])[0]["partitions"][0]
+        except KafkaConnectionError:
+            return None
 
     # the leader's own Metadata: its watches have the one-member ISR, and both followers offline
     # once their registrations are gone (an ISR can shrink before a killed broker's session ends)
     part = wait_for(
         "the leader sees the ISR and the offline replicas",
         lambda: (
-            (p := partition_seen_by_leader())["isr_nodes"] == [leader]
+            (p := partition_seen_by_leader()) is not None
+            and p["isr_nodes"] == [leader]
             and sorted(p["offline_replicas"]) == [f1, f2]
             and p
         ),

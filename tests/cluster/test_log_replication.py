@@ -72,12 +72,34 @@ def test_follower_keeps_the_leaders_bytes_offsets_and_epochs(tmp_path: Path) -> 
     follower.begin_leader_epoch(6)
     dup = follower.append(_batch(3, pid=7, seq=2))
     assert (dup.base_offset, dup.last_offset) == (2, 4) and follower.log_end_offset == 6
-    # batches already held are skipped; a gap is refused
+    # batches already held are skipped; a batch overlapping the log end is refused
     assert follower.append_replicated(fetched) == 6
-    gap = bytearray(_batch(1))
-    gap[0:8] = (10).to_bytes(8, "big")
+    overlap = bytearray(_batch(3))
+    overlap[0:8] = (4).to_bytes(8, "big")  # offsets 4..6
     with pytest.raises(CorruptRecordError):
-        follower.append_replicated(gap)
+        follower.append_replicated(overlap)
+    assert follower.log_end_offset == 6
+
+
+def test_follower_replicates_a_compacted_leader_across_its_gaps(tmp_path: Path) -> None:
+    """The leader's cleaner leaves offset gaps between batches; a follower fetching that range
+    (a new replica, one back from a long stop) takes the batches as they are, byte for byte."""
+    from tests.unit.store.cleaner_helpers import clean, contents, new_cleaner, raw_batches
+
+    compact = {"cleanup.policy": "compact", "segment.bytes": "1024"}
+    leader = _log(tmp_path / "leader" / "t-0", **compact)
+    for i in range(40):  # five keys written once, then three keys over and over
+        key = b"once-%d" % i if i < 5 else b"k%d" % (i % 3)
+        leader.append(build_batch([Record(key, b"v" * 60, timestamp=T0 + i)]))
+    leader.set_high_watermark(leader.log_end_offset)
+    clean(leader, new_cleaner(lambda: T0 + 1000))
+    offsets = [off for off, _, _ in contents(leader)]
+    assert offsets[:5] == [0, 1, 2, 3, 4] and offsets[5] > 5  # the cleaner left a gap
+    follower = _log(tmp_path / "follower" / "t-0", **compact)
+    follower.append_replicated(b"".join(raw_batches(leader)))
+    assert follower.log_end_offset == leader.log_end_offset == 40
+    assert raw_batches(follower) == raw_batches(leader)
+    assert contents(follower) == contents(leader)
 
 
 def test_follower_rolls_segments_by_its_own_size_limit(tmp_path: Path) -> None:

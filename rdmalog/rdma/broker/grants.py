@@ -311,6 +311,8 @@ class Grants:
         with self.lock:
             key = (ps.log.topic, ps.log.partition, seg.base_offset)
             rf = ps.readers.get(seg.base_offset)
+            if rf is not None and rf.segment is not seg:  # a file the cleaner replaced
+                rf.withdraw()
             if rf is None or rf.segment is not seg or not rf.mr.rkey:
                 # READ access alone: a read-only pin, which kernels allow on a file mapping
                 mr = self.device.reg_mr(seg.mmap, Access.REMOTE_READ, path=str(seg.path))

@@ -3,7 +3,8 @@ registered for consumers' READs and their metadata slots (KafkaDirect Figure 9),
 which finds (or starts) a partition's state.
 
 The log's listeners keep these current: a high watermark advance rewrites the slots of the files
-being read; a roll revokes the grant of the old head. They run under the log's lock (or none), so
+being read; a roll revokes the grant of the old head; retention and the cleaner's swaps withdraw
+the registrations of files that left the log. They run under the log's lock (or none), so
 they only set flags, deregister and write slot words.
 """
 
@@ -203,6 +204,7 @@ class PartState:
         self.readers: dict[int, ReadFile] = {}  # segment base offset -> ReadFile
         self.listening = False
         self.on_start = None  # the service's log start listener for this partition
+        self.on_swap = None  # and its swap listener (segments replaced by cleaned copies)
 
     def on_hw(self, plog) -> None:
         f = self.produce
@@ -254,9 +256,11 @@ class Partitions:
                 ps = self.by_key[(topic, partition)] = PartState(plog)
             if not ps.listening:
                 ps.on_start = functools.partial(self._retire_deleted_readers, ps)
+                ps.on_swap = functools.partial(self._retire_replaced_readers, ps)
                 plog.add_listener(ps.on_hw)
                 plog.add_roll_listener(ps.on_roll)
                 plog.add_start_listener(ps.on_start)
+                plog.add_swap_listener(ps.on_swap)
                 ps.listening = True
             return ps
 
@@ -267,6 +271,7 @@ class Partitions:
                     ps.log.remove_listener(ps.on_hw)
                     ps.log.remove_roll_listener(ps.on_roll)
                     ps.log.remove_start_listener(ps.on_start)
+                    ps.log.remove_swap_listener(ps.on_swap)
 
     @staticmethod
     def _forget_readers(ps: PartState) -> None:
@@ -289,3 +294,15 @@ class Partitions:
             start = plog.log_start_offset
             for base in [b for b in ps.readers if b < start]:
                 ps.readers.pop(base).withdraw()
+
+    def _retire_replaced_readers(self, ps: PartState, plog, replaced) -> None:
+        """Segments were replaced by their cleaned copy (the log's swap listener, called with no
+        log lock held): withdraw their read registrations. A consumer's next READ of one fails
+        (or its next_file looks past it) and it seeks again from its position, which the
+        cleaned file holds: it reads on there. Bytes it had already READ stay valid (the old
+        file is only unlinked)."""
+        with self.lock:
+            for base, rf in list(ps.readers.items()):
+                if any(rf.segment is seg for seg in replaced):
+                    del ps.readers[base]
+                    rf.withdraw()

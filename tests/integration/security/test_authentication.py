@@ -23,9 +23,12 @@ TIMEOUT = 30
 
 def _produce_consume(settings: dict, topic: str, n: int = 5) -> list[bytes]:
     producer = Producer(settings)
-    for i in range(n):
-        producer.produce(topic, f"m{i}".encode())
-    assert producer.flush(TIMEOUT) == 0
+    try:
+        for i in range(n):
+            producer.produce(topic, f"m{i}".encode())
+        assert producer.flush(TIMEOUT) == 0
+    finally:
+        producer.close()
     consumer = Consumer(
         {**settings, "group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest"}
     )
@@ -96,10 +99,13 @@ def _auth_error(settings: dict) -> str:
     errors: list = []
     producer = Producer({**settings, "error_cb": errors.append})
     deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline and not any(
-        e.code() == KafkaError._AUTHENTICATION for e in errors
-    ):
-        producer.poll(0.2)
+    try:
+        while time.monotonic() < deadline and not any(
+            e.code() == KafkaError._AUTHENTICATION for e in errors
+        ):
+            producer.poll(0.2)
+    finally:
+        producer.close()
     found = [e.str() for e in errors if e.code() == KafkaError._AUTHENTICATION]
     assert found, f"no authentication error, only {errors}"
     return found[0]
@@ -297,10 +303,13 @@ def test_confluent_kafka_reauthenticates(secure_broker_factory):
     topic = f"reauth-{uuid.uuid4().hex[:6]}"
     _create(broker, topic)
     producer = Producer(broker.sasl("SASL_SSL", ADMIN))
-    for i in range(4):
-        producer.produce(topic, f"r{i}".encode())
-        assert producer.flush(TIMEOUT) == 0
-        time.sleep(0.8)
+    try:
+        for i in range(4):
+            producer.produce(topic, f"r{i}".encode())
+            assert producer.flush(TIMEOUT) == 0
+            time.sleep(0.8)
+    finally:
+        producer.close()
     log = broker.process.stderr_tail(500)
     assert "SASL session expired" not in log
 

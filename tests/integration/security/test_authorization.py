@@ -61,8 +61,11 @@ def acl_broker(secure_broker: SecureBroker) -> SecureBroker:
 def _delivery_error(settings: dict, topic: str) -> KafkaError | None:
     errors: list = []
     producer = Producer({**settings, "message.timeout.ms": 10000})
-    producer.produce(topic, b"x", on_delivery=lambda err, _msg: errors.append(err))
-    producer.flush(TIMEOUT)
+    try:
+        producer.produce(topic, b"x", on_delivery=lambda err, _msg: errors.append(err))
+        producer.flush(TIMEOUT)
+    finally:
+        producer.close()
     return errors[0] if errors else None
 
 

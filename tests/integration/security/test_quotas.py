@@ -110,6 +110,7 @@ def test_quotas_through_the_java_admin_and_enforced(secure_broker):
         producer.produce(topic, payload)
         producer.poll(0)
     assert producer.flush(60) == 0
+    producer.close()
     assert throttles and max(throttles) > 0, "no produce response carried a throttle time"
 
     throttles.clear()

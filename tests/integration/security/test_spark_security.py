@@ -77,6 +77,7 @@ def test_spark_reads_and_writes_sasl_ssl(secure_broker, tmp_path):
     for i in range(10):
         producer.produce(topic, f"v{i}".encode(), partition=i % 2)
     assert producer.flush(30) == 0
+    producer.close()
 
     options = {
         "kafka.bootstrap.servers": broker.listeners["SASL_SSL"],
