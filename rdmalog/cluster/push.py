@@ -295,7 +295,7 @@ class FollowerLink(Endpoint):
                     seg, pos = at.file, at.position
                     if seg is not plog.segments[-1] and pos >= seg.size:
                         return False
-                    if pos < seg.size and _HEADER.unpack_from(seg.mmap, pos)[0] != offset:
+                    if pos < seg.size and _HEADER.unpack_from(seg.mmap, pos)[0] < offset:
                         return False
                     mm = seg.mmap
                     if mm is None:
@@ -345,7 +345,7 @@ class FollowerLink(Endpoint):
             while pos + _OVERHEAD <= end:
                 base, length = _HEADER.unpack_from(mm, pos)
                 size = length + _OVERHEAD
-                if base != offset or pos + size > end:
+                if base < offset or pos + size > end:  # (offsets may skip: compaction)
                     break
                 if pos > start and (pos + size - start > self.batch_max):
                     break

@@ -135,8 +135,8 @@ class ReplicatedLog:
     ) -> AppendResult:
         """`commit_written(replicated=True)` under the log's lock: the leader's batches written at
         [position, end) of the head `seg` (push replication), validated as a fetched response is
-        (sizes, magic, CRC-32C), each starting where the one before ended, the first at the log
-        end offset; committed as they are. CorruptRecordError otherwise (nothing committed)."""
+        (sizes, magic, CRC-32C), offsets moving forward from the log end offset (a compacted
+        leader's batches leave gaps); committed as they are. CorruptRecordError otherwise (nothing committed)."""
         from rdmalog.store.log import AppendResult
 
         if self.closed:
@@ -147,9 +147,9 @@ class ReplicatedLog:
             batches, epochs = [], []
             for info in infos:
                 base = _BASE_OFFSET.unpack_from(mv, info.position)[0]
-                if base != expected:
+                if base < expected:  # offsets only move forward (a cleaned leader leaves gaps)
                     raise CorruptRecordError(
-                        f"{self.name}: pushed batch at offset {base} does not follow {expected}"
+                        f"{self.name}: pushed batch at offset {base} overlaps the log end {expected}"
                     )
                 last = base + info.last_offset_delta
                 batches.append((info.position, info.size, last, info.max_timestamp))
