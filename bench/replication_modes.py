@@ -303,6 +303,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.plot(xplot, [lat[b] for b in xs], "o-", color=color, label=f"{t} latency p50")
         ax2.plot(xplot, [good[b] for b in xs], "s--", color=color, label=f"{t} goodput")
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
     ax.set_xlabel("replica.push.batch.max.bytes (64 = no coalescing)")
     ax.set_ylabel("entry latency p50, us")
     ax2.set_ylabel("goodput, MiB/s of 64-byte entries")
