@@ -305,8 +305,9 @@ class FollowerLink(Endpoint):
             log.info("%s-%d: no source at %d: %r", *pp.key, offset, exc)
             return False
         with self.lock:
-            if pp.source_mr is not None:
+            if pp.source_mr is not None:  # deregistered once its writes are answered
                 pp.retired.append([pp.source_mr, pp.inflight])
+                self._work.append(lambda: self._free_retired(pp))
             pp.source, pp.source_mr, pp.source_pos = seg, mr, pos
         return True
 

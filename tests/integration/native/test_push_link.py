@@ -29,19 +29,19 @@ def kind(request) -> str:
     return request.param
 
 
-def _store(path: Path) -> Store:
+def _store(path: Path, segment_bytes: int | None = None) -> Store:
     path.mkdir()
     st = Store(path, BrokerConfig.from_sources(None, {"log.dirs": str(path)}))
     st.open(start_maintenance=False)
-    st.create_topic("t", 1, {})
+    st.create_topic("t", 1, {} if segment_bytes is None else {"segment.bytes": str(segment_bytes)})
     return st
 
 
 class Follower:
     """A follower broker's store and RDMA service, following LEADER in `current`."""
 
-    def __init__(self, path: Path, kind: str, credits: int = 32):
-        self.store = _store(path)
+    def __init__(self, path: Path, kind: str, credits: int = 32, segment_bytes: int | None = None):
+        self.store = _store(path, segment_bytes)
         self.log = self.store.partition("t", 0)
         self.current = (LEADER, EPOCH)
         self.pushed: list[bool] = []
@@ -60,8 +60,15 @@ class Follower:
 class Leader:
     """The leader's log and its link to the follower, recording acknowledgements."""
 
-    def __init__(self, path: Path, follower: Follower, kind: str, batch_max: int = 1024):
-        self.store = _store(path)
+    def __init__(
+        self,
+        path: Path,
+        follower: Follower,
+        kind: str,
+        batch_max: int = 1024,
+        segment_bytes: int | None = None,
+    ):
+        self.store = _store(path, segment_bytes)
         self.log = self.store.partition("t", 0)
         self.acked = -1
         self.pulled: list[str] = []
@@ -117,8 +124,10 @@ def pair(tmp_path: Path, kind: str):
 
 
 def _bytes(plog) -> bytes:
-    with plog.file_for_reading(0) as at:
-        return bytes(at.file.mmap[: plog.active_segment.size])
+    """The log's segment bytes, every file's data in order."""
+    end = plog.log_end_offset  # (a pushed commit leaves the high watermark to the leader)
+    files = [plog.read(seg.base_offset, 1 << 30, upper_bound=end) for seg in plog.segments]
+    return b"".join(f.read() for f in files if f is not None)
 
 
 def test_pushed_batches_are_committed_as_the_leader_wrote_them(pair) -> None:
@@ -204,3 +213,21 @@ def test_revoking_first_refuses_writes_already_on_their_way(pair) -> None:
     leader.append(b"late")
     leader.wait("the link gives up pushing", lambda: leader.pulled or leader.down)
     assert follower.log.log_end_offset == end
+
+
+def test_rolls_on_both_sides(tmp_path: Path, kind: str) -> None:
+    """Small segments, and of different sizes: the follower's head fills (the link asks for the
+    next file, as an exclusive producer does) and the leader's rolls (the link moves to its next
+    file and lets the old one go)."""
+    follower = Follower(tmp_path / "follower", kind, segment_bytes=3000)
+    leader = Leader(tmp_path / "leader", follower, kind, segment_bytes=5000)
+    try:
+        end = leader.append(*[b"r%03d" % i * 20 for i in range(120)])
+        leader.wait("acknowledged", lambda: leader.acked == end)
+        assert len(follower.log.segments) > 3 and len(leader.log.segments) > 3
+        assert _bytes(follower.log) == _bytes(leader.log)
+        assert not leader.pulled and not leader.down
+        assert leader.pp.retired == []  # the leader's old files are no longer registered
+    finally:
+        leader.close()
+        follower.close()
