@@ -15,7 +15,7 @@ them in order (`PartitionLog.commit_written(replicated=True)`) and acknowledges 
 offset, which the replica manager takes exactly as a follower's fetch offset.
 
 Credits: the follower's grant says how many writes may be outstanding on the queue pair; the
-leader never exceeds them. Batching: writes waiting for a credit are coalesced, whole batches, up
+leader never exceeds them (nor MAX_OUTSTANDING_BYTES of them). Batching: writes waiting for a credit are coalesced, whole batches, up
 to `replica.push.batch.max.bytes` per write (a larger batch goes alone).
 
 Back to pull: a refused or corrupt write is resent after a new grant (whose answer carries the
@@ -49,6 +49,10 @@ _LAST_DELTA_AT = 23
 _OVERHEAD = 12
 ACK_RECVS = 128
 ACK_BUF = ACKS_PER_SEND * ACK_SIZE
+# Bytes written and not yet answered, per link, besides the credits: a write is the bytes of whole
+# batches (one may be as large as max.message.bytes); on tcp they wait in socket buffers, and a
+# leader's event loop must never block on a follower that stopped reading.
+MAX_OUTSTANDING_BYTES = 2 << 20
 MAX_FAILURES = 3  # refused writes in a row (no progress between) before going back to pull
 RETRY_S = 1.0  # a link that failed is not tried again before this
 
@@ -109,7 +113,8 @@ class FollowerLink(Endpoint):
         self.by_file: dict[int, Pushed] = {}
         self.credits = 1  # until a grant says how many
         # writes not answered yet, oldest first: (wr id, file id, order, posted at)
-        self.outstanding: deque[tuple[int, int, int, float]] = deque()
+        self.outstanding: deque[tuple[int, int, int, float, int]] = deque()  # ..., bytes
+        self.outstanding_bytes = 0
         self._wr = 0
         self._work: deque[Callable[[], None]] = deque()
         self._stop = threading.Event()
@@ -338,7 +343,11 @@ class FollowerLink(Endpoint):
         if seg is None:
             return
         mm = pp.source_mr.buf
-        while len(self.outstanding) < self.credits and pp.state == "pushing":
+        while (
+            len(self.outstanding) < self.credits
+            and self.outstanding_bytes < MAX_OUTSTANDING_BYTES
+            and pp.state == "pushing"
+        ):
             end = seg.size
             pos = start = pp.source_pos
             offset = pp.next_offset
@@ -374,7 +383,8 @@ class FollowerLink(Endpoint):
             pp.source_pos = pos
             pp.next_offset = offset
             pp.inflight += 1
-            self.outstanding.append((self._wr, pp.file_id, order, time.monotonic()))
+            self.outstanding.append((self._wr, pp.file_id, order, time.monotonic(), n))
+            self.outstanding_bytes += n
 
     def _completion(self, wc) -> None:
         if wc.opcode == Opcode.RECV:
@@ -399,6 +409,7 @@ class FollowerLink(Endpoint):
         for i, entry in enumerate(self.outstanding):
             if entry[1] == fid and entry[2] == order:
                 del self.outstanding[i]
+                self.outstanding_bytes -= entry[4]
                 break
         pp = self.by_file.get(fid)
         if pp is None:
