@@ -202,3 +202,36 @@ def test_follower_that_stops_taking_writes(push_cluster: BrokerCluster) -> None:
     assert set(producer.acked) <= set(log)
     assert duplicates(log) == []
     _same_bytes_everywhere(c, "frozen")
+
+
+def test_a_frozen_leader_deposed_meanwhile_writes_nothing(push_cluster: BrokerCluster) -> None:
+    """The leader frozen past its ZooKeeper session: a new leader is elected and the followers
+    revoke the old one's grants first; thawed, the old leader's writes still on their way are
+    refused, it follows, and nothing acknowledged is lost."""
+    c = push_cluster
+    create_topic(c.bootstrap, "zombie", min_insync_replicas="2")
+    c.wait_isr("zombie", {1, 2, 3})
+    leader = c.leader("zombie")
+    producer = ProducerLoad(c.bootstrap, "zombie", count=1_000_000).start()
+    wait_for("pushing", lambda: len(_pushing(c, leader, "zombie")) == 2)
+    wait_for("some acknowledged", lambda: len(producer.acked) >= 300, timeout=60)
+    c.broker(leader).proc.send_signal(signal.SIGSTOP)
+    try:
+        new = wait_for(
+            "a new leader",
+            lambda: c.leader("zombie") not in (-1, leader) and c.leader("zombie"),
+            timeout=60,
+        )
+    finally:
+        c.broker(leader).proc.send_signal(signal.SIGCONT)
+    other = (set(c.brokers) - {leader, new}).pop()
+    wait_for("the new leader pushes", lambda: other in _pushing(c, new, "zombie"), timeout=60)
+    c.wait_isr("zombie", {1, 2, 3}, timeout=90)
+    acked = len(producer.acked)
+    wait_for("acks=all goes on", lambda: len(producer.acked) > acked + 100)
+    producer.stop()
+    assert not producer.errors, producer.errors[:5]
+    log = read_all(c.bootstrap, "zombie")
+    assert set(producer.acked) <= set(log)
+    assert duplicates(log) == []
+    _same_bytes_everywhere(c, "zombie")
