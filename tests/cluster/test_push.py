@@ -235,3 +235,18 @@ def test_a_frozen_leader_deposed_meanwhile_writes_nothing(push_cluster: BrokerCl
     assert set(producer.acked) <= set(log)
     assert duplicates(log) == []
     _same_bytes_everywhere(c, "zombie")
+
+
+def test_replica_transport_pull_keeps_kafkas_way(tmp_path: Path, zk_connect: str) -> None:
+    c = BrokerCluster(tmp_path / "c", zk_connect, 3, {"replica.transport": "pull"}, rdma="shm")
+    c.start()
+    try:
+        create_topic(c.bootstrap, "pulled", min_insync_replicas="2")
+        c.wait_isr("pulled", {1, 2, 3})
+        values = [b"p%d" % i for i in range(50)]
+        assert sorted(v for _, v in _produce(c.bootstrap, "pulled", values)) == sorted(values)
+        _same_bytes_everywhere(c, "pulled")
+        for b in c.brokers:
+            assert _count(c, b, "pushing to follower") == 0
+    finally:
+        c.stop()
