@@ -18,8 +18,9 @@ if [[ ",$extras," == *",test,"* ]]; then
     [[ -f /usr/share/java/zookeeper.jar ]] || need_apt+=(zookeeper)
 fi
 if [[ ",$extras," == *",spark,"* || ",$extras," == *",test,"* ]]; then
-    # PySpark, and the Java kafka-clients compat scenarios
+    # PySpark, and the Java kafka-clients compat scenarios; javac and jar build the JVM reader
     command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+    command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 fi
 if ((${#need_apt[@]})); then
     sudo_cmd=()
@@ -29,9 +30,11 @@ if ((${#need_apt[@]})); then
 fi
 
 # Set up once: a stamp records what the last successful setup installed from (the extras, the
-# packaging files, the C sources and the JS lock file); a later call with the same inputs returns at once.
+# packaging files, the C sources, the JVM reader's sources and the JS lock file); a later call with the same
+# inputs returns at once.
 stamp=".venv/.setup-${extras:-base}"
-inputs=$(cat pyproject.toml setup.py compat_tests/js/package-lock.json rdmalog/rdma/*/*.c rdmalog/store/*.c rdmalog/store/*.h 2>/dev/null \
+inputs=$(cat pyproject.toml setup.py compat_tests/js/package-lock.json rdmalog/rdma/*/*.c rdmalog/store/*.c \
+    rdmalog/store/*.h $(find rdmalog/spark/java -type f -not -path '*/build/*' | sort) 2>/dev/null \
     | sha256sum | cut -d' ' -f1)
 if [[ -x .venv/bin/rdmalog && -f "$stamp" && "$(cat "$stamp")" == "$inputs" ]]; then
     exit 0
@@ -43,6 +46,10 @@ if [[ -n "$extras" ]]; then
     .venv/bin/pip install -q -e ".[$extras]"
 else
     .venv/bin/pip install -q -e .
+fi
+if [[ ",$extras," == *",spark,"* ]]; then
+    # the JVM reader's jar (rdmalog/spark/java), compiled against the pyspark wheel's jars
+    .venv/bin/python -m rdmalog.spark.jvm >/dev/null
 fi
 if [[ ",$extras," == *",test,"* ]]; then
     npm ci --prefix compat_tests/js --no-audit --no-fund --loglevel=error

@@ -49,3 +49,14 @@ class RdmalogDataSource(DataSource):
         from rdmalog.spark.writer import RdmalogStreamWriter
 
         return RdmalogStreamWriter(parse_write(self.options), schema)
+
+
+class RdmalogPythonDataSource(RdmalogDataSource):
+    """The same source under the name the JVM reader hands it what it does not do itself (the
+    Kafka transport, writes): two sources may not share `rdmalog` (see rdmalog/spark/jvm.py)."""
+
+    @classmethod
+    def name(cls) -> str:
+        from rdmalog.spark.jvm import PYTHON_NAME
+
+        return PYTHON_NAME

@@ -180,12 +180,19 @@ def test_topic_configs_go_through_zookeeper(cluster: BrokerCluster) -> None:
     other.incremental_alter_configs([res])[res].result(30)
     data, _ = cluster.zk.get(Z.config_path("cfg"))
     assert Z.decode_config(data) == {"min.insync.replicas": "3", "retention.ms": "86400000"}
-    for b in cluster.brokers:
+    for b in cluster.brokers:  # each broker's watch brings the change (as Kafka's notifications)
         one = AdminClient({"bootstrap.servers": cluster.broker(b).bootstrap})
-        got = one.describe_configs([ConfigResource(ResourceType.TOPIC, "cfg")])
-        described = next(iter(got.values())).result(30)
-        assert described["min.insync.replicas"].value == "3"
-        assert described["retention.ms"].value == "86400000"
+
+        def described(one: AdminClient = one) -> dict[str, str]:
+            got = one.describe_configs([ConfigResource(ResourceType.TOPIC, "cfg")])
+            return {k: e.value for k, e in next(iter(got.values())).result(30).items()}
+
+        wait_for(
+            f"broker {b} describes both configs",
+            lambda d=described: (
+                (c := d())["min.insync.replicas"] == "3" and c["retention.ms"] == "86400000"
+            ),
+        )
     cluster.broker(follower).stop(signal.SIGKILL)
     cluster.wait_isr("cfg", set(cluster.brokers) - {follower})
     # the leader applies the new value: 2 in sync of 3 required
