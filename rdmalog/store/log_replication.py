@@ -21,11 +21,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rdmalog.errors import CorruptRecordError, KafkaStorageError
+from rdmalog.store.append_result import AppendResult
 from rdmalog.store.producer_state import ProducerStateTable
 from rdmalog.store.records import CONTROL_BIT, validate_batches
 
 if TYPE_CHECKING:
-    from rdmalog.store.log import AppendResult, PartitionLog
+    from rdmalog.store.log import PartitionLog
     from rdmalog.store.segment import LogSegment
 
 log = logging.getLogger(__name__)
@@ -137,8 +138,6 @@ class ReplicatedLog:
         [position, end) of the head `seg` (push replication), validated as a fetched response is
         (sizes, magic, CRC-32C), offsets moving forward from the log end offset (a compacted
         leader's batches leave gaps); committed as they are. CorruptRecordError otherwise (nothing committed)."""
-        from rdmalog.store.log import AppendResult
-
         if self.closed:
             raise KafkaStorageError(f"{self.name} is closed")
         with self._written(seg, position, end) as mv:
