@@ -1,6 +1,6 @@
 """Builds the C extensions (64-bit atomics on shared mappings; the log cleaner's offset map and record
-filter, which hashes keys with OpenSSL's MD5 as Kafka does; the store's batch check; the native
-clients' batch codec); pyproject.toml holds the rest."""
+filter, which hashes keys with OpenSSL's MD5 as Kafka does; the store's batch check and its
+record-level checks; the native clients' batch codec); pyproject.toml holds the rest."""
 
 from setuptools import Extension, setup
 
@@ -26,6 +26,18 @@ setup(
             depends=["rdmalog/store/crc32c.h"],
             extra_compile_args=["-O2"],
             optional=True,
+        ),
+        Extension(  # the record checks of every produced batch (records.check_records)
+            "rdmalog.store._record_scan",
+            ["rdmalog/store/_record_scan.c"],
+            extra_compile_args=["-O2"],
+            optional=False,
+        ),
+        Extension(  # the record checks of every produced batch (records.check_records)
+            "rdmalog.store._record_scan",
+            ["rdmalog/store/_record_scan.c"],
+            extra_compile_args=["-O2"],
+            optional=False,
         ),
         Extension(  # optional: rdmalog/rdma/client/consumer.py falls back to Python without it
             "rdmalog.rdma.client._batch",

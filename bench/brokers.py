@@ -28,6 +28,9 @@ def _tansu_bin() -> Path:
 
 TANSU_BIN = _tansu_bin()
 RDMALOG_BIN = Path(os.environ.get("RDMALOG_BIN", str(VENV_BIN / "rdmalog")))
+# "baseline": an rdmalog of another commit (an `rdmalog` script running it), measured in the same
+# invocation as "rdmalog", run by run, for A/B comparisons that machine load hits alike
+BASELINE_BIN = os.environ.get("RDMALOG_BASELINE_BIN")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -125,10 +128,12 @@ class Broker:
                 "--storage-engine",
                 "memory://tansu/",
             ]
-        if self.name == "rdmalog":
+        if self.name in ("rdmalog", "baseline"):
             assert self.workdir is not None
+            if self.name == "baseline" and not BASELINE_BIN:
+                raise ValueError("broker 'baseline' needs RDMALOG_BASELINE_BIN")
             return [
-                str(RDMALOG_BIN),
+                str(RDMALOG_BIN if self.name == "rdmalog" else BASELINE_BIN),
                 "serve",
                 "--listen",
                 self.bootstrap,
@@ -147,6 +152,8 @@ class Broker:
                 return out.stdout.strip() or out.stderr.strip()
             except (OSError, subprocess.TimeoutExpired):
                 return "tansu (unknown version)"
+        if self.name == "baseline":
+            return f"rdmalog run by {BASELINE_BIN}"
         try:
             from importlib.metadata import version
 

@@ -186,6 +186,23 @@ def verdict(unit: str, ratio: float, ratios: list[float]) -> str:
     return "better" if better else "worse" if worse else "~"
 
 
+def ratios(rounds: list[dict[str, dict]]) -> list[tuple[str, float, float, float]]:
+    """(metric, B/A of the medians, lowest and highest round's B/A) of metrics both sides have."""
+    out = []
+    for name in sorted({n for r in rounds for side in r.values() for n in side}):
+        av = [r["A"][name][0] for r in rounds if name in r["A"]]
+        bv = [r["B"][name][0] for r in rounds if name in r["B"]]
+        pairs = [
+            r["B"][name][0] / r["A"][name][0]
+            for r in rounds
+            if name in r["A"] and name in r["B"] and r["A"][name][0]
+        ]
+        am = statistics.median(av) if av else 0
+        if pairs and am:
+            out.append((name, statistics.median(bv) / am, min(pairs), max(pairs)))
+    return out
+
+
 def report(a: Checkout, b: Checkout, rounds: list[dict[str, dict]]) -> str:
     names = sorted({n for r in rounds for side in r.values() for n in side})
     rows = [
@@ -238,7 +255,15 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, help="where the worktrees go (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the worktrees (reused next time)")
     ap.add_argument("--json", type=Path, help="also write every round's metrics here")
+    ap.add_argument("--plot", type=Path, help="draw B/A per metric to this PNG (bench/plots.py)")
+    ap.add_argument("--from-json", type=Path, help="report (and plot) a run saved with --json")
     args = ap.parse_args()
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        a, b = Checkout("A", saved["a"], Path(".")), Checkout("B", saved["b"], Path("."))
+        a.sha, b.sha = saved["a"], saved["b"]
+        _finish(args, a, b, saved["rounds"])
+        return
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rdmalog-compare-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -272,7 +297,18 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"a": a.sha, "b": b.sha, "rounds": rounds}, indent=1))
     print(f"load average now: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
+    _finish(args, a, b, rounds)
+
+
+def _finish(args: argparse.Namespace, a: Checkout, b: Checkout, rounds: list[dict]) -> None:
     print(report(a, b, rounds))
+    if args.plot:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from plots import ratio_chart
+
+        title = f"B = {b.rev[:24]} / A = {a.rev[:24]}, {len(rounds)} rounds"
+        ratio_chart(args.plot, title, ratios(rounds))
+        print(f"figure: {args.plot}")
 
 
 if __name__ == "__main__":

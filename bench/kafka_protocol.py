@@ -182,6 +182,7 @@ def step_produce_confluent(p: dict[str, Any]) -> dict[str, Any]:
             "error_cb": error_cb,
             "on_delivery": on_failure,
             "delivery.report.only.error": True,
+            **p.get("producer", {}),
         }
     )
     value = payload()
@@ -508,8 +509,11 @@ def run_step(name: str, params: dict[str, Any], timeout: float) -> dict[str, Any
     return json.loads(lines[-1])
 
 
-def plan(cfg: dict[str, Any], acks_all: bool) -> list[tuple[str, str, dict[str, Any]]]:
-    """(label, step, params) for every measurement, in order."""
+def plan(
+    cfg: dict[str, Any], acks_all: bool, codecs: tuple[str, ...] = ()
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, step, params) for every measurement, in order; `codecs` adds a produce step per
+    compression codec (librdkafka's `compression.type`)."""
     lim = cfg["step_time_limit"]
     steps: list[tuple[str, str, dict[str, Any]]] = [
         (
@@ -517,6 +521,19 @@ def plan(cfg: dict[str, Any], acks_all: bool) -> list[tuple[str, str, dict[str, 
             "produce_confluent",
             {"topic": "bench-p1", "records": cfg["produce_records"], "acks": 1},
         ),
+    ]
+    steps += [
+        (
+            f"produce confluent acks=1 compression.type={codec}",
+            "produce_confluent",
+            {
+                "topic": f"bench-p1-{codec}",
+                "records": cfg["produce_records"],
+                "acks": 1,
+                "producer": {"compression.type": codec},
+            },
+        )
+        for codec in codecs
     ]
     if acks_all:
         steps.append(
@@ -654,10 +671,11 @@ def bench_all(
     only: set[str] | None,
     profile: Path | None = None,
     repeat: int = 1,
+    codecs: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     """Run every step against every broker, interleaved (run i of a step on each broker in
     turn), so that both see the same machine conditions; one result dict per broker and step."""
-    steps = [s for s in plan(cfg, acks_all) if not only or s[1] in only or s[0] in only]
+    steps = [s for s in plan(cfg, acks_all, codecs) if not only or s[1] in only or s[0] in only]
     topics = sorted({params["topic"] for _, _, params in steps})
     results: list[dict[str, Any]] = []
     brokers: dict[str, Broker] = {}
@@ -797,7 +815,7 @@ def verdict(test: str, r: dict[str, Any] | None, t: dict[str, Any] | None) -> st
         else:
             ratio = f"p50 {r['p50_ms'] / max(t['p50_ms'], 1e-9):.3g}× Tansu"
     met: bool | None = None
-    if test == "produce confluent acks=1" and _ok(t):
+    if test.startswith("produce confluent acks=1") and _ok(t):
         assert t is not None
         met = (
             r["records_per_s"] >= t["records_per_s"]
@@ -831,7 +849,8 @@ def table(results: list[dict[str, Any]], brokers: list[str]) -> str:
     for t in tests:
         kind = "lat" if ("e2e" in t or "latency" in t) else "tput"
         cells = [_cell(by.get((b, t)), kind) for b in brokers]
-        row = f"| {t} | " + " | ".join(cells) + f" | {TARGETS.get(t, '')} |"
+        target = TARGETS.get(t.split(" compression.type=")[0], "")
+        row = f"| {t} | " + " | ".join(cells) + f" | {target} |"
         if both:
             row += f" {verdict(t, by.get(('rdmalog', t)), by.get(('tansu', t)))} |"
         rows.append(row)
@@ -840,6 +859,23 @@ def table(results: list[dict[str, Any]], brokers: list[str]) -> str:
             err = by[(b, "start")]["error"].strip().splitlines()
             rows.append(f"\n{b} failed: `{err[-1] if err else '?'}`")
     return "\n".join(rows)
+
+
+def plot(path: Path, results: list[dict[str, Any]], brokers: list[str]) -> None:
+    """Throughput steps as grouped bars per broker (rec/s), and broker CPU per million records."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from plots import grouped_bars
+
+    by = {(r["broker"], r["test"]): r for r in results}
+    tests = [t for t in dict.fromkeys(r["test"] for r in results) if t != "start"]
+    tput = [t for t in tests if any("records_per_s" in by.get((b, t), {}) for b in brokers)]
+    series = {b: [by.get((b, t), {}).get("records_per_s", 0) or 0 for t in tput] for b in brokers}
+    grouped_bars(path, "Kafka protocol: records per second", tput, series, "records/s")
+    cpu = path.with_name(path.stem + "_cpu" + path.suffix)
+    series = {
+        b: [by.get((b, t), {}).get("broker_cpu_s_per_M", 0) or 0 for t in tput] for b in brokers
+    }
+    grouped_bars(cpu, "Broker CPU per million records", tput, series, "CPU seconds / M records")
 
 
 def write_section(out: Path, body: str) -> None:
@@ -868,7 +904,16 @@ def main() -> None:
     )
     ap.add_argument("--no-acks-all", action="store_true", help="skip the acks=all produce step")
     ap.add_argument("--only", default="", help="comma-separated step or test names to run")
+    ap.add_argument(
+        "--codecs",
+        default="",
+        help="also run the acks=1 produce step with each of these compression.type values "
+        "(comma-separated: gzip,snappy,lz4,zstd)",
+    )
     ap.add_argument("--out", type=Path, help="markdown file to write the section to")
+    ap.add_argument(
+        "--plot", type=Path, help="draw rec/s (and broker CPU, NAME_cpu.png) per step to this PNG"
+    )
     ap.add_argument(
         "--profile", type=Path, help="py-spy the rdmalog broker per step into this directory"
     )
@@ -893,13 +938,17 @@ def main() -> None:
     versions: dict[str, str] = {}
     for b in brokers:
         versions[b] = Broker(b).version()
+    codecs = tuple(c.strip() for c in args.codecs.split(",") if c.strip())
     results = bench_all(
-        brokers, cfg, args.partitions, not args.no_acks_all, only, args.profile, args.repeat
+        brokers, cfg, args.partitions, not args.no_acks_all, only, args.profile, args.repeat, codecs
     )
     env_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     md = table(results, brokers)
     print()
     print(md)
+    if args.plot:
+        plot(args.plot, results, brokers)
+        print(f"figures: {args.plot}, {args.plot.with_name(args.plot.stem + '_cpu.png')}")
     if args.out:
         argv = " ".join(a if " " not in a else repr(a) for a in sys.argv[1:])
         body = "\n".join(

@@ -9,10 +9,12 @@ import asyncio
 import dataclasses
 import logging
 import signal
+from importlib import metadata
 from pathlib import Path
 
 from gateway.broker import Broker, SharedAppends
 from gateway.groups.service import GroupService
+from gateway.mirror.service import MirrorService
 from gateway.quotas import QuotaManager
 from gateway.server import Gateway
 from rdmalog.config import BrokerConfig
@@ -109,6 +111,44 @@ def _commit_sink(groups: GroupService):
     return sink
 
 
+def version() -> str:
+    try:
+        return metadata.version("rdmalog")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def log_start_up(config: BrokerConfig, store: LogStore, listeners: list[ListenerSecurity]) -> None:
+    """What an operator checks first: version, cluster id, listeners, non-default configs."""
+    log.info(
+        "rdmalog %s starting: cluster id %s, node %s, log dir %s",
+        version(), getattr(store, "cluster_id", "?"), getattr(store, "node_id", config.node_id),
+        config.log_dirs[0],
+    )  # fmt: skip
+    shown = ", ".join(
+        f"{x.spec.name}://{x.spec.host}:{x.spec.port} ({x.spec.protocol})" for x in listeners
+    )
+    log.info("listeners: %s", shown or "(none)")
+    changed = [
+        f"{e.name}={'[hidden]' if 'password' in e.name else e.value}"
+        for e in config.describe()
+        if not e.is_default
+    ]
+    log.info("configs set (not defaults): %s", ", ".join(changed) or "(none)")
+
+
+async def start_metrics(gateway: Gateway, config: BrokerConfig, listen_host: str):
+    """Start the /metrics and /health endpoint when `metrics.port` is set (>= 0)."""
+    port = config.get("metrics.port")
+    if port < 0:
+        return None
+    from gateway.metrics_http import MetricsServer
+
+    server = MetricsServer(gateway.broker, version())
+    await server.start(config.get("metrics.host") or listen_host or "0.0.0.0", port)
+    return server
+
+
 async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
     """Open the store and start a gateway on its listeners (`listen` replaces the first one's
     address); return it running. Security that cannot be served as configured stops start-up
@@ -163,6 +203,9 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
             credentials=gateway.credentials if secured else None,
             authorizer=authorizer,
         )
+        log_start_up(config, store, listeners)
+        gateway.broker.mirror = MirrorService(gateway.broker).start()
+        gateway.metrics_server = await start_metrics(gateway, config, listeners[0].spec.host)
         if node is not None and gateway.broker.rdma is not None:
             node.serve_rdma(gateway.broker.rdma)
         await gateway.start(listeners)
@@ -180,6 +223,11 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
 async def shutdown(gateway: Gateway) -> None:
     """Stop a gateway started by `start` and flush/close its store (in a cluster, leaderships move
     away first: Kafka's controlled shutdown)."""
+    metrics_server = gateway.metrics_server
+    if metrics_server is not None:
+        metrics_server.stopping = True  # /health answers 503 from here on
+    if gateway.broker.mirror is not None:
+        await gateway.broker.mirror.stop()
     node = gateway.broker.cluster
     if node is not None:
         await node.controlled_shutdown()
@@ -194,6 +242,8 @@ async def shutdown(gateway: Gateway) -> None:
     gateway.broker.close()
     await asyncio.get_running_loop().run_in_executor(None, gateway.broker.store.close)
     log.info("store flushed and closed")
+    if metrics_server is not None:
+        await metrics_server.stop()
 
 
 async def serve(config: BrokerConfig, listen: tuple[str, int] | None = None) -> None:
@@ -213,6 +263,8 @@ def run(config: BrokerConfig, listen: tuple[str, int] | None = None) -> None:
         task = asyncio.current_task()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, _stop, task, sig)
+        # a hang-up (a closed terminal, a reload by habit) must not stop a broker
+        loop.add_signal_handler(signal.SIGHUP, _ignore_hangup)
         await serve(config, listen)
 
     try:
@@ -222,6 +274,10 @@ def run(config: BrokerConfig, listen: tuple[str, int] | None = None) -> None:
     except (OSError, KafkaError) as exc:  # cannot listen, or the store refuses its directory
         log.error("broker failed to start: %s", exc)
         raise SystemExit(1) from None
+
+
+def _ignore_hangup() -> None:
+    log.info("received SIGHUP: ignored (rdmalog reloads nothing; restart to change configs)")
 
 
 def _stop(task: asyncio.Task, sig: signal.Signals) -> None:

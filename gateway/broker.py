@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
+from gateway.metrics import BrokerMetrics
 from rdmalog.config import BrokerConfig, TopicConfig
 from rdmalog.errors import (
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
+    InvalidRequestError,
     KafkaError,
 )
 from rdmalog.security.acls import OPERATION_CODES, RESOURCE_OPERATIONS
@@ -226,8 +228,11 @@ class Broker:
         self.auto_create: bool = config.get("auto.create.topics.enable")
         self.num_partitions: int = config.get("num.partitions")
         self._admin: ThreadPoolExecutor | None = None  # topic operations (in_admin_thread)
+        self._convert: ThreadPoolExecutor | None = None  # message format conversions
         self.groups: GroupService | None = None  # started by the app (gateway/app.py)
         self.rdma: SharedAppends | None = None  # the RDMA service when rdma.transport is set
+        self.metrics = BrokerMetrics()
+        self.mirror: Any = None  # the mirror topics' links (gateway/mirror), started by the app
         self.cluster: ClusterNode | None = (
             None  # gateway/cluster/node.py when zookeeper.connect is set
         )
@@ -301,14 +306,22 @@ class Broker:
         """Append to a partition's log, or through the RDMA service when native producers may share
         its head file (a shared grant orders this append with their RDMA writes, which may wait: then
         off the loop)."""
+        if plog.config.rdmalog_mirror_source:
+            raise InvalidRequestError(
+                f"{plog.topic} is a mirror of {plog.config.rdmalog_mirror_source} and read-only "
+                "until promoted (rdmalog mirror promote)"
+            )
         rdma = self.rdma
         if rdma is None:
-            return plog.append(records)
-        res = rdma.try_append(plog.topic, plog.partition, records)
-        if res is None:
-            res = await asyncio.get_running_loop().run_in_executor(
-                None, rdma.append, plog.topic, plog.partition, records
-            )
+            res = plog.append(records)
+        else:
+            res = rdma.try_append(plog.topic, plog.partition, records)
+            if res is None:
+                res = await asyncio.get_running_loop().run_in_executor(
+                    None, rdma.append, plog.topic, plog.partition, records
+                )
+        if not res.duplicate:
+            self.metrics.produced(plog.topic, len(records), res.last_offset - res.base_offset + 1)
         return res
 
     def topic(self, name: str) -> LogTopic | None:
@@ -365,10 +378,22 @@ class Broker:
             self._admin, functools.partial(fn, *args)
         )
 
+    async def in_conversion_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` in the broker's conversion thread: message format conversions for clients
+        older than Kafka 0.11 are per-record Python work of up to `request.max.decoded.bytes` each,
+        done there one at a time, so the event loop keeps serving and together they hold about
+        one such budget."""
+        if self._convert is None:
+            self._convert = ThreadPoolExecutor(1, thread_name_prefix="rdmalog-convert")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._convert, functools.partial(fn, *args)
+        )
+
     def close(self) -> None:
-        """Let the admin thread go (after what it runs now)."""
-        if self._admin is not None:
-            self._admin.shutdown(wait=False, cancel_futures=True)
+        """Let the admin and conversion threads go (after what they run now)."""
+        for pool in (self._admin, self._convert):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
     async def delete_topic(self, name: str) -> None:
         """Delete topic `name` and its data; fetches waiting on its partitions return. The files of

@@ -28,6 +28,7 @@ import os
 import socket
 import time
 import types
+from typing import Any
 
 from gateway.acceptor import Acceptor, ConnectionLimits, listening_sockets
 from gateway.authentication import Session
@@ -40,11 +41,11 @@ from gateway.protocol import (
     RequestHeader,
     encode_response,
     has_schema,
+    message_spec,
     parse_request_header,
     part_length,
 )
 from gateway.protocol.framing import FrameBudget, FrameReader, Stage
-from gateway.protocol.schema import entity_spec, message_class
 from gateway.quotas import QuotaManager
 from gateway.request_limits import RequestLimits
 from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION
@@ -408,13 +409,16 @@ class Connection(asyncio.BufferedProtocol):
             if response is None:
                 self.abort()
                 return
-        if response is None or self.closed:
+        metrics = self.broker.metrics
+        if response is None or self.closed:  # acks=0 produce: no answer
+            metrics.request_done(hdr.api_key, (time.monotonic() - started) * 1000)
             return
         buf, parts = encode_response(hdr.api_key, hdr.api_version, hdr.correlation_id, response)
         quotas = self.gateway.quotas
         if quotas is not None and quotas.enabled:
             buf, parts = self._throttle(hdr, request_bytes, buf, parts, response, started)
         await self.send(buf, parts)
+        metrics.request_done(hdr.api_key, (time.monotonic() - started) * 1000)
         if self.session.close_after_response:
             self.abort()
 
@@ -625,13 +629,13 @@ async def _resume(coro, pending) -> None:
 @functools.cache
 def _fields(api_key: int, version: int) -> frozenset[str]:
     """The top-level field names of a response."""
-    return frozenset(f.name for f in entity_spec(message_class(api_key, version, False)).fields)
+    return frozenset(f.name for f in message_spec(api_key, version, False).fields)
 
 
 def _error_body(api_key: int, version: int, code: int) -> dict | None:
     """A response carrying `code` in its top-level error_code, or None if it has none."""
     try:
-        spec = entity_spec(message_class(api_key, version, False))
+        spec = message_spec(api_key, version, False)
     except KeyError:
         return None
     if any(f.name == "error_code" and f.tag is None for f in spec.fields):
@@ -660,6 +664,7 @@ class Gateway:
         self.credentials = credentials  # SCRAM credentials (rdmalog/security/entity_configs.py)
         self.quotas: QuotaManager | None = None  # client quotas (gateway/quotas.py)
         self.acceptors: list[Acceptor] = []
+        self.metrics_server: Any = None  # the /metrics endpoint, when gateway/app.py starts one
         self._sweeper: asyncio.TimerHandle | None = None
         self.address: tuple[str, int] = ("", 0)  # the first listener's bound address
         self.addresses: dict[str, tuple[str, int]] = {}  # listener name -> bound address

@@ -69,6 +69,11 @@ def _minus_one_or_at_least(lo: int) -> Callable[[Any], str | None]:
     return lambda v: None if v is None or v == -1 or v >= lo else f"must be -1 or at least {lo}"
 
 
+def _port_or_off(v: Any) -> str | None:
+    """A TCP port, or -1 for none."""
+    return None if v is None or v == -1 or 0 <= v <= 65535 else "must be -1 (off) or 0 to 65535"
+
+
 def _one_of(*choices: str) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
         vals = v if isinstance(v, list) else [v]
@@ -186,6 +191,11 @@ BROKER_DEFS = _defs(
     ("log.index.size.max.bytes", "int", 10485760, _at_least(4)),
     ("log.message.timestamp.type", "string", "CreateTime", _one_of(*TIMESTAMP_TYPES)),
     ("message.max.bytes", "int", 1048588, _at_least(0)),
+    ("log.message.timestamp.difference.max.ms", "long", LONG_MAX, _at_least(0)),
+    ("log.message.timestamp.before.max.ms", "long", LONG_MAX, _at_least(0)),
+    ("log.message.timestamp.after.max.ms", "long", LONG_MAX, _at_least(0)),
+    ("log.message.downconversion.enable", "boolean", True),
+    ("fetch.max.bytes", "int", 57671680, _at_least(1024)),
     ("socket.request.max.bytes", "int", 104857600, _at_least(1)),
     ("queued.max.request.bytes", "long", -1),
     ("max.connections", "int", INT_MAX, _at_least(0)),
@@ -218,6 +228,11 @@ BROKER_DEFS = _defs(
     ("rdma.order.timeout.ms", "int", 1000, _at_least(1)),
     ("rdma.commit.interval.ms", "int", 100, _at_least(1)),
     ("rdma.consumer.slots", "int", 1024, _at_least(1, at_most=4096)),
+    # rdmalog's own: the Prometheus endpoint (gateway/metrics_http.py), off unless a port is set
+    ("metrics.port", "int", -1, _port_or_off),
+    ("metrics.host", "string", None),
+    # rdmalog's own: how often mirror links copy source groups' committed offsets (gateway/mirror)
+    ("mirror.offsets.sync.interval.ms", "int", 5000, _at_least(100)),
     # security: listeners and their protocols, TLS, SASL, ACLs (rdmalog/security), quotas
     ("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP),
     ("inter.broker.listener.name", "string", None),
@@ -278,14 +293,12 @@ IGNORED_BROKER_KEYS = frozenset(
     """num.network.threads num.io.threads num.recovery.threads.per.data.dir num.replica.fetchers
     socket.send.buffer.bytes socket.receive.buffer.bytes queued.max.requests background.threads
     log.roll.jitter.ms log.roll.jitter.hours log.segment.delete.delay.ms
-    log.message.format.version log.message.downconversion.enable
+    log.message.format.version
     inter.broker.protocol.version controller.listener.names controller.quorum.voters
     controller.quorum.bootstrap.servers process.roles metadata.log.dir
     replica.socket.timeout.ms group.coordinator.rebalance.protocols
     confluent.support.metrics.enable metric.reporters transaction.state.log.segment.bytes
-    offsets.load.buffer.size
-    message.timestamp.difference.max.ms log.message.timestamp.difference.max.ms
-    log.message.timestamp.before.max.ms log.message.timestamp.after.max.ms""".split()
+    offsets.load.buffer.size message.timestamp.difference.max.ms""".split()
 )
 # Other keys under these prefixes are accepted and ignored (logged). A setting that would make the
 # broker serve less security than asked is never among them: what rdmalog/security cannot honour stops
@@ -614,16 +627,27 @@ _TOPIC_ROWS: list[tuple[tuple, str | None]] = [
     (("file.delete.delay.ms", "long", 60000, _at_least(0)), None),
     (("segment.jitter.ms", "long", 0, _at_least(0)), None),
     (("unclean.leader.election.enable", "boolean", False), None),
-    (("message.downconversion.enable", "boolean", True), None),
+    (("message.downconversion.enable", "boolean", None), "log.message.downconversion.enable"),
     (("message.format.version", "string", "3.0-IV1"), None),
-    (("message.timestamp.difference.max.ms", "long", LONG_MAX, _at_least(0)), None),
-    (("message.timestamp.before.max.ms", "long", LONG_MAX, _at_least(0)), None),
-    (("message.timestamp.after.max.ms", "long", LONG_MAX, _at_least(0)), None),
+    (
+        ("message.timestamp.difference.max.ms", "long", None, _at_least(0)),
+        "log.message.timestamp.difference.max.ms",
+    ),
+    (
+        ("message.timestamp.before.max.ms", "long", None, _at_least(0)),
+        "log.message.timestamp.before.max.ms",
+    ),
+    (
+        ("message.timestamp.after.max.ms", "long", None, _at_least(0)),
+        "log.message.timestamp.after.max.ms",
+    ),
     (("leader.replication.throttled.replicas", "list", []), None),
     (("follower.replication.throttled.replicas", "list", []), None),
     (("local.retention.ms", "long", -2, _at_least(-2)), None),
     (("local.retention.bytes", "long", -2, _at_least(-2)), None),
     (("remote.storage.enable", "boolean", False), None),
+    # rdmalog's own: a mirror topic's source cluster (bootstrap servers; gateway/mirror)
+    (("rdmalog.mirror.source", "string", ""), None),
 ]
 TOPIC_DEFS = _defs(*(row for row, _ in _TOPIC_ROWS))
 _TOPIC_BROKER_DEFAULT = {row[0]: src for row, src in _TOPIC_ROWS}

@@ -78,10 +78,13 @@ UNSUPPORTED_ENDPOINT_TYPE = 119
 
 
 class KafkaError(Exception):
-    """Base of every store error; `error_code` is the Kafka protocol error code."""
+    """Base of every store error; `error_code` is the Kafka protocol error code. `record_errors`
+    lists (record index in its batch, message) for the records that failed a record-level check
+    (Produce v8+ answers them as `record_errors`)."""
 
     error_code: int = UNKNOWN_SERVER_ERROR
     retriable: bool = False
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 class OffsetOutOfRangeError(KafkaError):

@@ -105,6 +105,13 @@ class ClusterNode:
         )
         self.replicas.register = self._register
         self.replicas.add_deleted_listener(broker.forget_log)
+        metrics = broker.metrics
+
+        def isr_changed(shrunk: int, expanded: int) -> None:  # the /metrics counters
+            metrics.isr_shrunk(shrunk)
+            metrics.isr_expanded(expanded)
+
+        self.replicas.on_isr_change = isr_changed
         store.producer_ids = ClusterProducerIds(self.registry, self.broker_id)
         await self.replicas.start()
 

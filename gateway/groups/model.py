@@ -99,6 +99,7 @@ class CommitEntry:
     offset: int
     leader_epoch: int = -1
     metadata: str | None = ""
+    commit_timestamp: int = -1  # OffsetCommit v1's; -1: the time of the commit
 
 
 @dataclass(slots=True)

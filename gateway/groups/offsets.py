@@ -89,7 +89,7 @@ class GroupOffsets(GroupMembership):
                     offset=e.offset,
                     leader_epoch=e.leader_epoch,
                     metadata=metadata,
-                    commit_timestamp=now,
+                    commit_timestamp=now if e.commit_timestamp == -1 else e.commit_timestamp,
                     expire_timestamp=now + retention_ms if retention_ms > 0 else -1,
                 )
                 values[tp] = value

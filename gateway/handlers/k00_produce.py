@@ -3,7 +3,15 @@
 Batches go to the store as memoryviews of the request frame; the store validates and patches them
 in place. acks=0 gets no response at all; acks=1 and -1 are answered once the append is done (and
 the log flushed off the event loop when the flush policy asks for it). The store validates each
-batch (CRC, sizes against max.message.bytes, codec) and its exceptions carry the error codes.
+batch (CRC, sizes against max.message.bytes, codec, every record as Kafka's LogValidator does) and
+its exceptions carry the error codes, and per-record errors (`record_errors`, v8+).
+
+v0-v2 may carry message sets of the old formats (magic 0 and 1): they are up-converted to one v2
+batch first, as Kafka 3.x does, in the broker's conversion thread (a compressed set inflating
+within `request.max.decoded.bytes`, else MESSAGE_TOO_LARGE). From v3 each partition's records must be exactly one v2 batch, and
+zstd needs v7 (Kafka's ProduceRequest rules); a client's v2 batch starts at offset 0. Internal
+topics take no produced records: INVALID_TOPIC_EXCEPTION unless the client id is Kafka's
+`__admin_client` (as Kafka's ReplicaManager refuses them).
 """
 
 from __future__ import annotations
@@ -12,17 +20,27 @@ import asyncio
 import logging
 
 from gateway.broker import PartitionFields, RequestContext
+from gateway.handlers.k03_metadata import INTERNAL_TOPICS
 from gateway.handlers.registry import api
 from gateway.request_limits import Turns
 from rdmalog.errors import (
     CORRUPT_MESSAGE,
+    INVALID_RECORD,
     INVALID_REQUIRED_ACKS,
+    INVALID_TOPIC_EXCEPTION,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    UNSUPPORTED_COMPRESSION_TYPE,
     error_code_of,
 )
 from rdmalog.security.authorizer import Operation, ResourceType
+from rdmalog.store.compression import Codec
+from rdmalog.store.legacy_format import is_legacy, up_convert
+from rdmalog.store.records import BATCH_OVERHEAD, MAGIC, MAGIC_POS, RecordBatch
 
 log = logging.getLogger("gateway.produce")
+
+# Kafka's AdminUtils.ADMIN_CLIENT_ID: the one client id whose produce may append to internal topics
+ADMIN_CLIENT_ID = "__admin_client"
 
 FIELDS = PartitionFields(
     partitions="partition_data", index="index", answers="partition_responses", answer_index="index"
@@ -45,7 +63,40 @@ def _refuse_all(request: dict, code: int) -> dict:
     }
 
 
-@api(0, 3, 11, eager=True)
+def _refusal(version: int, records: memoryview) -> tuple[int, str] | None:
+    """Kafka's checks of a produce request's records before they reach the log: (code, message)
+    when they fail one. A truncated batch is left to the store, which refuses it."""
+    if len(records) <= MAGIC_POS:
+        return None
+    if records[MAGIC_POS] != MAGIC:
+        if version < 3:
+            return None  # a message set of the old formats: up-converted
+        return INVALID_RECORD, (
+            f"Produce requests with version {version} are only allowed to contain record "
+            "batches with magic version 2"
+        )
+    if len(records) < BATCH_OVERHEAD:
+        return None
+    batch = RecordBatch(records)
+    if batch.base_offset != 0:
+        return INVALID_RECORD, (
+            f"The baseOffset of the record batch should be 0, but it is {batch.base_offset}"
+        )
+    if version >= 3:
+        if version < 7 and batch.codec == Codec.ZSTD:
+            return UNSUPPORTED_COMPRESSION_TYPE, (
+                f"Produce requests with version {version} are not allowed to use ZStandard "
+                "compression"
+            )
+        if batch.size < len(records):
+            return INVALID_RECORD, (
+                f"Produce requests with version {version} are only allowed to contain exactly "
+                "one record batch per partition"
+            )
+    return None
+
+
+@api(0, 0, 11, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict | None:
     """Append each partition's records; report offsets or the store's error per partition."""
     broker = ctx.broker
@@ -57,6 +108,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
         return _refuse_all(request, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     replicas = broker.cluster.replicas if broker.cluster is not None else None
     to_flush = []
+    internal_allowed = ctx.client_id == ADMIN_CLIENT_ID
     to_replicate = []  # acks=all in a cluster: (answer, topic, partition, last offset)
     requested = ctx.partitions(request["topic_data"], FIELDS, Operation.WRITE)
     turns = Turns()  # a request may name a hundred thousand partitions
@@ -64,11 +116,24 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
         if turns.due():
             await turns.take()
         index = pd["index"]
+        if plog.topic in INTERNAL_TOPICS and not internal_allowed:
+            answers.append(
+                {
+                    "index": index,
+                    "error_code": INVALID_TOPIC_EXCEPTION,
+                    "error_message": f"Cannot append to internal topic {plog.topic}",
+                }
+            )
+            continue
         records = pd["records"]
         if not records:
             answers.append(
                 {"index": index, "error_code": CORRUPT_MESSAGE, "error_message": "no records"}
             )
+            continue
+        refused = _refusal(ctx.api_version, records)
+        if refused is not None:
+            answers.append({"index": index, "error_code": refused[0], "error_message": refused[1]})
             continue
         if replicas is not None and acks == -1:  # enough replicas in sync (min.insync.replicas)
             code = replicas.check_produce(plog.topic, index, acks)
@@ -76,12 +141,29 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
                 answers.append({"index": index, "error_code": code})
                 continue
         try:
+            if ctx.api_version < 3 and is_legacy(records):
+                records = await broker.in_conversion_thread(
+                    up_convert,
+                    records,
+                    plog.config.max_message_bytes,
+                    broker.config.get("request.max.decoded.bytes"),
+                )
             res = await broker.append(plog, records)
         except Exception as exc:
             code = error_code_of(exc)
             if code == -1:
                 log.exception("append to %s-%d failed", plog.topic, index)
-            answers.append({"index": index, "error_code": code, "error_message": str(exc) or None})
+            answers.append(
+                {
+                    "index": index,
+                    "error_code": code,
+                    "error_message": str(exc) or None,
+                    "record_errors": [
+                        {"batch_index": i, "batch_index_error_message": m}
+                        for i, m in getattr(exc, "record_errors", ())
+                    ],
+                }
+            )
             continue
         if res.flush_needed:
             to_flush.append(plog)

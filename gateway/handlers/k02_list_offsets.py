@@ -1,4 +1,8 @@
-"""ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3) or the first offset at a time."""
+"""ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3) or the first offset at a time.
+
+v0 answers with Kafka's old offsets array (segment start offsets before a time, `max_num_offsets` of
+them, newest first); v9 adds latest-tiered (-5), which without tiered storage finds nothing.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.answers import duplicates
 from gateway.handlers.registry import api
 from gateway.request_limits import Turns
-from rdmalog.errors import INVALID_REQUEST, error_code_of
+from rdmalog.errors import INVALID_REQUEST, UNSUPPORTED_VERSION, error_code_of
 from rdmalog.security.authorizer import Operation
 from rdmalog.store.interface import Log
 
@@ -14,6 +18,7 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4  # KIP-405: without tiered storage the same as earliest
+LATEST_TIERED = -5  # KIP-1005: without tiered storage, no offset (-1, epoch -1)
 
 
 def _lookup(plog: Log, timestamp: int) -> tuple[int, int]:
@@ -22,6 +27,8 @@ def _lookup(plog: Log, timestamp: int) -> tuple[int, int]:
         return -1, plog.high_watermark
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, plog.log_start_offset
+    if timestamp == LATEST_TIERED:
+        return -1, -1
     found = (
         plog.max_timestamp() if timestamp == MAX_TIMESTAMP else plog.offset_for_timestamp(timestamp)
     )
@@ -40,7 +47,19 @@ def _epoch_at(plog: Log, offset: int) -> int:
     return epoch if epoch >= 0 else plog.leader_epoch
 
 
-@api(2, 1, 8, eager=True)
+def _old_style(plog: Log, p: dict, from_consumer: bool) -> dict:
+    """A v0 answer: Kafka's legacy offsets, capped at the high watermark for consumers."""
+    timestamp = p["timestamp"]
+    if timestamp < EARLIEST:  # v0 knows only latest and earliest among the special values
+        return {"partition_index": p["partition_index"], "error_code": UNSUPPORTED_VERSION}
+    offsets = plog.legacy_offsets_before(timestamp, p["max_num_offsets"])
+    hw = plog.high_watermark
+    if from_consumer and any(o > hw for o in offsets):
+        offsets = [hw] + [o for o in offsets if o <= hw]
+    return {"partition_index": p["partition_index"], "error_code": 0, "old_style_offsets": offsets}
+
+
+@api(2, 0, 9, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Answer each partition's query with the offset and the leader epoch it was written in; a
     partition named twice gets INVALID_REQUEST (as in Kafka)."""
@@ -50,6 +69,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     requested = ctx.partitions(
         request["topics"], PartitionFields(epoch="current_leader_epoch"), Operation.DESCRIBE
     )
+    v0 = ctx.api_version == 0
     turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
         if turns.due():
@@ -59,6 +79,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             parts.append({"partition_index": index, "error_code": INVALID_REQUEST})
             continue
         try:
+            if v0:
+                parts.append(_old_style(plog, p, request["replica_id"] == -1))
+                continue
             ts, offset = _lookup(plog, p["timestamp"])
         except Exception as exc:
             parts.append({"partition_index": index, "error_code": error_code_of(exc)})

@@ -1,6 +1,9 @@
-"""OffsetCommit (key 8): v2-v10; offsets go to `__consumer_offsets` before the answer.
+"""OffsetCommit (key 8): v0-v10; offsets go to `__consumer_offsets` before the answer.
 
-v2-v4 carry a retention time, v6+ a leader epoch, v7+ a group instance id, v10 topic ids.
+v0 has no generation or member (a simple consumer's commit), v1 a commit timestamp per partition,
+v2-v4 a retention time, v6+ a leader epoch, v7+ a group instance id, v10 topic ids. Kafka 3.9 kept
+v0 commits in ZooKeeper (and refuses them in KRaft mode); here every version commits to the same
+place, so an old client's v0 commits are read back by v0 fetches and by newer clients alike.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from rdmalog import errors as E
 from rdmalog.security.authorizer import Operation, ResourceType
 
 
-@api(8, 2, 10)
+@api(8, 0, 10)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     service = group_service(ctx.broker)
     by_id = ctx.api_version >= 10
@@ -51,6 +54,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                         p["committed_offset"],
                         p.get("committed_leader_epoch", -1),
                         p.get("committed_metadata"),
+                        p.get("commit_timestamp", -1),
                     )
                 )
         layout.append((key, name, parts))

@@ -91,7 +91,7 @@ def _fetch_group(ctx: RequestContext, coordinator: GroupCoordinator, group_id: s
     return {"error_code": error, "topics": out}
 
 
-@api(9, 1, 10)
+@api(9, 0, 10)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     coordinator = group_service(ctx.broker).coordinator
     if ctx.api_version >= 8:

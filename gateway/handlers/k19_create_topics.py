@@ -179,7 +179,7 @@ async def _create_in_cluster(
     }
 
 
-@api(19, 2, 7, eager=True)
+@api(19, 0, 7, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Create every requested topic (or only validate); one result per topic."""
     topics = request["topics"]

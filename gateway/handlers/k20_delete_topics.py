@@ -94,7 +94,7 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict:
     return {"name": topic.name, "topic_id": topic.topic_id, "error_code": 0}
 
 
-@api(20, 1, 6, eager=True)
+@api(20, 0, 6, eager=True)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Delete each named (or, v6, identified) topic."""
     ctx.extra["timeout_ms"] = request.get("timeout", 30000)  # in a cluster: how long to wait

@@ -26,7 +26,7 @@ def _answer(plog: Log, p: dict) -> dict:
     return entry
 
 
-@api(23, 2, 4)
+@api(23, 0, 4)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Answer each partition from its leader epoch cache."""
     requested = ctx.partitions(request["topics"], FIELDS, Operation.DESCRIBE)

@@ -9,17 +9,20 @@ from __future__ import annotations
 from gateway.broker import RequestContext
 from gateway.handlers.registry import api
 from rdmalog.errors import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, SECURITY_DISABLED
-from rdmalog.security.acls import filter_error, matches, wire
-from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
+from rdmalog.security.acls import PATTERN_CODES, filter_error, matches, wire
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, PatternType, ResourceType
+
+_LITERAL = PATTERN_CODES[PatternType.LITERAL]  # what v0, without pattern types, means
 
 
 def _refused(code: int, message: str | None) -> dict:
     return {"throttle_time": 0, "error_code": code, "error_message": message, "resources": []}
 
 
-@api(29, 1, 3)
+@api(29, 0, 3)
 async def handle(ctx: RequestContext, request: dict) -> dict:
-    """Every binding the filter matches."""
+    """Every binding the filter matches (v0 has no pattern type: literal, as in Kafka)."""
+    request.setdefault("pattern_type_filter", _LITERAL)
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return _refused(SECURITY_DISABLED, "No Authorizer is configured on the broker")

@@ -16,15 +16,19 @@ from rdmalog.errors import (
     SECURITY_DISABLED,
     error_code_of,
 )
-from rdmalog.security.acls import acl_of, binding_error
-from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
+from rdmalog.security.acls import PATTERN_CODES, acl_of, binding_error
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, PatternType, ResourceType
+
+_LITERAL = PATTERN_CODES[PatternType.LITERAL]  # what v0, without pattern types, means
 
 
-@api(30, 1, 3)
+@api(30, 0, 3)
 async def handle(ctx: RequestContext, request: dict) -> dict:
-    """One result per creation, in order."""
+    """One result per creation, in order (v0 has no pattern type: literal, as in Kafka)."""
     authorizer = ctx.broker.authorizer
     creations = request["creations"]
+    for creation in creations:
+        creation.setdefault("resource_pattern_type", _LITERAL)
     if authorizer is None:
         code, message = SECURITY_DISABLED, "No Authorizer is configured on the broker"
     elif not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):

@@ -16,19 +16,23 @@ from rdmalog.errors import (
     SECURITY_DISABLED,
     error_code_of,
 )
-from rdmalog.security.acls import filter_error, matches, wire
-from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
+from rdmalog.security.acls import PATTERN_CODES, filter_error, matches, wire
+from rdmalog.security.authorizer import CLUSTER_NAME, Operation, PatternType, ResourceType
+
+_LITERAL = PATTERN_CODES[PatternType.LITERAL]  # what v0, without pattern types, means
 
 
 def _failed(code: int, message: str | None) -> dict:
     return {"error_code": code, "error_message": message, "matching_acls": []}
 
 
-@api(31, 1, 3)
+@api(31, 0, 3)
 async def handle(ctx: RequestContext, request: dict) -> dict:
-    """Remove, per filter, every binding it matches."""
+    """Remove, per filter, every binding it matches (v0 has no pattern type: literal)."""
     authorizer = ctx.broker.authorizer
     filters = request["filters"]
+    for f in filters:
+        f.setdefault("pattern_type_filter", _LITERAL)
     if authorizer is None:
         failed = _failed(SECURITY_DISABLED, "No Authorizer is configured on the broker")
         return {"throttle_time": 0, "filter_results": [failed for _ in filters]}

@@ -120,7 +120,7 @@ def _suspended_entry() -> dict:
     }
 
 
-@api(32, 1, 4)
+@api(32, 0, 4)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Describe each requested resource; unknown topics and other brokers get per-resource errors."""
     synonyms = bool(request.get("include_synonyms"))

@@ -36,7 +36,7 @@ def _partitions(broker: Broker, wanted: list[dict] | None) -> list[dict]:
     return out
 
 
-@api(35, 1, 4)
+@api(35, 0, 4)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """One result for the broker's log directory (rdmalog keeps all logs in one)."""
     broker = ctx.broker

@@ -11,6 +11,7 @@ import struct
 from typing import NamedTuple
 
 from .compiler import compile_decoder, compile_encoder
+from .legacy import legacy_spec, legacy_versions
 from .primitives import (
     NO_BUDGET,
     DecodeBudgetExceeded,
@@ -19,14 +20,7 @@ from .primitives import (
     encode_uvarint,
     read_uvarint,
 )
-from .schema import (
-    api_name,
-    entity_spec,
-    message_class,
-    request_header_version,
-    response_header_version,
-    schema_versions,
-)
+from .schema import EntitySpec, api_name, entity_spec, message_class, schema_versions
 
 __all__ = [
     "NO_BUDGET",
@@ -40,6 +34,8 @@ __all__ = [
     "encode_request",
     "encode_response",
     "has_schema",
+    "legacy_versions",
+    "message_spec",
     "response_element_encoder",
     "parse_request_header",
     "part_length",
@@ -67,44 +63,66 @@ class RequestHeader(NamedTuple):
     body_offset: int
 
 
+@functools.cache
+def message_spec(api_key: int, version: int, is_request: bool) -> EntitySpec:
+    """The field specs of a request or response body: kio's, or an old version derived from them
+    (`legacy.py`). Raises KeyError when the protocol has no such version."""
+    spec = legacy_spec(api_key, version, is_request)
+    return spec if spec is not None else entity_spec(message_class(api_key, version, is_request))
+
+
 def has_schema(api_key: int, version: int) -> bool:
-    """True when the protocol defines (api_key, version) (per kio's schemas)."""
+    """True when the protocol defines (api_key, version)."""
     try:
-        message_class(api_key, version, True)
+        message_spec(api_key, version, True)
         return True
     except KeyError:
         return False
 
 
+def request_header_version(api_key: int, version: int) -> int:
+    """Request header v2 for flexible versions, v1 otherwise (v0 only for ControlledShutdown v0)."""
+    if api_key == 7 and version == 0:
+        return 0
+    return 2 if message_spec(api_key, version, True).flexible else 1
+
+
+def response_header_version(api_key: int, version: int) -> int:
+    """Response header v1 for flexible versions; ApiVersions always answers with header v0."""
+    if api_key == 18:
+        return 0
+    return 1 if message_spec(api_key, version, False).flexible else 0
+
+
 @functools.cache
 def request_decoder(api_key: int, version: int):
     """`decode(buf, pos) -> (dict, pos)` for a request body."""
-    return compile_decoder(entity_spec(message_class(api_key, version, True)))
+    return compile_decoder(message_spec(api_key, version, True))
 
 
 @functools.cache
 def request_encoder(api_key: int, version: int):
     """`encode(out, dict, parts)` for a request body (used by tests and tools acting as clients)."""
-    return compile_encoder(entity_spec(message_class(api_key, version, True)))
+    return compile_encoder(message_spec(api_key, version, True))
 
 
 @functools.cache
 def response_decoder(api_key: int, version: int):
     """`decode(buf, pos) -> (dict, pos)` for a response body."""
-    return compile_decoder(entity_spec(message_class(api_key, version, False)))
+    return compile_decoder(message_spec(api_key, version, False))
 
 
 @functools.cache
 def response_encoder(api_key: int, version: int):
     """`encode(out, dict, parts)` for a response body."""
-    return compile_encoder(entity_spec(message_class(api_key, version, False)))
+    return compile_encoder(message_spec(api_key, version, False))
 
 
 @functools.cache
 def response_element_encoder(api_key: int, version: int, path: tuple[str, ...]):
     """`encode(out, dict, parts)` for one element of the response array at `path` (field names
     from the top: ("topics",), ("topics", "partitions")); for building an EncodedArray."""
-    entity = entity_spec(message_class(api_key, version, False))
+    entity = message_spec(api_key, version, False)
     for name in path:
         field = next((f for f in entity.fields if f.name == name), None)
         if field is None or field.kind != "struct_array":

@@ -2,6 +2,7 @@
 
 kio is only the schema source: its classes carry every field's Kafka type, tag, nullability and
 default per (API key, version). The compiler (`compiler.py`) turns these specs into fast codecs.
+`legacy.py` derives the old versions kio no longer carries from these specs.
 """
 
 from __future__ import annotations
@@ -161,17 +162,3 @@ def message_class(api_key: int, version: int, is_request: bool) -> type:
         return load_response_schema(api_key, version)
     except Exception as exc:  # kio raises its own index errors
         raise KeyError((api_key, version, is_request)) from exc
-
-
-def request_header_version(api_key: int, version: int) -> int:
-    """Request header v2 for flexible versions, v1 otherwise (v0 only for ControlledShutdown v0)."""
-    if api_key == 7 and version == 0:
-        return 0
-    return 2 if message_class(api_key, version, True).__flexible__ else 1
-
-
-def response_header_version(api_key: int, version: int) -> int:
-    """Response header v1 for flexible versions; ApiVersions always answers with header v0."""
-    if api_key == 18:
-        return 0
-    return 1 if message_class(api_key, version, False).__flexible__ else 0

@@ -130,6 +130,8 @@ class ReplicaManager:
         self._worker: asyncio.Task | None = None
         self._isr_task: asyncio.Task | None = None
         self._append_waiters: dict[int, set[asyncio.Future]] = {}
+        # called with (shrunk, expanded) partition counts when a written ISR change is applied
+        self.on_isr_change: Callable[[int, int], None] | None = None
         self._append_listened: set[int] = set()
         self._by_log: dict[int, Replica] = {}  # id(log) -> replica
         self._loop_thread = threading.get_ident()
@@ -681,6 +683,28 @@ class ReplicaManager:
                     )  # fmt: skip
                     self._change_isr(rep, tuple(r for r in rep.isr if r not in lagging))
 
+    def replication_state(self) -> tuple[int, int, int]:
+        """(under-replicated partitions led here, partitions of the cluster without a live
+        leader, partitions led here): what Kafka's ReplicaManager and controller gauges report;
+        the offline count only on the controller (as Kafka's, so a sum over brokers is right)."""
+        under = leaders = 0
+        for rep in list(self.replicas.values()):
+            if rep.role == LEADER:
+                leaders += 1
+                if len(rep.isr) < len(rep.replicas):
+                    under += 1
+        with self.view.lock:
+            if self.view.controller_id != self.broker_id:
+                return under, 0, leaders
+            live = self.view.brokers
+            offline = sum(
+                1
+                for topic in self.view.topics.values()
+                for state in topic.states.values()
+                if state.leader < 0 or state.leader not in live
+            )
+        return under, offline, leaders
+
     def _change_isr(self, rep: Replica, isr: tuple[int, ...]) -> None:
         """Write a new ISR with the state's version; apply it once ZooKeeper has it."""
         if rep.state is None:
@@ -711,8 +735,11 @@ class ReplicaManager:
         if rep.role == LEADER and rep.leader_epoch == written.leader_epoch:
             if rep.state is None or rep.state.version < written.version:
                 rep.state = written
-            rep.isr = written.isr
+            before, rep.isr = rep.isr, written.isr
             log.info("%s-%d: ISR now %s", rep.topic, rep.partition, list(written.isr))
+            if self.on_isr_change is not None and set(before) != set(written.isr):
+                shrunk = len(written.isr) < len(before)
+                self.on_isr_change(int(shrunk), int(not shrunk))
             self._maybe_advance_hw(rep)
 
     def _refresh_state(self, rep: Replica) -> None:

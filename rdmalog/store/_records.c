@@ -26,9 +26,10 @@ static inline uint64_t be(const unsigned char *p, int n) {
     return v;
 }
 
-/* One BatchInfo: a tuple subclass filled as tuple.__new__ fills one. */
+/* One BatchInfo: a tuple subclass filled as tuple.__new__ fills one (its nine numbers, then
+ * stale_max_timestamp False: the record checks, in Python, set it). */
 static PyObject *info_new(PyTypeObject *type, const long long v[9]) {
-    PyObject *t = type->tp_alloc(type, 9);
+    PyObject *t = type->tp_alloc(type, 10);
     if (!t) return NULL;
     for (int i = 0; i < 9; i++) {
         PyObject *x = PyLong_FromLongLong(v[i]);
@@ -38,6 +39,8 @@ static PyObject *info_new(PyTypeObject *type, const long long v[9]) {
         }
         PyTuple_SET_ITEM(t, i, x);
     }
+    Py_INCREF(Py_False);
+    PyTuple_SET_ITEM(t, 9, Py_False);
     return t;
 }
 
@@ -77,7 +80,8 @@ static PyObject *validate(PyObject *self, PyObject *const *args, Py_ssize_t narg
         if ((attrs & CODEC_MASK) > MAX_CODEC) goto bad;
         if (lod < 0 || count < 0 || (from_client && count != (int64_t)lod + 1)) goto bad;
         if (from_client && (((attrs & CONTROL_BIT) && !allow_control) ||
-                            ((attrs & TRANSACTIONAL_BIT) && pid < 0)))
+                            ((attrs & TRANSACTIONAL_BIT) && pid < 0) ||
+                            (pid >= 0 && seq < 0 && !(attrs & CONTROL_BIT))))
             goto bad;
         long long f[9] = {pos, size, lod, max_ts, count, attrs, pid, epoch, seq};
         PyObject *info = info_new(info_type, f);

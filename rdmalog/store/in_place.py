@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from rdmalog.errors import InvalidRecordError, OffsetOutOfRangeError
-from rdmalog.store.record_keys import require_keys
 from rdmalog.store.records import BatchInfo, validate_batches
 from rdmalog.store.segment import LogSegment, log_file_name
 
@@ -89,7 +88,7 @@ class HeadMovedError(Exception):
 class InPlaceAccess:
     """Mixin of PartitionLog: in-place access to its files (see the module docstring)."""
 
-    # What it uses of PartitionLog (and its methods roll, _append, _check_timestamps)
+    # What it uses of PartitionLog (and its methods roll, _append, record_rules)
     lock: threading.RLock
     segments: list[LogSegment]
     config: TopicConfig
@@ -173,11 +172,7 @@ class InPlaceAccess:
 
     def _validate(self, mv: memoryview) -> list[BatchInfo]:
         """The batches in `mv`, checked as `append` checks them."""
-        infos = validate_batches(mv, self.config.max_message_bytes)
-        self._check_timestamps(infos)
-        if "compact" in self.config.cleanup_policy:
-            require_keys(mv, infos, self.name)
-        return infos
+        return validate_batches(mv, self.config.max_message_bytes, rules=self.record_rules())
 
     def roll_head(self, head: SegmentFile) -> None:
         """Roll when `head` is still the head and holds data (its writer found it full)."""

@@ -74,6 +74,10 @@ class Log(Protocol):
 
     def max_timestamp(self) -> TimestampOffset: ...
 
+    def legacy_offsets_before(self, timestamp: int, max_num_offsets: int) -> list[int]:
+        """ListOffsets v0's offsets array (segment start offsets before `timestamp`)."""
+        ...
+
     def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) answering OffsetForLeaderEpoch."""
         ...

@@ -40,9 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from rdmalog.config import LONG_MAX, TopicConfig
+from rdmalog.config import TopicConfig
 from rdmalog.errors import (
-    InvalidTimestampError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
@@ -60,19 +59,21 @@ from rdmalog.store.log_loader import (
 )
 from rdmalog.store.log_replication import ReplicatedLog
 from rdmalog.store.producer_state import ProducerStateTable
-from rdmalog.store.record_keys import require_keys
 from rdmalog.store.records import (
     CONTROL_BIT,
     LOG_APPEND_TIME,
     BatchInfo,
+    RecordRules,
     decode_records,
     set_base_offset,
+    set_create_time,
     set_leader_epoch,
     set_log_append_time,
     validate_batches,
 )
 from rdmalog.store.segment import FileSlice, LogSegment
 from rdmalog.store.segment_swap import SegmentSwap
+from rdmalog.store.stats import LOG_STATS
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
         self._clean_shutdown = clean_shutdown
         self._flush_target = 0  # the high watermark may not pass recovery_point below this
         self._truncated = False  # a truncation not synced yet
-        self._ts_limits: tuple = (None,)  # (config, before.max.ms, after.max.ms, CreateTime?)
+        # (config, before.max.ms, after.max.ms, LogAppendTime?, compacted?): see record_rules
+        self._record_limits: tuple = (None,)
         self._epochs_unsynced = False  # the leader epochs changed since the last flush
         self.last_flush_ms = clock()
         self._producers_checked_ms = clock()  # last producer.id.expiration check
@@ -277,39 +279,31 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
         if mv.readonly:
             mv = memoryview(bytearray(mv))  # patching needs a writable buffer
         cfg = self.config
-        infos = validate_batches(mv, cfg.max_message_bytes, allow_control=allow_control)
+        infos = validate_batches(
+            mv, cfg.max_message_bytes, allow_control=allow_control, rules=self.record_rules()
+        )
         if len(mv) > cfg.segment_bytes:
             raise RecordListTooLargeError(
                 f"{len(mv)} bytes of batches exceed segment.bytes={cfg.segment_bytes}"
             )
-        self._check_timestamps(infos)
-        if "compact" in cfg.cleanup_policy:
-            require_keys(mv, infos, self.name)
         return self._append(mv, infos, leader_epoch, in_place=False)
 
-    def _check_timestamps(self, infos: list[BatchInfo]) -> None:
-        """`message.timestamp.before/after.max.ms` (and the older difference.max.ms) for CreateTime
-        topics, checked on each batch's max timestamp (a header field: no record decoding)."""
+    def record_rules(self) -> RecordRules:
+        """What a client's records are checked against now: the topic's timestamp bounds
+        (`message.timestamp.before/after.max.ms`, capped by the older `difference.max.ms`), its
+        timestamp type, and whether it is compacted (keys required)."""
         cfg = self.config
-        if self._ts_limits[0] is not cfg:
+        if self._record_limits[0] is not cfg:  # configs are immutable: resolved once per config
             diff = cfg.get("message.timestamp.difference.max.ms")
-            self._ts_limits = (
+            self._record_limits = (
                 cfg,
                 min(cfg.get("message.timestamp.before.max.ms"), diff),
                 min(cfg.get("message.timestamp.after.max.ms"), diff),
-                not cfg.log_append_time,
+                cfg.log_append_time,
+                "compact" in cfg.cleanup_policy,
             )
-        _, before, after, create_time = self._ts_limits
-        if not create_time or before == after == LONG_MAX:
-            return
-        now = self.clock()
-        for info in infos:
-            ts = info.max_timestamp
-            if ts >= 0 and (now - ts > before or ts - now > after):
-                raise InvalidTimestampError(
-                    f"timestamp {ts} of a batch is out of range (now {now}, before.max.ms {before}, "
-                    f"after.max.ms {after})"
-                )
+        _, before, after, log_append_time, compacted = self._record_limits
+        return RecordRules(self.clock(), before, after, log_append_time, compacted, self.name)
 
     def _append(
         self, mv: memoryview, infos: list[BatchInfo], leader_epoch: int | None, in_place: bool
@@ -344,6 +338,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
                 if log_append:
                     set_log_append_time(mv, pos, info.size, now)
                     max_ts = now
+                elif info.stale_max_timestamp:
+                    set_create_time(mv, pos, info.size, max_ts)
                 last = nxt + info.last_offset_delta
                 batches.append((pos, info.size, last, max_ts))
                 top_ts = max(top_ts, max_ts)
@@ -536,6 +532,31 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
                     return TimestampOffset(best.max_timestamp, rec.offset)
             return TimestampOffset(best.max_timestamp, batch.last_offset)
 
+    def legacy_offsets_before(self, timestamp: int, max_num_offsets: int) -> list[int]:
+        """ListOffsets v0 (Kafka's legacyFetchOffsetsBefore): up to `max_num_offsets` segment start
+        offsets (and the log end, when the head holds data) of segments last modified at or before
+        `timestamp` (-1: from the newest, -2: from the oldest), newest first."""
+        with self.lock:
+            points = [
+                (
+                    max(seg.base_offset, self.log_start_offset),
+                    int(os.stat(seg.path).st_mtime * 1000),
+                )
+                for seg in self.segments
+            ]
+            if self.segments[-1].size > 0:
+                points.append((self.log_end_offset, self.clock()))
+        if timestamp == -1:
+            start = len(points) - 1
+        elif timestamp == -2:
+            start = 0
+        else:
+            start = len(points) - 1
+            while start >= 0 and points[start][1] > timestamp:
+                start -= 1
+        picked = [points[i][0] for i in range(start, start - min(max_num_offsets, start + 1), -1)]
+        return sorted(picked, reverse=True)
+
     # --- log start, retention, truncation -------------------------------------------------------------
 
     def delete_records(self, before_offset: int) -> int:
@@ -619,6 +640,12 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
             deleted += self._delete_oldest(
                 lambda seg, upper: upper <= self.log_start_offset, roll_active=False
             )
+            after = self.log_start_offset
+        if deleted:
+            log.info(
+                "%s: retention deleted %d segment(s), log start offset %d -> %d",
+                self.name, deleted, before, after,
+            )  # fmt: skip
         self._start_moved(before)
         return deleted
 
@@ -664,6 +691,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
                 if epochs:
                     self.leader_epochs.save(sync=False)
                     fds.append(os.open(self.leader_epochs.path, os.O_RDONLY))
+        began = time.perf_counter()
         try:
             for fd in fds:
                 os.fsync(fd)
@@ -673,6 +701,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
         finally:
             for fd in fds:
                 os.close(fd)
+        if fds:
+            LOG_STATS.flush.observe((time.perf_counter() - began) * 1000)
         with self.lock:
             self.recovery_point = max(self.recovery_point, target)
             self.last_flush_ms = self.clock()

@@ -64,7 +64,7 @@ from rdmalog.store import descriptors
 from rdmalog.store.adoption import adopt
 from rdmalog.store.cleaner_manager import LogCleaner
 from rdmalog.store.disk import recovered, storage_error
-from rdmalog.store.kraft_metadata import read_cluster_metadata
+from rdmalog.store.kraft_metadata import ClusterMetadata, read_cluster_metadata
 from rdmalog.store.log import PartitionLog, parse_partition_dir, wall_clock_ms
 from rdmalog.store.producer_ids import FILE_NAME as PRODUCER_ID_FILE
 from rdmalog.store.producer_ids import ProducerIdAllocator
@@ -135,13 +135,18 @@ class Store:
         config: BrokerConfig,
         *,
         clock: Callable[[], int] = wall_clock_ms,
+        adoption_metadata: ClusterMetadata | None = None,
         replicated: bool = False,
         cluster_id: str | None = None,
     ) -> None:
-        """`replicated`: cluster mode, where the replica manager moves every log's high watermark
-        (from the checkpointed one at open); `cluster_id`: the cluster's id (from ZooKeeper), which
-        a data dir of another cluster refuses."""
+        """`adoption_metadata`: the topic ids and configs of partition directories to adopt, in
+        place of the log dir's KRaft metadata log (`rdmalog import` passes what the operator gave:
+        a configs file, or a source cluster's answers); `replicated`: cluster mode, where the
+        replica manager moves every log's high watermark (from the checkpointed one at open);
+        `cluster_id`: the cluster's id (from ZooKeeper), which a data dir of another cluster
+        refuses."""
         self.dir = Path(data_dir) if data_dir is not None else config.log_dirs[0]
+        self._adoption_metadata = adoption_metadata
         self.config = config
         self.clock = clock
         self.topics: dict[str, Topic] = {}
@@ -225,6 +230,10 @@ class Store:
                 )
             self.topics[topic.name] = topic
             self._by_id[topic.topic_id] = topic
+        # logs copied in (an imported Kafka log dir, mirrored topics) hold other allocators' ids
+        self.producer_ids.reserve_past(
+            max((pid for plog in self.logs() for pid in plog.producer_state.producers), default=-1)
+        )
         marker.unlink(missing_ok=True)
         self.cleaner = LogCleaner(self, self.config)
         self.opened = True
@@ -425,6 +434,8 @@ class Store:
 
     def _read_cluster_metadata(self) -> tuple:
         """(the metadata log's content or None, why it could not be read or None)."""
+        if self._adoption_metadata is not None:
+            return self._adoption_metadata, None
         try:
             return read_cluster_metadata(self.dir), None
         except (OSError, ValueError, KafkaError) as e:
@@ -603,6 +614,10 @@ class Store:
                 raise
             self.topics[name] = topic
             self._by_id[topic.topic_id] = topic
+            log.info(
+                "created topic %s (id %s, %d partitions, configs %s)",
+                name, topic.topic_id, count, cfg.overrides or "(defaults)",
+            )  # fmt: skip
             return topic
 
     def validate_new_partitions(self, name: str, total: int) -> Topic:
@@ -666,6 +681,7 @@ class Store:
                 log.warning("topic %s is deleted; removing its files failed: %s", name, failed[0])
             else:
                 self._deleted_file(topic.topic_id).unlink(missing_ok=True)
+            log.info("deleted topic %s (id %s)", name, topic.topic_id)
 
     def alter_topic_config(
         self, name: str, configs: Mapping[str, Any], replace: bool = False

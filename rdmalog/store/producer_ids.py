@@ -28,6 +28,13 @@ class ProducerIdAllocator:
             self._block_end = 0
         self._next = self._block_end  # nothing of a previous block is reused
 
+    def reserve_past(self, producer_id: int) -> None:
+        """Hand out only ids above `producer_id` from now on: ids in logs copied from another
+        cluster (imported, mirrored) must not be handed to new producers, whose sequence numbers
+        would collide with what the log holds for them."""
+        with self._lock:
+            self._next = max(self._next, producer_id + 1)
+
     def allocate(self) -> int:
         """A producer id no earlier allocation (in this or a previous run) returned."""
         with self._lock:

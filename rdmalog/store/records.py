@@ -10,8 +10,14 @@ Batch layout (big-endian), CRC-32C covering `attributes` to the end of the batch
 
 attributes: bits 0-2 codec, bit 3 timestamp type (1 = LogAppendTime), bit 4 transactional, bit 5 control,
 bit 6 delete horizon. baseOffset and partitionLeaderEpoch sit before the CRC'd range, so the broker
-patches them without touching the CRC. The append path does per-batch work only (one header unpack
-and one CRC pass per batch); decoding records is for tests, offsets by time and native clients.
+patches them without touching the CRC.
+
+A client's batches are checked as Kafka's LogValidator checks them: per batch (one header unpack, one
+CRC pass) and, given `RecordRules`, per record in bulk by a C scanner (`_records.c`: offset deltas,
+record structure, timestamps against the topic's bounds, keys on compacted topics), compressed
+batches decompressed piece by piece and never re-encoded. The batch's maxTimestamp is the largest
+record timestamp: a header that says otherwise is rewritten (with its CRC) when the batch is appended,
+as Kafka does. Decoding records into objects is for tests, offsets by time and native clients.
 """
 
 from __future__ import annotations
@@ -27,10 +33,12 @@ import crc32c as _crc32c
 from rdmalog.errors import (
     CorruptRecordError,
     InvalidRecordError,
+    InvalidTimestampError,
     MessageTooLargeError,
     UnsupportedCompressionTypeError,
 )
-from rdmalog.store.compression import Codec, compress, decompress
+from rdmalog.store._record_scan import CHECK_TIMESTAMPS, FIXED_TIMESTAMP, KEYS_REQUIRED, RecordScan
+from rdmalog.store.compression import Codec, compress, decompress, decompress_chunks
 
 try:  # validate_batches' loop in C (setup.py builds it; optional)
     from rdmalog.store._records import validate as _c_validate
@@ -81,6 +89,22 @@ class BatchInfo(NamedTuple):
     producer_id: int = -1
     producer_epoch: int = -1
     base_sequence: int = -1
+    stale_max_timestamp: bool = False  # the header's maxTimestamp (or type) is not its records'
+
+
+_LONG_MAX = 2**63 - 1
+MAX_RECORD_ERRORS = 1000  # record errors listed per batch (all are counted)
+
+
+class RecordRules(NamedTuple):
+    """What the records of a client's batches are checked against (Kafka's LogValidator)."""
+
+    now: int  # ms
+    before_max_ms: int  # message.timestamp.before.max.ms (CreateTime topics)
+    after_max_ms: int  # message.timestamp.after.max.ms
+    log_append_time: bool  # the topic stamps LogAppendTime
+    keys_required: bool  # a compacted topic: null keys are refused
+    partition: str = ""  # named in the error messages, as Kafka names it
 
 
 def validate_batches(
@@ -89,25 +113,46 @@ def validate_batches(
     *,
     from_client: bool = True,
     allow_control: bool = False,
+    rules: RecordRules | None = None,
 ) -> list[BatchInfo]:
     """Validate every batch in `buf` (length, magic, CRC, count, codec, flags); return their infos.
 
     `from_client` applies the produce rules (count == lastOffsetDelta + 1, no control batches unless
-    `allow_control`, which the broker's own transaction markers need); recovery and imports relax
-    them, as Kafka does for replicated or compacted batches.
+    `allow_control`, which the broker's own transaction markers need, a sequence with a producer
+    id); recovery and imports relax them, as Kafka does for replicated or compacted batches. With
+    `rules`, every record of a client's data batch is checked too (see `check_records`) and the
+    infos carry the batches' max timestamps computed from their records.
     """
-    if _c_validate is not None:  # the same checks in one C call; None: a bad batch, said below
+    if _c_validate is not None:  # the header checks in one C call; None: a bad batch, said below
         infos = _c_validate(
             buf, -1 if max_batch_size is None else max_batch_size, from_client, allow_control,
             BatchInfo,
         )  # fmt: skip
         if infos is not None:
-            return infos
-    return _validate_batches(buf, max_batch_size, from_client, allow_control)
+            return infos if rules is None or not from_client else _with_records(buf, infos, rules)
+    return _validate_batches(buf, max_batch_size, from_client, allow_control, rules)
+
+
+def _with_records(buf: memoryview, infos: list[BatchInfo], rules: RecordRules) -> list[BatchInfo]:
+    """`infos` of header-checked client batches after their record checks (`check_records`), with
+    the max timestamps of their records."""
+    out = []
+    for info in infos:
+        if info.attributes & CONTROL_BIT:
+            out.append(info)
+            continue
+        records_max = check_records(buf, info.position, info.size, rules)
+        stale = records_max != info.max_timestamp or bool(info.attributes & TIMESTAMP_TYPE_BIT)
+        out.append(info._replace(max_timestamp=records_max, stale_max_timestamp=stale))
+    return out
 
 
 def _validate_batches(
-    buf: memoryview, max_batch_size: int | None, from_client: bool, allow_control: bool
+    buf: memoryview,
+    max_batch_size: int | None,
+    from_client: bool,
+    allow_control: bool,
+    rules: RecordRules | None = None,
 ) -> list[BatchInfo]:
     """validate_batches in Python: raises the Kafka error of the first bad batch."""
     out: list[BatchInfo] = []
@@ -138,14 +183,82 @@ def _validate_batches(
             raise InvalidRecordError(
                 f"record batch at byte {pos}: {count} records but lastOffsetDelta {lod}"
             )
+        stale = False
         if from_client:
             if attrs & CONTROL_BIT and not allow_control:
                 raise InvalidRecordError("clients may not write control batches")
             if attrs & TRANSACTIONAL_BIT and pid < 0:
                 raise InvalidRecordError("transactional batch without a producer id")
-        out.append(BatchInfo(pos, size, lod, max_ts, count, attrs, pid, pepoch, seq))
+            if pid >= 0 and seq < 0 and not attrs & CONTROL_BIT:
+                raise InvalidRecordError(
+                    f"invalid sequence number {seq} in record batch with producerId {pid}"
+                )
+            if rules is not None and not attrs & CONTROL_BIT:
+                records_max = check_records(buf, pos, size, rules)
+                stale = records_max != max_ts or bool(attrs & TIMESTAMP_TYPE_BIT)
+                max_ts = records_max
+        out.append(BatchInfo(pos, size, lod, max_ts, count, attrs, pid, pepoch, seq, stale))
         pos += size
     return out
+
+
+def check_records(buf: memoryview, pos: int, size: int, rules: RecordRules) -> int:
+    """Kafka's record-level checks of the client batch at `pos` (its header already checked):
+    every record whole, offset deltas 0..count-1, no null key on a compacted topic, CreateTime
+    timestamps within the topic's bounds, no LogAppendTime set by the producer where Kafka refuses
+    it. Compressed records are decompressed piece by piece (never re-encoded). Returns the batch's
+    max timestamp from its records; raises InvalidRecordError or InvalidTimestampError, carrying
+    `record_errors`, as Kafka's LogValidator does."""
+    (_, _, _, _, _, attrs, _, base_ts, header_max, _, _, _, count) = HEADER.unpack_from(buf, pos)
+    stamped = bool(attrs & TIMESTAMP_TYPE_BIT)  # LogAppendTime: every record has maxTimestamp
+    flags = KEYS_REQUIRED if rules.keys_required else 0
+    if stamped:
+        flags |= FIXED_TIMESTAMP
+        base_ts = header_max
+    low = max(rules.now - rules.before_max_ms, -_LONG_MAX - 1)
+    high = min(rules.now + rules.after_max_ms, _LONG_MAX)
+    if not rules.log_append_time and (low > -_LONG_MAX - 1 or high < _LONG_MAX):
+        flags |= CHECK_TIMESTAMPS
+    scan = RecordScan(count, base_ts, low, high, flags, MAX_RECORD_ERRORS)
+    body = buf[pos + RECORDS : pos + size]
+    codec = attrs & CODEC_MASK
+    try:
+        if codec == Codec.NONE:
+            scan.feed(body)
+        else:
+            for piece in decompress_chunks(codec, body):
+                scan.feed(piece)
+        records_max, n_errors, found = scan.finish()
+    except ValueError as e:
+        raise InvalidRecordError(f"record batch at byte {pos}: {e}") from None
+    errors: list[tuple[int, str]] = []
+    timestamps = False
+    for index, kind, ts in found:
+        if kind == 1:
+            errors.append((index, f"Compacted topic cannot accept message without key in topic partition {rules.partition}."))  # fmt: skip
+        else:
+            timestamps = True
+            errors.append((index, f"Timestamp {ts} of message with offset {index} is out of range. The timestamp should be within [{low}, {high}]"))  # fmt: skip
+    if stamped and (rules.log_append_time or header_max == NO_TIMESTAMP) and not n_errors:
+        # Kafka refuses a producer's LogAppendTime unless a CreateTime topic can range-check it.
+        timestamps, n_errors = True, count
+        message = "Producer should not set timestamp type to LogAppendTime."
+        errors = [(i, message) for i in range(min(count, MAX_RECORD_ERRORS))]
+    if not n_errors:
+        return records_max
+    exc: InvalidRecordError | InvalidTimestampError
+    if timestamps:
+        exc = InvalidTimestampError(
+            "One or more records have been rejected due to invalid timestamp"
+        )
+    else:
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+        exc = InvalidRecordError(
+            f"One or more records have been rejected due to {n_errors} record errors in total, "
+            f"and only showing the first three errors at most: [{shown}]"
+        )
+    exc.record_errors = tuple(errors)
+    raise exc
 
 
 def batch_is_valid(buf: memoryview | bytes, pos: int, end: int) -> int:
@@ -177,6 +290,15 @@ def set_log_append_time(buf: memoryview | bytearray, pos: int, size: int, timest
     attrs = _H.unpack_from(buf, pos + ATTRIBUTES)[0]
     _H.pack_into(buf, pos + ATTRIBUTES, attrs | TIMESTAMP_TYPE_BIT)
     _Q.pack_into(buf, pos + MAX_TIMESTAMP, timestamp)
+    set_crc(buf, pos, size)
+
+
+def set_create_time(buf: memoryview | bytearray, pos: int, size: int, max_timestamp: int) -> None:
+    """Make the batch a CreateTime batch whose maxTimestamp is `max_timestamp` (its records'), then
+    recompute the CRC: what Kafka's setMaxTimestamp does when the header says otherwise."""
+    attrs = _H.unpack_from(buf, pos + ATTRIBUTES)[0]
+    _H.pack_into(buf, pos + ATTRIBUTES, attrs & ~TIMESTAMP_TYPE_BIT)
+    _Q.pack_into(buf, pos + MAX_TIMESTAMP, max_timestamp)
     set_crc(buf, pos, size)
 
 
@@ -371,10 +493,29 @@ def build_batch(
         body = compress(codec, body, xerial=xerial)
     attrs = codec | (TIMESTAMP_TYPE_BIT if timestamp_type == LOG_APPEND_TIME else 0)
     attrs |= (TRANSACTIONAL_BIT if transactional else 0) | (CONTROL_BIT if control else 0)
+    return frame_batch(
+        body, len(recs), base_ts, max(stamps), attrs, base_offset=base_offset,
+        producer=(producer_id, producer_epoch, base_sequence), leader_epoch=partition_leader_epoch,
+    )  # fmt: skip
+
+
+def frame_batch(
+    body: bytes | bytearray,
+    count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    attributes: int,
+    *,
+    base_offset: int = 0,
+    producer: tuple[int, int, int] = (-1, -1, -1),
+    leader_epoch: int = -1,
+) -> bytearray:
+    """A v2 batch around an encoded (and, per `attributes`, compressed) records section `body`
+    of `count` records; `producer` is (producer id, epoch, base sequence)."""
     out = bytearray(BATCH_OVERHEAD + len(body))
     HEADER.pack_into(
-        out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC, 0, attrs,
-        len(recs) - 1, base_ts, max(stamps), producer_id, producer_epoch, base_sequence, len(recs),
+        out, 0, base_offset, len(out) - LOG_OVERHEAD, leader_epoch, MAGIC, 0, attributes,
+        count - 1, base_timestamp, max_timestamp, *producer, count,
     )  # fmt: skip
     out[BATCH_OVERHEAD:] = body
     set_crc(out, 0, len(out))
@@ -385,8 +526,12 @@ def decode_records(batch: RecordBatch) -> list[Record]:
     """Decode the records of `batch` (absolute offsets; LogAppendTime batches use maxTimestamp)."""
     body = batch.bytes()[BATCH_OVERHEAD:]
     data = memoryview(decompress(batch.codec, body)) if batch.codec != Codec.NONE else body
+    return list(iter_records(batch, data))
+
+
+def iter_records(batch: RecordBatch, data: memoryview | bytes) -> Iterator[Record]:
+    """The records of `batch` one by one from its (decompressed) records section `data`."""
     log_append = batch.timestamp_type == LOG_APPEND_TIME
-    out: list[Record] = []
     pos = 0
     for _ in range(batch.count):
         length, pos = _read_varint(data, pos)
@@ -407,8 +552,7 @@ def decode_records(batch: RecordBatch) -> list[Record]:
         if pos != end:
             raise CorruptRecordError("record length does not match its fields")
         ts = batch.max_timestamp if log_append else batch.base_timestamp + ts_delta
-        out.append(Record(key, value, headers, ts, batch.base_offset + off_delta))
-    return out
+        yield Record(key, value, headers, ts, batch.base_offset + off_delta)
 
 
 def _read_bytes(data: memoryview | bytes, pos: int) -> tuple[bytes | None, int]:

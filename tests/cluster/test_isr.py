@@ -15,7 +15,8 @@ from kafka.errors import KafkaConnectionError, NotEnoughReplicasError
 from compat_tests.cluster import BrokerCluster, wait_for
 from tests.cluster.clients import create_topic, produce_error, read_all
 
-NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS = 6, 7, 19
+UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT = 3, 6, 7
+NOT_ENOUGH_REPLICAS = 19
 
 
 def _batches(data_dir: Path, topic: str, p: int = 0) -> bytes:
@@ -141,7 +142,15 @@ def test_leader_frozen_past_its_session_is_fenced(cluster: BrokerCluster) -> Non
     create_topic(cluster.bootstrap, "frozen")
     cluster.wait_isr("frozen", {1, 2, 3})
     stale = cluster.leader("frozen")
-    assert produce_error(cluster.broker(stale).bootstrap, "frozen", [b"before"]) == 0
+
+    def first_write() -> bool:
+        """True once the leader took it; until the leader has applied the state ZooKeeper shows,
+        it does not know the partition (a client retries that, nothing was appended)."""
+        code = produce_error(cluster.broker(stale).bootstrap, "frozen", [b"before"])
+        assert code in (0, UNKNOWN_TOPIC_OR_PARTITION), code
+        return code == 0
+
+    wait_for("the leader takes its first write", first_write)
     proc = cluster.broker(stale).proc
     proc.send_signal(signal.SIGSTOP)
     try:

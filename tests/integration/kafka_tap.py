@@ -84,7 +84,8 @@ def parse_produce(frame: bytes) -> list[ProducedRecords]:
     r.string(False)  # client id: a plain nullable string in every header version
     if flexible:
         r.tagged_fields()
-    r.string(flexible)  # transactional id
+    if version >= 3:
+        r.string(flexible)  # transactional id
     r.int16()  # acks
     r.int32()  # timeout
     out = []
@@ -111,13 +112,14 @@ def request_key(frame: bytes) -> tuple[int, int, int]:
 
 
 def parse_fetch_response(version: int, frame: bytes) -> list[ProducedRecords]:
-    """The (topic, partition, records) of a Fetch response frame (v4 on, without size prefix)."""
+    """The (topic, partition, records) of a Fetch response frame (without its size prefix)."""
     flexible = version >= FIRST_FLEXIBLE_FETCH
     r = _Reader(frame)
     r.int32()  # correlation id
     if flexible:
         r.tagged_fields()
-    r.int32()  # throttle time
+    if version >= 1:
+        r.int32()  # throttle time
     if version >= 7:
         r.int16()  # error code
         r.int32()  # session id
@@ -129,11 +131,13 @@ def parse_fetch_response(version: int, frame: bytes) -> list[ProducedRecords]:
             topic = r.string(flexible) or ""
         for _ in range(r.array_len(flexible)):
             partition = r.int32()
-            r.take(2 + 8 + 8)  # error code, high watermark, last stable offset
+            r.take(2 + 8)  # error code, high watermark
+            if version >= 4:
+                r.take(8)  # last stable offset
             if version >= 5:
                 r.take(8)  # log start offset
-            for _ in range(max(0, r.array_len(flexible))):  # aborted transactions
-                r.take(16)
+            for _ in range(max(0, r.array_len(flexible)) if version >= 4 else 0):
+                r.take(16)  # aborted transactions
                 if flexible:
                     r.tagged_fields()
             if version >= 11:
@@ -173,6 +177,7 @@ class KafkaTap:
         self.address = f"127.0.0.1:{self.port}"
         self.produced: list[ProducedRecords] = []
         self.fetched: list[ProducedRecords] = []
+        self.requests: list[tuple[int, int]] = []  # (api key, version) of every request, in order
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._socks: list[socket.socket] = []
@@ -212,6 +217,8 @@ class KafkaTap:
                 if frame is None:
                     break
                 api_key, version, corr = request_key(frame)
+                with self._lock:
+                    self.requests.append((api_key, version))
                 if api_key == FETCH:
                     fetches[corr] = version
                 try:

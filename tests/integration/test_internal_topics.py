@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+from rdmalog.store.records import Record, build_batch
 from tests.integration.rawkafka import RawClient
 
 OFFSETS = "__consumer_offsets"
@@ -85,6 +86,50 @@ def test_offsets_topic_cannot_be_deleted_or_grown(broker_factory) -> None:
         assert _committed(c, "g", "orders") == 42
         metadata = c.call(3, 12, {"topics": [{"name": OFFSETS, "topic_id": None}]})
         assert len(metadata["topics"][0]["partitions"]) == 50
+
+
+def _produce(c: RawClient, version: int, topic: str) -> dict:
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout": 10000,
+        "topic_data": [
+            {
+                "name": topic,
+                "partition_data": [
+                    {"index": 0, "records": bytes(build_batch([Record(b"k", b"v")]))}
+                ],
+            }
+        ],
+    }
+    return c.call(0, version, body)["responses"][0]["partition_responses"][0]
+
+
+def _end_offset(c: RawClient, topic: str) -> int:
+    part = {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
+    body = {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [{"name": topic, "partitions": [part]}],
+    }
+    return c.call(2, 7, body)["topics"][0]["partitions"][0]["offset"]
+
+
+def test_produce_to_internal_topic_refused(broker) -> None:
+    """A client's produce to __consumer_offsets is refused as Kafka 3.9's ReplicaManager refuses it
+    (INVALID_TOPIC_EXCEPTION, nothing appended); only Kafka's admin client id may append."""
+    with RawClient(broker.bootstrap) as c:
+        assert c.call(10, 4, {"key_type": 0, "coordinator_keys": ["g"]})  # creates the topic
+        before = _end_offset(c, OFFSETS)
+        for version in (3, 9):
+            res = _produce(c, version, OFFSETS)
+            assert res["error_code"] == INVALID_TOPIC_EXCEPTION, version
+            if version >= 8:
+                assert res["error_message"] == f"Cannot append to internal topic {OFFSETS}"
+        assert _end_offset(c, OFFSETS) == before
+    with RawClient(broker.bootstrap, client_id="__admin_client") as admin:
+        assert _produce(admin, 9, OFFSETS)["error_code"] == 0
+        assert _end_offset(admin, OFFSETS) == before + 1
 
 
 def test_duplicate_topics_in_delete_and_create_partitions(broker) -> None:

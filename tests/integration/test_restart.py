@@ -161,6 +161,7 @@ def test_recovery_truncates_a_damaged_tail(broker_factory, damage: str) -> None:
         f.write(bytes(bogus))
 
     broker.start()
+    assert f"{path.name}: invalid or torn data at byte {end}; truncating" in broker.stderr_tail()
     [(lo, hi)] = watermarks(broker.bootstrap, topic, 1)
     assert (lo, hi) == (0, len(recs)), f"watermarks after recovery {(lo, hi)}"
     compare(recs, clients.ck_consume(broker.bootstrap, topic, 1, len(recs)))

@@ -181,13 +181,15 @@ def test_api_versions_lists_implemented_apis(client):
     resp = client.call(18, 3, {"client_software_name": "raw", "client_software_version": "0"})
     ranges = {k["api_key"]: (k["min_version"], k["max_version"]) for k in resp["api_keys"]}
     for key, want in {
-        0: (3, 11),
-        1: (4, 16),
-        2: (1, 8),
+        0: (0, 11),
+        1: (0, 17),
+        2: (0, 9),
         3: (0, 12),
+        8: (0, 10),
+        9: (0, 10),
         18: (0, 4),
-        19: (2, 7),
-        20: (1, 6),
+        19: (0, 7),
+        20: (0, 6),
     }.items():
         assert ranges[key] == want
     assert client.call(18, 0, {})["error_code"] == 0
@@ -208,8 +210,8 @@ def test_api_versions_unsupported_version_gets_v0_answer(client):
 
 
 def test_unsupported_version_with_top_level_error_code(client):
-    # Fetch v17 exists in the protocol but is not advertised: Kafka's error response shape
-    resp = client.call(1, 17, {"max_wait": 0, "topics": []})
+    # Fetch v18 exists in the protocol (Kafka 4.1) but is not advertised: Kafka's error shape
+    resp = client.call(1, 18, {"max_wait": 0, "topics": []})
     assert resp["error_code"] == 35
     assert client.call(18, 2, {})["error_code"] == 0
 

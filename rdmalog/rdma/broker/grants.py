@@ -27,6 +27,7 @@ from rdmalog.rdma.broker.partitions import (
     ProduceFile,
     ReadFile,
     SlotRegion,
+    datapath_counters,
 )
 from rdmalog.rdma.broker.prefault import Prefaulter
 from rdmalog.rdma.broker.queue_pairs import QueuePairs
@@ -60,6 +61,7 @@ class Grants:
         hello_reply: dict,
         access: AccessControl,
         replica_credits: int = 32,
+        counters: dict[str, int] | None = None,
     ):
         self.store = store
         self.device = device
@@ -74,6 +76,9 @@ class Grants:
         self.hello_reply = hello_reply
         self.access = access
         self.replica_credits = replica_credits  # writes a pushing leader may have outstanding
+        self.counters = (
+            datapath_counters() if counters is None else counters
+        )  # the service's, for metrics
         self._file_ids = itertools.count(1)
 
     def handle(self, s: Session, req: dict) -> dict:
@@ -200,6 +205,8 @@ class Grants:
         if mode not in ("exclusive", "shared", "replica"):
             raise ControlError("invalid_request", f"unknown mode {mode!r}")
         ps = self.partitions.get(topic, partition, replica=leader is not None)
+        if leader is None and ps.log.config.rdmalog_mirror_source:  # gateway/mirror: read-only
+            raise ControlError("invalid_request", f"{topic} is a read-only mirror topic")
         if leader is not None:
             check = self.partitions.replica_check
             if check is None or not check(topic, partition, *leader):
@@ -233,7 +240,9 @@ class Grants:
                         8, Access.LOCAL_WRITE | Access.REMOTE_ATOMIC | Access.REMOTE_READ
                     )
                     store(word.buf, 0, word_encode(0, position))
-                f = ProduceFile(self._new_file_id(), ps, head, position, mode, mr, word)
+                f = ProduceFile(
+                    self._new_file_id(), ps, head, position, mode, mr, word, self.counters
+                )
                 if leader is not None:
                     self._as_replica(f, ps, leader)
                 end_offset = plog.log_end_offset
@@ -242,6 +251,7 @@ class Grants:
             ps.produce = f
             s.state.setdefault("grants", set()).add(f.file_id)
             reply = self._grant_reply(f, s)
+            self.counters["produce_grants"] += 1
             if leader is not None:
                 reply["log_end_offset"] = end_offset
                 reply["credits"] = self.replica_credits
@@ -318,6 +328,7 @@ class Grants:
                 mr = self.device.reg_mr(seg.mmap, Access.REMOTE_READ, path=str(seg.path))
                 rf = ps.readers[seg.base_offset] = ReadFile(key, seg, mr)
             rf.refs.add(s.id)
+            self.counters["read_grants"] += 1
             lrb, mutable, to_end = ps.log.readable_end(seg)
             slot = -1
             region = s.state.get("slots")

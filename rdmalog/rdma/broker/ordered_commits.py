@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from rdmalog.errors import KafkaError, PolicyViolationError, error_for_code
-from rdmalog.rdma.broker.partitions import PartState, ProduceFile, Reply
+from rdmalog.rdma.broker.partitions import PartState, ProduceFile, Reply, datapath_counters
 from rdmalog.rdma.broker.prefault import Prefaulter
 from rdmalog.rdma.transport._atomic64 import copy, fetch_add, load
 from rdmalog.rdma.wire import ORDER_MASK, AckStatus, reservation_add, word_decode
@@ -60,6 +60,7 @@ class OrderedCommits:
         prefault: Prefaulter,
         part: Callable[[str, int], PartState],
         order_timeout: float,
+        counters: dict[str, int] | None = None,
     ):
         self.lock = lock
         self.files = files
@@ -67,6 +68,9 @@ class OrderedCommits:
         self.prefault = prefault
         self.part = part
         self.order_timeout = order_timeout
+        self.counters = (
+            datapath_counters() if counters is None else counters
+        )  # the service's, for metrics
 
     # -- writes that landed ------------------------------------------------------------------------
     def arrive(self, f: ProduceFile, order: int, byte_len: int, reply: Reply) -> None:
@@ -169,6 +173,8 @@ class OrderedCommits:
         except (HeadMovedError, KafkaError):
             return False
         f.expect_pos = end
+        self.counters["writes_committed"] += len(run)
+        self.counters["bytes_committed"] += end - start
         if res.flush_needed:  # the flush policy: durable before acknowledged, as Kafka
             plog.flush()
         base = res.base_offset
@@ -208,6 +214,8 @@ class OrderedCommits:
         else:
             if not res.duplicate:
                 f.expect_pos = end
+                self.counters["writes_committed"] += 1
+                self.counters["bytes_committed"] += byte_len
                 if res.flush_needed:  # durable before acknowledged
                     plog.flush()
                 reply(order, _ACK_OK, res.base_offset, res.last_offset, end, res.log_append_time)

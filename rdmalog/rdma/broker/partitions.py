@@ -21,6 +21,22 @@ from rdmalog.rdma.transport.interface import Access
 from rdmalog.rdma.wire import SLOT_SIZE, slot_word, word_decode
 from rdmalog.store.in_place import SegmentFile
 
+# What the datapaths count for the broker's metrics (gateway/metrics.py names and exports them)
+DATAPATH_COUNTERS = (
+    "produce_grants",
+    "read_grants",
+    "writes_committed",
+    "bytes_committed",
+    "revocations",
+)
+
+
+def datapath_counters() -> dict[str, int]:
+    """The counters, all at zero: a plain dict with its keys present, as `+=` on an exact dict is
+    what the commit path can afford (a Counter, a dict subclass, costs it about twice as much)."""
+    return dict.fromkeys(DATAPATH_COUNTERS, 0)
+
+
 # (order, status, base offset, last offset, next position[, log append time]): the time, -1
 # unless the topic uses LogAppendTime, only for the gateway's appends (no ack field holds it)
 Reply = Callable[..., None]
@@ -41,8 +57,10 @@ class ProduceFile:
         mode: str,
         mr,
         word_mr,
+        counters: dict[str, int] | None = None,
     ):
         self.file_id, self.part, self.segment, self.mode = file_id, part, head, mode
+        self.counters = counters  # the service's datapath counters: a revocation is counted here
         self.mapping, self.capacity = head.mmap, head.capacity  # what was registered
         self.mr, self.word_mr = mr, word_mr
         self.lock = threading.Lock()
@@ -98,6 +116,8 @@ class ProduceFile:
     def revoke(self) -> None:
         """Withdraw remote access now (flags and deregistration only: safe under the log lock)."""
         first = not self.revoked
+        if not self.revoked and self.counters is not None:
+            self.counters["revocations"] += 1  # whatever withdrew it: roll, timeout, deletion...
         self.revoked = True
         if first and self.on_revoke is not None:
             self.on_revoke()

@@ -30,7 +30,7 @@ from rdmalog.rdma.broker.access_control import AccessControl
 from rdmalog.rdma.broker.commit_slots import CommitSink, CommitSlots
 from rdmalog.rdma.broker.grants import Grants
 from rdmalog.rdma.broker.ordered_commits import Arrival, OrderedCommits
-from rdmalog.rdma.broker.partitions import Partitions, ProduceFile
+from rdmalog.rdma.broker.partitions import Partitions, ProduceFile, datapath_counters
 from rdmalog.rdma.broker.prefault import Prefaulter
 from rdmalog.rdma.broker.queue_pairs import RECV_DEPTH, QueuePairs
 from rdmalog.rdma.control import ControlServer, Session
@@ -88,6 +88,7 @@ class RdmaService:
         self.queue_pairs = QueuePairs(self.device, self.lock)
         self.qps = self.queue_pairs.by_num
         self.prefault = Prefaulter()
+        self.counters = datapath_counters()  # grants, commits, revocations (gateway/metrics.py)
         self.ordering = OrderedCommits(
             self.lock,
             self.files,
@@ -95,6 +96,7 @@ class RdmaService:
             self.prefault,
             self.partitions.get,
             order_timeout,
+            self.counters,
         )
         self.grants = Grants(
             store=store,
@@ -110,6 +112,7 @@ class RdmaService:
             hello_reply={"rdma_address": self.rdma_address, "transport": transport},
             access=AccessControl(credentials, authorizer),
             replica_credits=min(replica_credits, RECV_DEPTH // 2),
+            counters=self.counters,
         )
         self.control = ControlServer(self.grants.handle, self._session_closed, host, control_port)
         self.control_address = self.control.address

@@ -35,8 +35,8 @@ def h(tmp_path: Path) -> Iterator[Harness]:
 
 def test_registered_ranges() -> None:
     ranges = {k: (REGISTRY[k].min_version, REGISTRY[k].max_version) for k in REGISTRY}
-    assert ranges[21] == (0, 2) and ranges[22] == (0, 5) and ranges[23] == (2, 4)
-    assert ranges[32] == (1, 4) and ranges[33] == (0, 2) and ranges[35] == (1, 4)
+    assert ranges[21] == (0, 2) and ranges[22] == (0, 5) and ranges[23] == (0, 4)
+    assert ranges[32] == (0, 4) and ranges[33] == (0, 2) and ranges[35] == (0, 4)
     assert ranges[37] == (0, 3) and ranges[44] == (0, 1) and ranges[60] == (0, 2)
     assert not set(REGISTRY) & {24, 25, 26, 27, 28, 65, 66}  # no transaction API
 
@@ -108,7 +108,7 @@ def test_delete_records(h: Harness, version: int) -> None:
 # --- OffsetForLeaderEpoch -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", versions(23))
+@pytest.mark.parametrize("version", [v for v in versions(23) if v >= 2])
 def test_offset_for_leader_epoch(h: Harness, version: int) -> None:
     h.produce(3)
     plog = h.store.partition("t", 0)
@@ -133,6 +133,17 @@ def test_offset_for_leader_epoch(h: Harness, version: int) -> None:
     # an empty partition is led in epoch 0 from its end (Kafka records that at leadership)
     assert ask(0, partition=1) == (0, 0, 0)
     assert ask(1, partition=1) == (0, -1, -1)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_offset_for_leader_epoch_before_current_epochs(h: Harness, version: int) -> None:
+    """v0-v1 carry no current leader epoch to fence with; v0 answers no epoch either."""
+    h.produce(3)
+    h.store.partition("t", 0).append(build_batch([Record(None, b"x")] * 2), leader_epoch=2)
+    body = {"topics": [{"topic": "t", "partitions": [{"partition": 0, "leader_epoch": 1}]}]}
+    p = h.call(23, version, body)["topics"][0]["partitions"][0]
+    assert (p["error_code"], p["end_offset"]) == (0, 3)
+    assert p.get("leader_epoch") == (0 if version == 1 else None)
 
 
 def test_metadata_and_list_offsets_report_the_logs_epoch(h: Harness) -> None:
@@ -163,7 +174,14 @@ def _describe(h: Harness, version: int, rtype: int, name: str, keys=None, synony
     return h.call(32, version, body)["results"][0]
 
 
-@pytest.mark.parametrize("version", versions(32))
+def test_describe_configs_v0_says_whether_a_value_is_the_default(h: Harness) -> None:
+    rows = {c["name"]: c for c in _describe(h, 0, TOPIC, "t")["configs"]}
+    assert (rows["retention.ms"]["value"], rows["retention.ms"]["is_default"]) == ("1234", False)
+    assert rows["segment.jitter.ms"]["is_default"]
+    assert "config_source" not in rows["retention.ms"] and "synonyms" not in rows["retention.ms"]
+
+
+@pytest.mark.parametrize("version", [v for v in versions(32) if v >= 1])
 def test_describe_configs(h: Harness, version: int) -> None:
     res = _describe(h, version, TOPIC, "t")
     assert res["error_code"] == 0

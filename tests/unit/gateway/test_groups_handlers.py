@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.groups.service import group_service
 from rdmalog import errors as E
 from tests.unit.gateway.handler_harness import HandlerHarness, versions
 
@@ -141,7 +142,28 @@ def test_leave_group(h: Harness, version: int):
         assert [m["error_code"] for m in r["members"]] == [0, E.UNKNOWN_MEMBER_ID]
 
 
-@pytest.mark.parametrize("version", versions(8))
+@pytest.mark.parametrize("version", [0, 1])
+def test_simple_consumer_commits_of_old_versions(h: Harness, version: int):
+    """v0 (no generation, no member) and v1 (a commit timestamp) commit for a group nobody joined:
+    what Kafka 0.8 clients do; every version reads them back."""
+    part = {"partition_index": 0, "committed_offset": 7, "committed_metadata": "m"}
+    if version == 1:
+        part["commit_timestamp"] = 1_600_000_000_000
+    body = {"group_id": "old", "generation_id_or_member_epoch": -1, "member_id": "", "topics": [
+        {"name": "t", "partitions": [part]}
+    ]}  # fmt: skip
+    assert h.call(8, version, body)["topics"][0]["partitions"][0]["error_code"] == 0
+    for fetch_version in (0, 1, 5):
+        got = h.call(9, fetch_version, {"group_id": "old", "topics": [
+            {"name": "t", "partition_indexes": [0]}
+        ]})["topics"][0]["partitions"][0]  # fmt: skip
+        assert (got["committed_offset"], got["metadata"], got["error_code"]) == (7, "m", 0)
+    if version == 1:
+        group = group_service(h.broker).coordinator.groups["old"]
+        assert group.offsets[("t", 0)].commit_timestamp == 1_600_000_000_000
+
+
+@pytest.mark.parametrize("version", [v for v in versions(8) if v >= 1])
 def test_offset_commit_and_fetch(h: Harness, version: int):
     member, generation = stable_member(h)
     topic_id = h.store.topics["t"].topic_id

@@ -238,13 +238,16 @@ def test_max_timestamp_picks_the_first_record_carrying_it(tmp_path: Path) -> Non
     plog.close()
 
 
-def test_retention_by_size(tmp_path: Path, clock: Clock) -> None:
+def test_retention_by_size(tmp_path: Path, clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
     plog = open_log(tmp_path / "t-0", clock=clock, segment_bytes=1000, retention_bytes=2500)
     for _ in range(40):
         plog.append(batch(1, size=100))
     total_before = plog.size_in_bytes
-    deleted = plog.apply_retention()
+    with caplog.at_level("INFO", logger="rdmalog.store.log"):
+        deleted = plog.apply_retention()
     assert deleted > 0
+    said = f"t-0: retention deleted {deleted} segment(s), log start offset 0 -> "
+    assert any(r.getMessage().startswith(said) for r in caplog.records), caplog.text
     assert plog.size_in_bytes <= 2500 + 1000 and plog.size_in_bytes < total_before
     assert plog.log_start_offset == plog.segments[0].base_offset > 0
     assert offsets(plog, plog.log_start_offset)[0] == plog.log_start_offset

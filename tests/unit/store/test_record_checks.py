@@ -1,0 +1,267 @@
+"""Record-level checks of produced batches (Kafka's LogValidator): offset deltas, record structure,
+timestamps against the topic's bounds, null keys on compacted topics, maxTimestamp computed from the
+records and rewritten in the header; compressed batches checked without being re-encoded."""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+import zlib
+from pathlib import Path
+
+import pytest
+
+from rdmalog.errors import InvalidRecordError, InvalidTimestampError
+from rdmalog.store._record_scan import CHECK_TIMESTAMPS, KEYS_REQUIRED, RecordScan
+from rdmalog.store.compression import Codec, compress
+from rdmalog.store.records import (
+    BATCH_OVERHEAD,
+    CRC_POS,
+    HEADER,
+    MAX_TIMESTAMP,
+    RECORDS,
+    Record,
+    RecordBatch,
+    RecordRules,
+    build_batch,
+    decode_all,
+    encode_record,
+    set_crc,
+    validate_batches,
+)
+from tests.unit.store.helpers import T0, open_log
+
+CODECS = list(Codec)
+HOUR = 3_600_000
+
+
+def raw_batch(
+    records: list[tuple[bytes | None, int, int]],
+    *,
+    codec: Codec = Codec.NONE,
+    count: int | None = None,
+    max_ts: int | None = None,
+    base_ts: int = T0,
+    attrs: int = 0,
+) -> bytearray:
+    """A v2 batch whose records are (key, offset delta, timestamp delta) as given, however wrong;
+    `count` and `max_ts` are written as given (defaults: the record count, the right max)."""
+    body = b"".join(encode_record(Record(k, b"v" * 20), od, td) for k, od, td in records)
+    if codec != Codec.NONE:
+        body = compress(codec, body)
+    n = len(records) if count is None else count
+    top = base_ts + max(td for _, _, td in records) if max_ts is None else max_ts
+    out = bytearray(BATCH_OVERHEAD + len(body))
+    HEADER.pack_into(
+        out, 0, 0, len(out) - 12, -1, 2, 0, codec | attrs, n - 1, base_ts, top, -1, -1, -1, n
+    )
+    out[BATCH_OVERHEAD:] = body
+    set_crc(out, 0, len(out))
+    return out
+
+
+def rules(**kw) -> RecordRules:
+    base = dict(
+        now=T0, before_max_ms=2**63 - 1, after_max_ms=2**63 - 1, log_append_time=False,
+        keys_required=False, partition="t-0",
+    )  # fmt: skip
+    base.update(kw)
+    return RecordRules(**base)
+
+
+def check(buf: bytearray, **kw):
+    return validate_batches(memoryview(buf), rules=rules(**kw))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_good_batches_pass_with_their_max_timestamp(codec: Codec) -> None:
+    recs = [(b"k%d" % i, i, d) for i, d in enumerate([5, 0, 9, 3])]
+    (info,) = check(raw_batch(recs, codec=codec))
+    assert info.max_timestamp == T0 + 9 and not info.stale_max_timestamp
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_offset_deltas_must_run_from_zero(codec: Codec) -> None:
+    for deltas in ([0, 2, 3], [1, 2, 3], [0, 0, 1]):
+        recs = [(b"k", d, 0) for d in deltas]
+        with pytest.raises(InvalidRecordError, match="offset delta"):
+            check(raw_batch(recs, codec=codec))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_record_count_must_match_the_records(codec: Codec) -> None:
+    recs = [(b"k", i, 0) for i in range(3)]
+    two = raw_batch(recs[:2], codec=codec, count=3)  # count 3, lastOffsetDelta 2, two records
+    with pytest.raises(InvalidRecordError, match="2 records"):
+        check(two)
+    four = raw_batch(recs + [(b"k", 3, 0)], codec=codec, count=3)
+    with pytest.raises(InvalidRecordError, match="more records than"):
+        check(four)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_timestamps_out_of_range_list_each_record(codec: Codec) -> None:
+    recs = [(b"k", 0, -2 * HOUR), (b"k", 1, 0), (b"k", 2, 2 * HOUR), (b"k", 3, 10)]
+    buf = raw_batch(recs, codec=codec)
+    with pytest.raises(InvalidTimestampError) as e:
+        check(buf, before_max_ms=HOUR, after_max_ms=HOUR)
+    assert e.value.error_code == 32
+    assert [i for i, _ in e.value.record_errors] == [0, 2]
+    assert (
+        f"Timestamp {T0 - 2 * HOUR} of message with offset 0 is out of range"
+        in (e.value.record_errors[0][1])
+    )
+    check(buf, before_max_ms=2 * HOUR, after_max_ms=2 * HOUR)  # the bounds are inclusive
+    check(buf, before_max_ms=HOUR, after_max_ms=HOUR, log_append_time=True)  # not checked
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_compacted_topics_refuse_null_keys(codec: Codec) -> None:
+    buf = raw_batch([(b"k", 0, 0), (None, 1, 0), (b"", 2, 0), (None, 3, 0)], codec=codec)
+    check(buf)
+    with pytest.raises(InvalidRecordError) as e:
+        check(buf, keys_required=True)
+    assert e.value.error_code == 87
+    assert [i for i, _ in e.value.record_errors] == [1, 3]  # an empty key is a key
+    assert "Compacted topic cannot accept message without key in topic partition t-0" in str(
+        e.value
+    )
+
+
+def test_producer_set_log_append_time_is_refused_where_kafka_refuses_it() -> None:
+    buf = raw_batch([(b"k", 0, 0), (b"k", 1, 0)], attrs=0x08)
+    with pytest.raises(InvalidTimestampError) as e:
+        check(buf, log_append_time=True)
+    assert len(e.value.record_errors) == 2
+    # CreateTime topic: range-checked as its maxTimestamp, then made a CreateTime batch
+    (info,) = check(buf)
+    assert info.stale_max_timestamp
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_wrong_max_timestamp_is_rewritten_on_append_and_found_by_time(
+    tmp_path: Path, codec: Codec
+) -> None:
+    plog = open_log(tmp_path / "t-0")
+    plog.append(raw_batch([(b"a", 0, 0), (b"b", 1, 0)], codec=codec))  # T0
+    sent = raw_batch([(b"a", 0, 0), (b"b", 1, 1000), (b"c", 2, 500)], codec=codec, max_ts=-1)
+    body = bytes(sent[BATCH_OVERHEAD:])
+    plog.append(sent)
+    stored = RecordBatch(plog.read(2, 1 << 20).read())
+    assert stored.max_timestamp == T0 + 1000 and stored.is_valid()
+    assert bytes(stored.bytes()[BATCH_OVERHEAD:]) == body  # records byte for byte as sent
+    assert plog.offset_for_timestamp(T0 + 1).offset == 3
+    assert tuple(plog.max_timestamp()) == (T0 + 1000, 3)
+    assert plog.active_segment.largest_timestamp() == T0 + 1000  # what time retention uses
+    plog.close()
+
+
+def test_a_right_max_timestamp_keeps_the_crc(tmp_path: Path) -> None:
+    plog = open_log(tmp_path / "t-0")
+    sent = raw_batch([(b"a", 0, 7), (b"b", 1, 3)])
+    crc = bytes(sent[CRC_POS : CRC_POS + 4])
+    plog.append(sent)
+    stored = plog.read(0, 1 << 20).read()
+    assert stored[CRC_POS : CRC_POS + 4] == crc
+    plog.close()
+
+
+def test_timestamp_bounds_are_checked_per_record(tmp_path: Path, clock) -> None:
+    plog = open_log(
+        tmp_path / "t-0",
+        clock=clock,
+        message_timestamp_before_max_ms=1000,
+        message_timestamp_after_max_ms=500,
+    )
+    # the header's maxTimestamp is in range, a record is not: Kafka checks records
+    buf = raw_batch([(b"k", 0, -1001), (b"k", 1, 0)], max_ts=T0)
+    with pytest.raises(InvalidTimestampError) as e:
+        plog.append(buf)
+    assert e.value.record_errors[0][0] == 0
+    assert plog.log_end_offset == 0
+    plog.close()
+
+
+def test_compacted_topic_log_refuses_null_keys(tmp_path: Path) -> None:
+    plog = open_log(tmp_path / "t-0", cleanup_policy="compact,delete")
+    plog.append(build_batch([(b"k", b"v")]))
+    with pytest.raises(InvalidRecordError):
+        plog.append(build_batch([(b"k", b"v"), (None, b"v")]))
+    assert [r.key for r in decode_all(plog.read(0, 1 << 20).read())] == [b"k"]
+    plog.close()
+
+
+def test_a_gzip_bomb_is_checked_in_bounded_memory() -> None:
+    big = 64 << 20
+    body = encode_record(Record(b"k", bytes(big)), 0, 0)
+    z = zlib.compressobj(1, zlib.DEFLATED, 31)
+    packed = z.compress(body) + z.flush()
+    out = bytearray(BATCH_OVERHEAD + len(packed))
+    HEADER.pack_into(out, 0, 0, len(out) - 12, -1, 2, 0, 1, 0, T0, T0, -1, -1, -1, 1)
+    out[BATCH_OVERHEAD:] = packed
+    set_crc(out, 0, len(out))
+    del body
+    tracemalloc.start()
+    try:
+        (info,) = check(out)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.count == 1
+    assert peak < 8 << 20, peak  # 64 MiB of records, checked a piece at a time
+
+
+def _scan(body: bytes, count: int, pieces: list[int], flags: int = 0):
+    s = RecordScan(count, T0, T0 - 10, T0 + 10, flags, 100)
+    pos = 0
+    for cut in pieces + [len(body)]:
+        s.feed(body[pos:cut])
+        pos = cut
+    return s.finish()
+
+
+def test_the_scan_does_not_depend_on_how_the_bytes_are_cut() -> None:
+    rng = random.Random(7)
+    recs = [
+        Record(rng.choice([None, b"", b"key" * rng.randrange(50)]), b"x" * rng.randrange(300),
+               [(f"h{j}", rng.choice([None, b"hv" * j])) for j in range(rng.randrange(3))])
+        for _ in range(40)
+    ]  # fmt: skip
+    body = b"".join(encode_record(r, i, rng.randrange(-20, 20)) for i, r in enumerate(recs))
+    whole = _scan(body, len(recs), [], CHECK_TIMESTAMPS | KEYS_REQUIRED)
+    assert whole[1] > 0  # some records fail the checks: those must be the same too
+    for _ in range(30):
+        cuts = sorted(rng.sample(range(1, len(body)), rng.randrange(1, 200)))
+        assert _scan(body, len(recs), cuts, CHECK_TIMESTAMPS | KEYS_REQUIRED) == whole
+    assert _scan(body, len(recs), list(range(1, len(body)))) == _scan(body, len(recs), [])
+
+
+def test_malformed_records_are_refused_never_overread() -> None:
+    rng = random.Random(11)
+    good = build_batch([Record(b"k%d" % i, b"v" * i, [("h", b"x")]) for i in range(20)])
+    body = bytes(good[RECORDS:])
+    refused = 0
+    for _ in range(3000):
+        bad = bytearray(body)
+        for _ in range(rng.randrange(1, 4)):
+            bad[rng.randrange(len(bad))] = rng.randrange(256)
+        cut = rng.choice([len(bad), rng.randrange(len(bad))])
+        try:
+            _scan(bytes(bad[:cut]), 20, [])
+        except ValueError:
+            refused += 1
+    assert refused > 1000
+
+
+def test_whole_batch_validation_refuses_a_corrupted_record_with_a_good_crc() -> None:
+    buf = build_batch([Record(b"k", b"v" * 10) for _ in range(3)])
+    buf[RECORDS] = 0x7F  # first record's length: far too long
+    set_crc(buf, 0, len(buf))
+    with pytest.raises(InvalidRecordError):
+        check(buf)
+    assert validate_batches(memoryview(buf))  # without rules: header checks only
+
+
+def test_max_timestamp_header_field_position() -> None:
+    buf = raw_batch([(b"k", 0, 4)], max_ts=123)
+    assert int.from_bytes(buf[MAX_TIMESTAMP : MAX_TIMESTAMP + 8], "big") == 123
