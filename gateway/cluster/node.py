@@ -156,8 +156,8 @@ class ClusterNode:
         replicas.push = PushReplication(
             self.broker_id,
             rdma_of,
-            replicas.push_acked,
-            replicas.push_pulled,
+            lambda *ack: replicas.call_soon(replicas.push_acked, *ack),  # from the links' threads
+            lambda *gone: replicas.call_soon(replicas.push_pulled, *gone),
             batch_max=cfg.get("replica.push.batch.max.bytes"),
             stall_s=cfg.get("replica.lag.time.max.ms") / 1000,
             # the follower's RDMA service takes the login of its inter-broker listener

@@ -188,10 +188,9 @@ class ReplicaManager:
                 cb(rep.topic, rep.partition)
             except Exception:
                 log.exception("role listener failed")
-        rep.push_grant = False
         if rep.pushed and self.push is not None:
             self.push.stop_leading(rep.topic, rep.partition)
-        rep.pushed = set()
+        rep.pushed, rep.push_grant = set(), False
 
     def add_deleted_listener(self, cb: Callable[[Any], None]) -> None:
         """`cb(log)` after a local replica's log was deleted (topic deleted or moved away)."""
@@ -556,11 +555,10 @@ class ReplicaManager:
         self._progress(rep, replica_id, prog, fetch_offset)
         return NONE
 
-    def _progress(self, rep: Replica, replica_id: int, prog: FollowerProgress, offset: int) -> None:
+    def _progress(self, rep: Replica, replica_id: int, prog: FollowerProgress, fetch_offset: int):
         """A follower's log end offset, from its fetch or its acknowledgement of a push: Kafka's
         caught-up rule, the ISR and the high watermark."""
         leo = rep.log.log_end_offset
-        fetch_offset = offset
         now = monotonic_ms()
         if fetch_offset >= leo:
             prog.last_caught_up_ms = now
@@ -580,10 +578,7 @@ class ReplicaManager:
         return rep is not None and replica_id in rep.pushed
 
     def push_acked(self, topic: str, p: int, replica_id: int, epoch: int, leo: int) -> None:
-        """A follower committed pushed writes up to `leo` (any thread): as a fetch from there."""
-        self._call(self._push_acked, topic, p, replica_id, epoch, leo)
-
-    def _push_acked(self, topic: str, p: int, replica_id: int, epoch: int, leo: int) -> None:
+        """A follower committed pushed writes up to `leo` (on the loop): as a fetch from there."""
         rep = self.replicas.get((topic, p))
         if rep is None or rep.role != LEADER or rep.leader_epoch != epoch or self.fenced:
             return
@@ -593,11 +588,8 @@ class ReplicaManager:
         self._progress(rep, replica_id, prog, max(leo, prog.leo))
 
     def push_pulled(self, topic: str, p: int, replica_id: int) -> None:
-        """Pushing topic-p (p -1: every partition) to `replica_id` stopped (any thread): the
+        """Pushing topic-p (p -1: every partition) to `replica_id` stopped (on the loop): the
         follower's fetches carry records again."""
-        self._call(self._push_pulled, topic, p, replica_id)
-
-    def _push_pulled(self, topic: str, p: int, replica_id: int) -> None:
         for rep in self.replicas.values():
             if p < 0 or rep.key == (topic, p):
                 rep.pushed.discard(replica_id)
@@ -606,11 +598,10 @@ class ReplicaManager:
         """Follower (the RDMA service's thread): whether `leader` may write this replica's head
         in `epoch`: this broker follows it in that epoch and has truncated for it (KIP-101)."""
         rep = self.replicas.get((topic, p))
-        if rep is None or self.fenced or rep.role != FOLLOWER:
+        if rep is None or self.fenced or rep.role != FOLLOWER or rep.leader_id != leader:
             return False
-        if rep.leader_id != leader or rep.leader_epoch != epoch:
-            return False
-        return self.fetchers is None or self.fetchers.truncated(rep, leader, epoch)
+        truncated = self.fetchers is None or self.fetchers.truncated(rep, leader, epoch)
+        return rep.leader_epoch == epoch and truncated
 
     def replica_pushed(self, topic: str, p: int, held: bool) -> None:
         """Follower (any thread, maybe under the log's lock): its leader's grant of the replica's
@@ -620,9 +611,10 @@ class ReplicaManager:
             return
         rep.push_grant = held
         if not held and self.fetchers is not None:
-            self._call(self.fetchers.wake, rep)
+            self.call_soon(self.fetchers.wake, rep)
 
-    def _call(self, fn: Callable, *args: Any) -> None:
+    def call_soon(self, fn: Callable, *args: Any) -> None:
+        """`fn(*args)` on the loop (now when called there)."""
         if threading.get_ident() == self._loop_thread:
             fn(*args)
         elif not self.loop.is_closed():
@@ -768,11 +760,9 @@ class ReplicaManager:
         """The log grew (produce, the coordinator, an RDMA commit on any thread): the high watermark
         may move (at once with no follower in the ISR) and followers' long polls wake; pushed
         followers get the new batches at once, from this thread."""
-        push = self.push
-        if push is not None:
-            rep = self._by_log.get(id(plog))
-            if rep is not None and rep.pushed and rep.role == LEADER:
-                push.appended(plog)
+        rep = self._by_log.get(id(plog))
+        if self.push is not None and rep is not None and rep.pushed and rep.role == LEADER:
+            self.push.appended(plog)
         if threading.get_ident() == self._loop_thread:
             self._appended(plog)
         elif not self.loop.is_closed():
