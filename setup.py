@@ -33,12 +33,6 @@ setup(
             extra_compile_args=["-O2"],
             optional=False,
         ),
-        Extension(  # the record checks of every produced batch (records.check_records)
-            "rdmalog.store._record_scan",
-            ["rdmalog/store/_record_scan.c"],
-            extra_compile_args=["-O2"],
-            optional=False,
-        ),
         Extension(  # optional: rdmalog/rdma/client/consumer.py falls back to Python without it
             "rdmalog.rdma.client._batch",
             ["rdmalog/rdma/client/_batch.c"],

@@ -103,7 +103,19 @@ fail:
     return NULL;
 }
 
+/* crc32c(buf) -> int: the CRC-32C of crc32c.h that `validate` and the native client use, exposed so
+ * tests can check it against the crc32c package and bench/crc32c_speed.py can time it */
+static PyObject *crc32c_of(PyObject *self, PyObject *arg) {
+    Py_buffer v;
+    if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t c = crc32c((const unsigned char *)v.buf, (size_t)v.len);
+    PyBuffer_Release(&v);
+    return PyLong_FromUnsignedLong(c);
+}
+
 static PyMethodDef methods[] = {
+    {"crc32c", crc32c_of, METH_O,
+     "crc32c(buf) -> int: the C extensions' CRC-32C (crc32c.h), for tests and bench/crc32c_speed.py"},
     {"validate", (PyCFunction)(void (*)(void))validate, METH_FASTCALL,
      "validate(buf, max_batch_size (-1: none), from_client, allow_control, info_type) -> list of "
      "info_type, or None when a batch is not valid (records.validate_batches says why)"},
