@@ -85,6 +85,7 @@ def start_rdma(
         commit_sink=None if groups is None else _commit_sink(groups),
         commit_interval=config.get("rdma.commit.interval.ms") / 1000,
         slots_per_consumer=config.get("rdma.consumer.slots"),
+        replica_credits=config.get("replica.push.credits"),
         credentials=credentials,
         authorizer=authorizer,
     ).start()

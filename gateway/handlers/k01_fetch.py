@@ -146,6 +146,8 @@ async def _read_all(
             entry["error_code"] = OFFSET_OUT_OF_RANGE
             errors = True
             continue
+        if replicas is not None and replicas.pushing(plog.topic, index, replica_id):
+            continue  # its records are written to it (push replication): the high watermark only
         logs.append(plog)
         if offset >= upper:
             continue

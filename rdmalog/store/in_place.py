@@ -129,6 +129,7 @@ class InPlaceAccess:
         expected_base_offset: int | None = None,
         leader_epoch: int | None = None,
         infos: list[BatchInfo] | None = None,
+        replicated: bool = False,
     ) -> AppendResult:
         """Commit the batches written at [position, end) of the head file `head`, where its
         committed bytes end: validate them (unless `infos` came from `validate_written` of the
@@ -136,7 +137,10 @@ class InPlaceAccess:
         place, index, advance the log end. `expected_base_offset`: the offset the first batch
         must take (a follower passes its leader's); `leader_epoch` None stamps the log's. A
         retried batch is answered with its first offsets and not committed (`duplicate`).
-        Raises HeadMovedError or a Kafka error; nothing is committed then."""
+        `replicated`: the bytes are a leader's batches (push replication): validated as a
+        follower's fetch is, their offsets must continue the log, nothing is patched (the
+        follower's file holds the leader's bytes). Raises HeadMovedError or a Kafka error;
+        nothing is committed then."""
         with self.lock:
             seg = self._head_at(head, position)
             if expected_base_offset is not None and expected_base_offset != self.log_end_offset:
@@ -144,6 +148,8 @@ class InPlaceAccess:
                     f"{self.name}: written batches start at offset {expected_base_offset}, "
                     f"the log ends at {self.log_end_offset}"
                 )
+            if replicated:
+                return self._commit_replicated(seg, position, end)
             with self._written(seg, position, end) as mv:  # one view: validated, then patched
                 if infos is None:
                     infos = self._validate(mv)

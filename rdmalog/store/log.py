@@ -46,6 +46,7 @@ from rdmalog.errors import (
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
+from rdmalog.store.append_result import AppendResult
 from rdmalog.store.disk import storage_error
 from rdmalog.store.in_place import InPlaceAccess
 from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
@@ -85,17 +86,6 @@ PRODUCER_STATE_FILE = "rdmalog-producer-state.json"
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
-
-
-class AppendResult(NamedTuple):
-    """What an append reports back (offsets are inclusive)."""
-
-    base_offset: int
-    last_offset: int
-    log_append_time: int  # -1 unless the topic uses LogAppendTime
-    log_start_offset: int
-    flush_needed: bool
-    duplicate: bool = False  # a retry of a batch the log holds: its first offsets, nothing written
 
 
 class TimestampOffset(NamedTuple):

@@ -62,6 +62,7 @@ class Grants:
         slots_per_consumer: int,
         hello_reply: dict,
         access: AccessControl,
+        replica_credits: int = 32,
         counters: dict[str, int] | None = None,
     ):
         self.store = store
@@ -76,6 +77,7 @@ class Grants:
         self.slots_per_consumer = slots_per_consumer
         self.hello_reply = hello_reply
         self.access = access
+        self.replica_credits = replica_credits  # writes a pushing leader may have outstanding
         self.counters = (
             datapath_counters() if counters is None else counters
         )  # the service's, for metrics
@@ -107,8 +109,22 @@ class Grants:
     # -- requests ----------------------------------------------------------------------------------
     def _op_produce_access(self, s: Session, req: dict) -> dict:
         topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+        mode = arg(req, "mode", str, "exclusive")
+        if mode == "replica":  # a leader pushing its batches: inter-broker, as Kafka's fetches
+            self.access.check_cluster(s, Operation.CLUSTER_ACTION)
+            leader = (arg(req, "leader", int), arg(req, "leader_epoch", int))
+            return self._produce_access(s, topic, partition, mode, leader)
         self.access.check_topic(s, topic, Operation.WRITE)
-        return self._produce_access(s, topic, partition, arg(req, "mode", str, "exclusive"))
+        return self._produce_access(s, topic, partition, mode)
+
+    def _op_release_produce(self, s: Session, req: dict) -> dict:
+        """Give back one produce grant (a leader that goes back to pull replication)."""
+        fid = arg(req, "file_id", int)
+        with self.lock:
+            if fid in s.state.get("grants", ()):
+                s.state["grants"].discard(fid)
+                self._drop_holder(s, fid)
+        return {}
 
     def _op_read_access(self, s: Session, req: dict) -> dict:
         topic, partition = arg(req, "topic", str), arg(req, "partition", int)
@@ -167,11 +183,15 @@ class Grants:
         if "file_id" in req:  # producer: the head is full; roll it and grant the new one
             f = self.files.get(arg(req, "file_id", int))
             mode = arg(req, "mode", str, "exclusive")
+            leader = None
+            if mode == "replica":
+                self.access.check_cluster(s, Operation.CLUSTER_ACTION)
+                leader = (arg(req, "leader", int), arg(req, "leader_epoch", int))
             if f is not None and s.id in f.sessions:
                 with f.lock:
                     self.ordering.revoke(f)
                     f.part.log.roll_head(f.segment)
-            return self._produce_access(s, topic, partition, mode)
+            return self._produce_access(s, topic, partition, mode, leader)
         base = arg(req, "base_offset", int)  # consumer: the file after `base`
         ps = self.partitions.get(topic, partition)
         rf = ps.readers.get(base)
@@ -185,12 +205,34 @@ class Grants:
             return self._register_reader(s, ps, nxt, 0)
 
     # -- producers ---------------------------------------------------------------------------------
-    def _produce_access(self, s: Session, topic: str, partition: int, mode: str) -> dict:
-        if mode not in ("exclusive", "shared"):
+    def _produce_access(
+        self,
+        s: Session,
+        topic: str,
+        partition: int,
+        mode: str,
+        leader: tuple[int, int] | None = None,
+    ) -> dict:
+        """A grant of the partition's head file. Mode "replica" (`leader`: its broker id and
+        epoch): the follower's own arbitration, as for producers, plus one rule: only the
+        leader of the epoch this broker follows gets it, and it supersedes any other holder (a
+        deposed leader's grant is revoked before a write of the new one lands)."""
+        if mode not in ("exclusive", "shared", "replica"):
             raise ControlError("invalid_request", f"unknown mode {mode!r}")
-        ps = self.partitions.get(topic, partition)
-        if ps.log.config.rdmalog_mirror_source:  # a mirror topic (gateway/mirror): read-only
+        ps = self.partitions.get(topic, partition, replica=leader is not None)
+        if leader is None and ps.log.config.rdmalog_mirror_source:  # gateway/mirror: read-only
             raise ControlError("invalid_request", f"{topic} is a read-only mirror topic")
+        if leader is not None:
+            check = self.partitions.replica_check
+            if check is None or not check(topic, partition, *leader):
+                raise ControlError(
+                    "not_follower", f"not following {topic}-{partition} under {leader}"
+                )
+            with self.lock:
+                f = ps.produce
+            if f is not None and not f.revoked:  # a request supersedes: one writer, from here
+                with f.lock:
+                    self.ordering.revoke(f)
         with self.lock:
             f = ps.produce
             if f is not None and not f.revoked:
@@ -216,12 +258,18 @@ class Grants:
                 f = ProduceFile(
                     self._new_file_id(), ps, head, position, mode, mr, word, self.counters
                 )
+                if leader is not None:
+                    self._as_replica(f, ps, leader)
+                end_offset = plog.log_end_offset
             f.sessions.add(s.id)
             self.files[f.file_id] = f
             ps.produce = f
             s.state.setdefault("grants", set()).add(f.file_id)
             reply = self._grant_reply(f, s)
             self.counters["produce_grants"] += 1
+            if leader is not None:
+                reply["log_end_offset"] = end_offset
+                reply["credits"] = self.replica_credits
         # Outside the locks: a preallocated head file is made resident, as registering it with
         # an RNIC would pin it (its first megabytes before the producer hears of it, the rest in
         # the background). Then nothing is left to allocate, and the prefaulter's writable lead
@@ -236,6 +284,18 @@ class Grants:
         else:
             self.prefault.want(f.file_id, f.mapping, position, f.capacity)
         return reply
+
+    def _as_replica(self, f: ProduceFile, ps: PartState, leader: tuple[int, int]) -> None:
+        """Make f a push-replication grant of `leader` (the log's lock is held): its writes are
+        committed while `leader` is still current, and the follower's fetcher stands aside for
+        as long as f is held."""
+        topic, partition = ps.log.topic, ps.log.partition
+        check, pushed = self.partitions.replica_check, self.partitions.replica_pushed
+        f.replica_of = leader
+        f.current = lambda: check is not None and check(topic, partition, *leader)
+        if pushed is not None:
+            pushed(topic, partition, True)
+            f.on_revoke = lambda: pushed(topic, partition, False)
 
     def _new_file_id(self) -> int:
         for _ in range(1 << 16):
