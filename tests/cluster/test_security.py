@@ -272,7 +272,7 @@ def test_acl_created_at_one_broker_enforced_at_another(sasl_cluster: BrokerClust
     c = sasl_cluster
     admin = AdminClient(_client_conf(c, ADMIN))
     topic = "acl-guarded"
-    new = NewTopic(topic, replica_assignment=[[1]])
+    new = NewTopic(topic, num_partitions=1, replica_assignment=[[1]])
     admin.create_topics([new], operation_timeout=30)[topic].result(30)
     c.wait_isr(topic, {1})
     err = _produce_at_broker_1(c, ALICE, topic)
@@ -364,7 +364,7 @@ def test_quota_set_at_one_broker_throttles_at_another(sasl_cluster: BrokerCluste
     c = sasl_cluster
     admin = AdminClient(_client_conf(c, ADMIN))
     topic = "quota-guarded"
-    new = NewTopic(topic, replica_assignment=[[1]])
+    new = NewTopic(topic, num_partitions=1, replica_assignment=[[1]])
     admin.create_topics([new], operation_timeout=30)[topic].result(30)
     write = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
                        AclOperation.WRITE, AclPermissionType.ALLOW)  # fmt: skip
@@ -372,7 +372,7 @@ def test_quota_set_at_one_broker_throttles_at_another(sasl_cluster: BrokerCluste
     wait_for("alice may write", lambda: _produce_at_broker_1(c, ALICE, topic) is None)
 
     _alter_quota_through(c, 3, "alice", 20000.0)
-    assert _znode(c, "/config/users/alice")["config"]["producer_byte_rate"] == "20000.0"
+    assert _znode(c, "/config/users/alice")["config"]["producer_byte_rate"] == "20000"
     wait_for("alice throttled at broker 1", lambda: max(_produce_throttles(c, topic) or [0]) > 0)
 
     _alter_quota_through(c, 3, "alice", None)  # removed: the credential stays
