@@ -234,7 +234,9 @@ def test_scram_user_created_at_one_broker_logs_in_at_the_others(
     assert not _logs_in(c, 2, carol)
     admin = AdminClient(_one_broker_conf(c, 1, ADMIN))
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192)
-    upsert = UserScramCredentialUpsertion(carol[0], info, carol[1].encode(), b"carol-salt-of-32-bytes-or-so!!!!")
+    upsert = UserScramCredentialUpsertion(
+        carol[0], info, carol[1].encode(), b"carol-salt-of-32-bytes-or-so!!!!"
+    )
     admin.alter_user_scram_credentials([upsert])[carol[0]].result(30)
 
     # Kafka's layout: the credential string under /config/users, a change notification
