@@ -35,7 +35,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.recipe.watchers import ChildrenWatch
 
-from rdmalog.errors import KafkaError
+from rdmalog.errors import InvalidRequestError, KafkaError
 from rdmalog.security.acls import read_acl_file
 from rdmalog.security.authorizer import Acl, AclAuthorizer, Operation, PatternType, ResourceType
 from rdmalog.security.entity_configs import DEFAULT, Entity, EntityConfigs
@@ -423,6 +423,11 @@ class ZkAclAuthorizer(AclAuthorizer):
         when its last binding goes), with Kafka's change notification; then the cache reloads."""
         added, removed = list(added), list(removed)
         keys = list(dict.fromkeys((a.resource_type, a.pattern, a.name) for a in added + removed))
+        for _, _, name in keys:
+            if "/" in name or name in (".", ".."):  # not a znode name (Kafka's limit in ZK mode)
+                raise InvalidRequestError(
+                    f"A resource name cannot be stored in ZooKeeper: {name!r}"
+                )
 
         def build(t) -> bool:
             any_change = False

@@ -88,3 +88,12 @@ def test_data_dir_stores_handed_over_once(sessions: list[KazooClient], tmp_path)
     assert sessions[2].exists("/kafka-acl-extended/prefixed/Topic/app-")
     assert not entity_file.exists() and not acl_file.exists()
     assert (tmp_path / "acls.json.imported").exists()
+
+
+def test_names_znodes_cannot_hold_are_refused(sessions: list[KazooClient]) -> None:
+    from rdmalog.errors import InvalidRequestError
+
+    store = ZkAclAuthorizer(sessions[0]).start()
+    with pytest.raises(InvalidRequestError):
+        store.add(_acl("alice", "a/b"), _acl("alice", "fine"))
+    assert store.acls() == [] and not sessions[0].exists("/kafka-acl/Topic/fine")  # neither
