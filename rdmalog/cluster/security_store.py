@@ -332,7 +332,7 @@ class ZkEntityConfigs(EntityConfigs):
                         new.pop(key, None)
                     else:
                         new[key] = value
-                if new == config and version != -1 or (version == -1 and not new):
+                if new == config:  # nothing to write (an absent entity stays absent)
                     continue
                 if version == -1:
                     self.zk.ensure_path(path.rsplit("/", 1)[0])
