@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -62,6 +63,7 @@ _TYPE_NAMES = {
     ResourceType.CLUSTER: "CLUSTER",
     ResourceType.TRANSACTIONAL_ID: "TRANSACTIONAL_ID",
 }
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000  # Kafka's: older change notifications are deleted
 MAX_ATTEMPTS = 20  # a change read again and retried when another broker changed a znode meanwhile
 _CONFLICTS = (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError)
 
@@ -203,6 +205,22 @@ def _retire(path: Path) -> None:
         log.warning("cannot rename %s after importing it: %s", path, exc)
 
 
+def purge_notifications(zk: KazooClient, path: str, expiration_ms: int) -> int:
+    """Delete the change notifications under `path` older than `expiration_ms` (as Kafka's
+    ZkNodeChangeNotificationListener does after a change); how many went."""
+    now_ms = time.time() * 1000
+    purged = 0
+    for child in zk.get_children(path):
+        try:
+            stat = zk.exists(f"{path}/{child}")
+            if stat is not None and now_ms - stat.ctime >= expiration_ms:
+                zk.delete(f"{path}/{child}")
+                purged += 1
+        except NoNodeError:
+            continue  # another broker purged it first
+    return purged
+
+
 class _NotificationWatch:
     """Calls `reload()` at start and whenever a change notification appears under any of
     `paths` (kazoo children watches; they re-register after a session loss)."""
@@ -239,10 +257,16 @@ class _NotificationWatch:
 class ZkEntityConfigs(EntityConfigs):
     """`EntityConfigs` of a cluster: ZooKeeper's /config/users and /config/clients, cached."""
 
-    def __init__(self, zk: KazooClient, import_from: Path | None = None) -> None:
+    def __init__(
+        self,
+        zk: KazooClient,
+        import_from: Path | None = None,
+        change_expiration_ms: int = CHANGE_EXPIRATION_MS,
+    ) -> None:
         super().__init__(None)
         self.zk = zk
         self.import_from = import_from
+        self.change_expiration_ms = change_expiration_ms
         self._watch = _NotificationWatch(zk, [CONFIG_CHANGES], self.reload)
 
     def start(self) -> ZkEntityConfigs:
@@ -349,6 +373,7 @@ class ZkEntityConfigs(EntityConfigs):
 
         _commit(self.zk, build, "user/client settings")
         self.reload()
+        purge_notifications(self.zk, CONFIG_CHANGES, self.change_expiration_ms)
 
 
 # --- ACLs -----------------------------------------------------------------------------------------
@@ -363,10 +388,12 @@ class ZkAclAuthorizer(AclAuthorizer):
         super_users: Iterable[str] = (),
         allow_everyone_if_no_acl_found: bool = False,
         import_from: Path | None = None,
+        change_expiration_ms: int = CHANGE_EXPIRATION_MS,
     ) -> None:
         super().__init__((), super_users, allow_everyone_if_no_acl_found)
         self.zk = zk
         self.import_from = import_from
+        self.change_expiration_ms = change_expiration_ms
         self._watch = _NotificationWatch(zk, ACL_CHANGES.values(), self.reload)
 
     def start(self) -> ZkAclAuthorizer:
@@ -465,3 +492,5 @@ class ZkAclAuthorizer(AclAuthorizer):
 
         _commit(self.zk, build, "ACLs")
         self.reload()
+        for path in ACL_CHANGES.values():
+            purge_notifications(self.zk, path, self.change_expiration_ms)

@@ -97,3 +97,20 @@ def test_names_znodes_cannot_hold_are_refused(sessions: list[KazooClient]) -> No
     with pytest.raises(InvalidRequestError):
         store.add(_acl("alice", "a/b"), _acl("alice", "fine"))
     assert store.acls() == [] and not sessions[0].exists("/kafka-acl/Topic/fine")  # neither
+
+
+def test_old_change_notifications_purged(sessions: list[KazooClient]) -> None:
+    """Kafka deletes change notifications older than 15 minutes after a change; with that age
+    set to 0 a change leaves none behind, and the stores still agree."""
+    writer = ZkEntityConfigs(sessions[0], change_expiration_ms=0).start()
+    reader = ZkEntityConfigs(sessions[1]).start()
+    writer.alter({Entity("bob"): {"producer_byte_rate": "5"}})
+    assert sessions[2].get_children("/config/changes") == []
+    wait_for("the reader has it", lambda: reader.get(Entity("bob")) == {"producer_byte_rate": "5"})
+    acls = ZkAclAuthorizer(sessions[0], change_expiration_ms=0).start()
+    acls.add(_acl("bob"), _acl("bob", "p-", PatternType.PREFIXED))
+    assert sessions[2].get_children("/kafka-acl-changes") == []
+    assert sessions[2].get_children("/kafka-acl-extended-changes") == []
+    kept = ZkAclAuthorizer(sessions[1]).start()
+    kept.add(_acl("carol"))  # the default age keeps fresh notifications
+    assert len(sessions[2].get_children("/kafka-acl-changes")) == 1
