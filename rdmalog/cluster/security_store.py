@@ -210,14 +210,17 @@ def purge_notifications(zk: KazooClient, path: str, expiration_ms: int) -> int:
     ZkNodeChangeNotificationListener does after a change); how many went."""
     now_ms = time.time() * 1000
     purged = 0
-    for child in zk.get_children(path):
-        try:
-            stat = zk.exists(f"{path}/{child}")
-            if stat is not None and now_ms - stat.ctime >= expiration_ms:
-                zk.delete(f"{path}/{child}")
-                purged += 1
-        except NoNodeError:
-            continue  # another broker purged it first
+    try:
+        for child in zk.get_children(path):
+            try:
+                stat = zk.exists(f"{path}/{child}")
+                if stat is not None and now_ms - stat.ctime >= expiration_ms:
+                    zk.delete(f"{path}/{child}")
+                    purged += 1
+            except NoNodeError:
+                continue  # another broker purged it first
+    except Exception as exc:  # the change itself is made: housekeeping waits for the next one
+        log.warning("purging old change notifications under %s failed: %s", path, exc)
     return purged
 
 
@@ -230,17 +233,22 @@ class _NotificationWatch:
         self.paths = list(paths)
         self.reload = reload
         self._stopped = False
+        self._seen: dict[str, set[str]] = {}  # the notifications seen, per path
 
     def start(self) -> None:
         for path in self.paths:
             self.zk.ensure_path(path)
         self.reload()
         for path in self.paths:
-            ChildrenWatch(self.zk, path, self._on_children)
+            ChildrenWatch(self.zk, path, lambda children, p=path: self._on_children(p, children))
 
-    def _on_children(self, _children: list[str]) -> bool | None:
+    def _on_children(self, path: str, children: list[str]) -> bool | None:
         if self._stopped:
             return False
+        seen = self._seen.get(path)
+        self._seen[path] = set(children)
+        if seen is not None and set(children) <= seen:
+            return None  # notifications purged, none new
         try:
             self.reload()
         except Exception:
