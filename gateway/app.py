@@ -18,6 +18,7 @@ from gateway.groups.service import GroupService
 from gateway.mirror.service import MirrorService
 from gateway.quotas import QuotaManager
 from gateway.server import Gateway
+from gateway.transactions.service import TransactionService
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import KafkaError
 from rdmalog.security.acls import acl_file, authorizer_from_config, authorizer_settings
@@ -214,6 +215,8 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
         # a cluster, partition by partition as this broker comes to lead them)
         loop = asyncio.get_running_loop()
         gateway.broker.groups = GroupService(store, config, loop, replicas).start()
+        # transactional ids too (a transaction a crash left preparing is completed)
+        gateway.broker.transactions = TransactionService(gateway.broker, loop).start()
         # native clients: the same users and ACLs; SASL on the control port as soon as any Kafka
         # listener asks for security (the control port has no TLS to name a principal by)
         secured = any(listener.spec.protocol != "PLAINTEXT" for listener in listeners)
@@ -258,6 +261,8 @@ async def shutdown(gateway: Gateway) -> None:
     if gateway.broker.rdma is not None:
         gateway.broker.rdma.stop()  # hands the last RDMA commits to the coordinator ...
         await asyncio.sleep(0)  # ... which writes them here, before the store closes
+    if gateway.broker.transactions is not None:
+        gateway.broker.transactions.stop()
     if gateway.broker.groups is not None:
         gateway.broker.groups.stop()
     gateway.broker.close()

@@ -201,10 +201,10 @@ class InPlaceAccess:
             yield ReadStart(seg, start, offset)
 
     @contextmanager
-    def next_file(self, base_offset: int) -> Iterator[SegmentFile | None]:
+    def next_file(self, base_offset: int, committed: bool = False) -> Iterator[SegmentFile | None]:
         """The file after the one starting at `base_offset` (sealed files left empty by the
-        cleaner skipped); None while that one is not readable to its end or no file follows. The
-        log's lock is held until the block ends."""
+        cleaner skipped); None while that one is not readable to its end (`committed`: up to the
+        last stable offset) or no file follows. The log's lock is held until the block ends."""
         with self.lock:
             current = [seg for seg in self.segments if seg.base_offset == base_offset]
             later = [
@@ -212,18 +212,19 @@ class InPlaceAccess:
                 for seg in self.segments
                 if seg.base_offset > base_offset and (seg.size or seg is self.segments[-1])
             ]
-            if not later or (current and not self.readable_end(current[0])[2]):
+            if not later or (current and not self.readable_end(current[0], committed)[2]):
                 yield None
             else:
                 yield later[0]
 
-    def readable_end(self, file: SegmentFile) -> tuple[int, bool, bool]:
+    def readable_end(self, file: SegmentFile, committed: bool = False) -> tuple[int, bool, bool]:
         """(last readable byte, mutable, to its end) of a file of this log: where its committed
-        batches below the high watermark end, whether more may be committed into it (it is the
-        head of an open log), and whether that is where its committed batches end."""
+        batches below the high watermark (`committed`: the last stable offset, for read_committed
+        readers) end, whether more may be committed into it (it is the head of an open log), and
+        whether that is where its committed batches end."""
         seg = file
         with self.lock:
-            hw = self.high_watermark
+            hw = self.last_stable_offset if committed else self.high_watermark
             if seg.next_offset <= hw:
                 lrb = seg.size
             else:

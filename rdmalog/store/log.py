@@ -73,6 +73,10 @@ from rdmalog.store.records import (
 from rdmalog.store.segment import FileSlice, LogSegment
 from rdmalog.store.segment_swap import SegmentSwap
 from rdmalog.store.stats import LOG_STATS
+from rdmalog.store.transaction_index import AbortedTxn
+from rdmalog.store.transactions import TXN_FLAGS, AbortedIndex, offset_after
+from rdmalog.store.transactions import on_append as track_transactions
+from rdmalog.store.transactions import rebuild as rebuild_transactions
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +161,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
         self._append_listeners: list[Callable[[PartitionLog], None]] = []
         self._swap_listeners: list[Callable[[PartitionLog, list[LogSegment]], None]] = []
         self.producer_state = ProducerStateTable()
+        self.aborted = AbortedIndex(self.dir)  # aborted transactions (.txnindex)
+        self.add_swap_listener(self._reload_aborted)  # the cleaner rewrote some index files
         self.leader_epochs = LeaderEpochCache(self.dir / LEADER_EPOCH_FILE)
         self._standby: str | None = None  # None, "making" or "ready"
         self.closed = True
@@ -245,6 +251,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
         if loaded:
             self.leader_epochs = load_leader_epochs(self, recovered_from)
             self.producer_state = load_producer_state(self, PRODUCER_STATE_FILE)
+            rebuild_transactions(self, recovered_from)
         self.closed = False
         return self
 
@@ -256,9 +263,38 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
 
     @property
     def last_stable_offset(self) -> int:
-        """The offset below which every transaction is decided (what the cleaner may clean up
-        to): the high watermark, as rdmalog writes no transactions yet."""
-        return self.high_watermark
+        """The offset below which every transaction is decided: the first offset of the earliest
+        open transaction, else the high watermark (what read_committed consumers read up to, and
+        what the cleaner may clean up to)."""
+        first = self.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first is None or first > hw else first
+
+    def aborted_transactions(
+        self, start: int, upper: int, fetched: FileSlice | None = None
+    ) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [`start`, `upper`) must be told of;
+        with the `fetched` slice, bounded by the offset after it (as Kafka bounds them)."""
+        if not self.aborted.entries:  # most logs: no lock, no read
+            return []
+        if fetched is not None:
+            after = offset_after(fetched.fileno(), fetched.position, fetched.length)
+            upper = upper if after is None else min(upper, after)
+        with self.lock:
+            return self.aborted.between(start, upper)
+
+    def _reload_aborted(self, _log: PartitionLog, _old: list[LogSegment]) -> None:
+        """The aborted transactions again from the index files, after a cleaning swapped segments
+        (it drops the entries of transactions whose batches and marker it removed: a client must
+        not be told of a transaction whose ABORT marker it will never see)."""
+        with self.lock:
+            self.aborted.load(self._bases)
+
+    def aborted_from(self, start: int, limit: int) -> tuple[list[AbortedTxn], int]:
+        """What a native read_committed consumer learns from `start` on (`AbortedIndex.known_below`:
+        the aborted transactions that began below `upto`, and `upto`)."""
+        with self.lock:
+            return self.aborted.known_below(start, self.last_stable_offset, limit)
 
     @property
     def leader_epoch(self) -> int:
@@ -370,6 +406,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
                         info.last_offset_delta + 1,  # sequences span offsets (cleaned batches)
                         last - info.last_offset_delta, last, max_ts,
                     )  # fmt: skip
+            if any(info.attributes & TXN_FLAGS for info in infos):
+                track_transactions(self, mv, infos, [b[2] for b in batches])
             if self.leader_epochs.assign(leader_epoch, base):
                 self._save_epochs()
             flush_needed = nxt - self.recovery_point >= cfg.flush_messages
@@ -616,6 +654,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
     def _on_start_offset(self) -> None:
         """Forget leader epochs below the log start offset. Producer state stays (Kafka keeps it
         too): a retry of a deleted batch must still be answered as a duplicate."""
+        self.aborted.drop_below(self.log_start_offset)
         before = list(self.leader_epochs.entries)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
         if self.leader_epochs.entries != before:
@@ -679,6 +718,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
             self._truncated = True
             self.producer_state.truncate_after(self.log_end_offset)
+            self.aborted.truncate(self.log_end_offset, self._bases)
+            rebuild_transactions(self, None, walk_all=True)
             self.leader_epochs.truncate_from_end(self.log_end_offset)
             self._save_epochs()
 
@@ -698,6 +739,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
                 for seg in self.segments:
                     if seg.next_offset > self.recovery_point or seg is self.segments[-1]:
                         fds += seg.dup_fds()
+                fds += self.aborted.dup_unsynced()
                 if epochs:
                     self.leader_epochs.save(sync=False)
                     fds.append(os.open(self.leader_epochs.path, os.O_RDONLY))

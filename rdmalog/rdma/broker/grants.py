@@ -38,6 +38,8 @@ from rdmalog.rdma.wire import word_encode
 from rdmalog.security.authorizer import Operation
 from rdmalog.store.in_place import SegmentFile
 
+MAX_ABORTED = 1000  # aborted transactions per answer: a consumer asks again from where it ends
+
 ATTACH_TIMEOUT = 10.0  # seconds `attach` waits for the session's queue pair to say hello
 
 
@@ -111,7 +113,19 @@ class Grants:
     def _op_read_access(self, s: Session, req: dict) -> dict:
         topic, partition = arg(req, "topic", str), arg(req, "partition", int)
         self.access.check_topic(s, topic, Operation.READ)
+        if arg(req, "isolation_level", int, 0) == 1:  # the session reads up to the LSO only
+            s.state["read_committed"] = True
         return self._read_access(s, topic, partition, arg(req, "offset", int))
+
+    def _op_aborted_transactions(self, s: Session, req: dict) -> dict:
+        """A read_committed consumer's look at the aborted transactions from `start` on: those
+        below the last stable offset (`upto`), at most MAX_ABORTED of them."""
+        topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+        self.access.check_topic(s, topic, Operation.READ)
+        aborted, upto = self.partitions.get(topic, partition).log.aborted_from(
+            arg(req, "start", int), MAX_ABORTED
+        )
+        return {"aborted": [[t.producer_id, t.first_offset] for t in aborted], "upto": upto}
 
     def _op_release(self, s: Session, req: dict) -> dict:
         topic, partition = arg(req, "topic", str), arg(req, "partition", int)
@@ -163,7 +177,8 @@ class Grants:
         rf = ps.readers.get(base)
         if rf is None or s.id not in rf.refs:  # e.g. the topic was deleted and created again
             raise ControlError("file_gone", f"no file {base} of this log is held by the session")
-        with self.lock, ps.log.next_file(base) as nxt:
+        committed = bool(s.state.get("read_committed"))
+        with self.lock, ps.log.next_file(base, committed) as nxt:
             if nxt is None:
                 raise ControlError("no_next_file", f"file {base} is not read to its end yet")
             self._release_read(s, topic, partition, base)
@@ -269,7 +284,10 @@ class Grants:
                 rf = ps.readers[seg.base_offset] = ReadFile(key, seg, mr)
             rf.refs.add(s.id)
             self.counters["read_grants"] += 1
-            lrb, mutable, to_end = ps.log.readable_end(seg)
+            committed = bool(s.state.get("read_committed"))
+            if committed:
+                rf.committed.add(s.id)
+            lrb, mutable, to_end = ps.log.readable_end(seg, committed)
             slot = -1
             region = s.state.get("slots")
             if region is not None:
@@ -284,7 +302,7 @@ class Grants:
                     rf.slots[s.id] = (region, slot)
                 region.set(slot, lrb, mutable, seg.base_offset)
                 # a roll between the two looks is seen by the slot too
-                lrb, mutable, _ = ps.log.readable_end(seg)
+                lrb, mutable, _ = ps.log.readable_end(seg, committed)
             s.state.setdefault("reads", set()).add(key)
             return {
                 "region": rf.window_for(s.id, s.state["qp"].qp).remote().to_dict(),
@@ -307,6 +325,7 @@ class Grants:
             if rf is None:
                 return
             slot = rf.slots.pop(s.id, None)
+            rf.committed.discard(s.id)
             if slot is not None:
                 slot[0].clear(slot[1])
             rf.drop_reader(s.id)

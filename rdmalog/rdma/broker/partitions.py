@@ -177,6 +177,7 @@ class ReadFile:
     def __init__(self, key: tuple[str, int, int], seg: SegmentFile, mr):
         self.key, self.segment, self.mr = key, seg, mr  # key: (topic, partition, base offset)
         self.slots: dict[int, tuple[SlotRegion, int]] = {}  # session id -> (region, slot index)
+        self.committed: set[int] = set()  # sessions reading committed data only (up to the LSO)
         self.refs: set[int] = set()
         self.windows: dict[int, object] = {}  # session id -> its READ window, on its queue pair
 
@@ -224,8 +225,10 @@ class PartState:
         for rf in list(self.readers.values()):
             if rf.slots:
                 lrb, mutable, _ = plog.readable_end(rf.segment)
-                for region, idx in list(rf.slots.values()):
-                    region.set(idx, lrb, mutable, rf.segment.base_offset)
+                stable = plog.readable_end(rf.segment, True)[0] if rf.committed else lrb
+                for sid, (region, idx) in list(rf.slots.items()):
+                    end = stable if sid in rf.committed else lrb
+                    region.set(idx, end, mutable, rf.segment.base_offset)
 
     def on_roll(self, plog, old, new) -> None:
         f = self.produce
