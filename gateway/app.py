@@ -11,6 +11,7 @@ import logging
 import signal
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from gateway.broker import Broker, SharedAppends
 from gateway.groups.service import GroupService
@@ -20,7 +21,7 @@ from gateway.server import Gateway
 from gateway.transactions.service import TransactionService
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import KafkaError
-from rdmalog.security.acls import authorizer_from_config
+from rdmalog.security.acls import acl_file, authorizer_from_config, authorizer_settings
 from rdmalog.security.authorizer import Authorizer
 from rdmalog.security.entity_configs import EntityConfigs, ScramCredentials
 from rdmalog.security.inter_broker import client_security
@@ -150,6 +151,28 @@ async def start_metrics(gateway: Gateway, config: BrokerConfig, listen_host: str
     return server
 
 
+def open_security(
+    config: BrokerConfig, node: Any = None
+) -> tuple[EntityConfigs, Authorizer | None]:
+    """Users, client quotas and the ACL authorizer (None when not configured): in the data dir
+    of a single broker; in ZooKeeper in a cluster (rdmalog/cluster/security_store.py), where a
+    data dir's own users and ACLs are handed over once."""
+    log_dir = config.log_dirs[0]
+    if node is None:
+        return EntityConfigs.in_data_dir(log_dir), authorizer_from_config(config, log_dir)
+    from rdmalog.cluster.security_store import ZkAclAuthorizer, ZkEntityConfigs
+
+    zk = node.registry.zk
+    entity_configs = ZkEntityConfigs(zk, EntityConfigs.in_data_dir(log_dir).path).start()
+    node.on_stop(entity_configs.stop)
+    settings = authorizer_settings(config)
+    if settings is None:
+        return entity_configs, None
+    authorizer = ZkAclAuthorizer(zk, *settings, import_from=acl_file(log_dir)).start()
+    node.on_stop(authorizer.stop)
+    return entity_configs, authorizer
+
+
 async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
     """Open the store and start a gateway on its listeners (`listen` replaces the first one's
     address); return it running. Security that cannot be served as configured stops start-up
@@ -171,8 +194,7 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
     else:
         store = open_store(config)
     try:
-        entity_configs = EntityConfigs.in_data_dir(config.log_dirs[0])
-        authorizer = authorizer_from_config(config, config.log_dirs[0])
+        entity_configs, authorizer = await asyncio.to_thread(open_security, config, node)
     except BaseException:
         if node is not None:
             await node.stop()

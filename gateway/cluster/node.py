@@ -14,6 +14,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gateway.cluster.link import ReplicaLink
@@ -67,6 +68,7 @@ class ClusterNode:
         self.fetchers: FetcherManager | None = None
         self.broker: Any = None
         self.rdma: Any = None  # the RDMA service, when this broker runs one
+        self._stop_callbacks: list[Callable[[], None]] = []  # stores kept on this session
         # the other brokers' inter-broker listener and how to log in to it
         self.security = client_security(config)
         self.listener = self.security.listener
@@ -243,8 +245,14 @@ class ClusterNode:
         log.info("controlled shutdown: %s partition(s) still led here", remaining)
         return remaining
 
+    def on_stop(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` when the node stops, before its ZooKeeper session closes."""
+        self._stop_callbacks.append(callback)
+
     async def stop(self) -> None:
         """Leave the cluster: no more controller, no more fetching, registration removed."""
+        for callback in self._stop_callbacks:
+            callback()
         if self.controller is not None:
             await asyncio.to_thread(self.controller.stop)
         if self.replicas is not None:

@@ -91,7 +91,7 @@ class StoredAclAuthorizer(AclAuthorizer):
         super_users: Iterable[str] = (),
         allow_everyone_if_no_acl_found: bool = False,
     ) -> None:
-        super().__init__(_read(path), super_users, allow_everyone_if_no_acl_found)
+        super().__init__(read_acl_file(path), super_users, allow_everyone_if_no_acl_found)
         self.path = path
         self._write_lock = threading.Lock()  # one durable change at a time, in order
 
@@ -111,9 +111,23 @@ class StoredAclAuthorizer(AclAuthorizer):
             _write(self.path, acls)
 
 
+def acl_file(log_dir: Path) -> Path:
+    """Where a single broker keeps its ACLs."""
+    return Path(log_dir) / SECURITY_DIR / ACL_FILE
+
+
 def authorizer_from_config(config: BrokerConfig, log_dir: Path) -> StoredAclAuthorizer | None:
-    """The authorizer `authorizer.class.name` asks for (None when unset); an authorizer rdmalog
-    does not have stops start-up (never serve without the checks asked for)."""
+    """The authorizer `authorizer.class.name` asks for (None when unset), kept in `log_dir`."""
+    settings = authorizer_settings(config)
+    if settings is None:
+        return None
+    return StoredAclAuthorizer(acl_file(log_dir), *settings)
+
+
+def authorizer_settings(config: BrokerConfig) -> tuple[list[str], bool] | None:
+    """(super users, allow.everyone.if.no.acl.found) of the authorizer `authorizer.class.name`
+    asks for, None when unset; an authorizer rdmalog does not have stops start-up (never serve
+    without the checks asked for)."""
     name = (config.get("authorizer.class.name") or "").strip()
     if not name:
         return None
@@ -129,11 +143,7 @@ def authorizer_from_config(config: BrokerConfig, log_dir: Path) -> StoredAclAuth
                 supers.append(str(Principal.parse(item.strip())))
             except ValueError as exc:
                 raise InvalidConfigError(f"super.users: {exc}") from None
-    return StoredAclAuthorizer(
-        Path(log_dir) / SECURITY_DIR / ACL_FILE,
-        supers,
-        config.get("allow.everyone.if.no.acl.found"),
-    )
+    return supers, bool(config.get("allow.everyone.if.no.acl.found"))
 
 
 # --- wire form ------------------------------------------------------------------------------------
@@ -239,7 +249,7 @@ def matches(f: dict, acl: Acl) -> bool:
 # --- the file -------------------------------------------------------------------------------------
 
 
-def _read(path: Path | None) -> list[Acl]:
+def read_acl_file(path: Path | None) -> list[Acl]:
     if path is None or not path.exists():
         return []
     try:

@@ -179,3 +179,225 @@ def test_cluster_admin_paths_check_acls(sasl_cluster: BrokerCluster) -> None:
         "the new config described",
         lambda: admin.describe_configs([topic])[topic].result(30)["retention.ms"].value == "1234",
     )
+
+
+# --- users, quotas and ACLs kept in ZooKeeper ------------------------------------------------------
+
+
+def _one_broker_conf(c: BrokerCluster, broker_id: int, user: tuple[str, str]) -> dict[str, str]:
+    return {**_client_conf(c, user), "bootstrap.servers": c.broker(broker_id).bootstrap}
+
+
+def _logs_in(c: BrokerCluster, broker_id: int, user: tuple[str, str]) -> bool:
+    """Whether `user` authenticates at that broker (a metadata answer comes back)."""
+    admin = AdminClient({**_one_broker_conf(c, broker_id, user), "socket.timeout.ms": 5000})
+    try:
+        admin.list_topics(timeout=5)
+        return True
+    except KafkaException:
+        return False
+
+
+def _znode(c: BrokerCluster, path: str) -> dict:
+    return json.loads(c.zk.get(path)[0])
+
+
+def _notifications(c: BrokerCluster, path: str) -> list[bytes]:
+    return [c.zk.get(f"{path}/{child}")[0] for child in sorted(c.zk.get_children(path))]
+
+
+def test_data_dir_users_handed_to_zookeeper(sasl_cluster: BrokerCluster) -> None:
+    """The users `rdmalog scram add` put in each data dir went to ZooKeeper at the first start,
+    once: the data-dir files are retired."""
+    c = sasl_cluster
+    for user in (ADMIN[0], ALICE[0]):
+        config = _znode(c, f"/config/users/{user}")
+        assert config["version"] == 1
+        assert set(config["config"]) == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
+    for b in c.brokers.values():
+        security = b.data_dir / "__rdmalog_metadata" / "security"
+        assert not (security / "entity-configs.json").exists()
+        assert (security / "entity-configs.json.imported").exists()
+
+
+def test_scram_user_created_at_one_broker_logs_in_at_the_others(
+    sasl_cluster: BrokerCluster,
+) -> None:
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    c = sasl_cluster
+    carol = ("carol", "carol-secret")
+    assert not _logs_in(c, 2, carol)
+    admin = AdminClient(_one_broker_conf(c, 1, ADMIN))
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192)
+    upsert = UserScramCredentialUpsertion(
+        carol[0], info, carol[1].encode(), b"carol-salt-of-32-bytes-or-so!!!!"
+    )
+    admin.alter_user_scram_credentials([upsert])[carol[0]].result(30)
+
+    # Kafka's layout: the credential string under /config/users, a change notification
+    config = _znode(c, "/config/users/carol")
+    assert config["version"] == 1
+    fields = dict(f.split("=", 1) for f in config["config"]["SCRAM-SHA-256"].split(","))
+    assert set(fields) == {"salt", "stored_key", "server_key", "iterations"}
+    assert fields["iterations"] == "8192"
+    changes = [json.loads(n) for n in _notifications(c, "/config/changes")]
+    assert {"version": 2, "entity_path": "users/carol"} in changes
+
+    for broker_id in (2, 3, 1):
+        wait_for(f"carol logs in at broker {broker_id}", lambda b=broker_id: _logs_in(c, b, carol))
+    assert not _logs_in(c, 3, (carol[0], "wrong"))
+
+
+def _produce_at_broker_1(c: BrokerCluster, user: tuple[str, str], topic: str) -> KafkaError | None:
+    """Produce one record as `user` (the topic's only replica is broker 1); its delivery error."""
+    outcome: list[KafkaError | None] = []
+    producer = Producer({**_one_broker_conf(c, 1, user), "message.timeout.ms": 10000, "retries": 0})
+    producer.produce(topic, b"x", on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(20)
+    return outcome[0] if outcome else KafkaError(KafkaError._MSG_TIMED_OUT)
+
+
+def test_acl_created_at_one_broker_enforced_at_another(sasl_cluster: BrokerCluster) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+    )
+
+    c = sasl_cluster
+    admin = AdminClient(_client_conf(c, ADMIN))
+    topic = "acl-guarded"
+    new = NewTopic(topic, num_partitions=1, replica_assignment=[[1]])
+    admin.create_topics([new], operation_timeout=30)[topic].result(30)
+    c.wait_isr(topic, {1})
+    err = _produce_at_broker_1(c, ALICE, topic)
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    through_2 = AdminClient(_one_broker_conf(c, 2, ADMIN))
+    write = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
+                       AclOperation.WRITE, AclPermissionType.ALLOW)  # fmt: skip
+    prefixed = AclBinding(ResourceType.GROUP, "alice-", ResourcePatternType.PREFIXED,
+                          "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)  # fmt: skip
+    for f in through_2.create_acls([write, prefixed]).values():
+        f.result(30)
+
+    # Kafka's layout: a znode per resource pattern, change notifications in both change paths
+    assert _znode(c, f"/kafka-acl/Topic/{topic}") == {
+        "version": 1,
+        "acls": [{"principal": "User:alice", "permissionType": "Allow", "operation": "Write",
+                  "host": "*"}],
+    }  # fmt: skip
+    assert _znode(c, "/kafka-acl-extended/prefixed/Group/alice-")["acls"] == [
+        {"principal": "User:alice", "permissionType": "Allow", "operation": "Read", "host": "*"}
+    ]
+    assert f"TOPIC:{topic}".encode() in _notifications(c, "/kafka-acl-changes")
+    extended = [json.loads(n) for n in _notifications(c, "/kafka-acl-extended-changes")]
+    assert {"version": 1, "resourceType": "GROUP", "name": "alice-",
+            "patternType": "PREFIXED"} in extended  # fmt: skip
+
+    wait_for("alice may write at broker 1", lambda: _produce_at_broker_1(c, ALICE, topic) is None)
+
+    doomed = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, None, None,
+                              AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
+    assert len(through_2.delete_acls([doomed])[doomed].result(30)) == 1
+    assert not c.zk.exists(f"/kafka-acl/Topic/{topic}")
+
+    def refused() -> bool:
+        err = _produce_at_broker_1(c, ALICE, topic)
+        return err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    wait_for("alice refused again at broker 1", refused)
+
+
+def _alter_quota_through(c: BrokerCluster, broker_id: int, user: str, rate: float | None) -> None:
+    """AlterClientQuotas sent to that broker by kafka-python (what kafka-configs.sh sends)."""
+    from kafka import KafkaAdminClient
+    from kafka.protocol.admin import AlterClientQuotasRequest
+
+    admin = KafkaAdminClient(
+        bootstrap_servers=c.broker(broker_id).bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_plain_username=ADMIN[0],
+        sasl_plain_password=ADMIN[1],
+    )
+    request = AlterClientQuotasRequest(
+        entries=[([("user", user)], [("producer_byte_rate", rate or 0.0, rate is None)])],
+        validate_only=False,
+    )
+
+    async def send():  # to that broker: the admin client would pick any
+        return await admin._manager.send(request, node_id=broker_id)
+
+    try:
+        response = admin._manager.run(send)
+    finally:
+        admin.close()
+    assert [e.error_code for e in response.entries] == [0], response
+
+
+def _produce_throttles(c: BrokerCluster, topic: str) -> list[int]:
+    """Throttle times of produce responses for 100 kB produced as alice at broker 1."""
+    throttles: list[int] = []
+    producer = Producer({**_one_broker_conf(c, 1, ALICE), "linger.ms": 5, "batch.size": 16384,
+                         "throttle_cb": lambda e: throttles.append(e.throttle_time)})  # fmt: skip
+    for _ in range(100):
+        producer.produce(topic, b"q" * 1000)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    return throttles
+
+
+def test_quota_set_at_one_broker_throttles_at_another(sasl_cluster: BrokerCluster) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+    )
+
+    c = sasl_cluster
+    admin = AdminClient(_client_conf(c, ADMIN))
+    topic = "quota-guarded"
+    new = NewTopic(topic, num_partitions=1, replica_assignment=[[1]])
+    admin.create_topics([new], operation_timeout=30)[topic].result(30)
+    write = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
+                       AclOperation.WRITE, AclPermissionType.ALLOW)  # fmt: skip
+    admin.create_acls([write])[write].result(30)
+    wait_for("alice may write", lambda: _produce_at_broker_1(c, ALICE, topic) is None)
+
+    _alter_quota_through(c, 3, "alice", 20000.0)
+    assert _znode(c, "/config/users/alice")["config"]["producer_byte_rate"] == "20000"
+    wait_for("alice throttled at broker 1", lambda: max(_produce_throttles(c, topic) or [0]) > 0)
+
+    _alter_quota_through(c, 3, "alice", None)  # removed: the credential stays
+    assert set(_znode(c, "/config/users/alice")["config"]) == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
+
+
+def test_restarted_broker_reads_users_and_acls_back(sasl_cluster: BrokerCluster) -> None:
+    """Runs after the tests above: carol, alice's prefixed group ACL are in ZooKeeper only."""
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+    )
+
+    c = sasl_cluster
+    c.broker(1).restart()
+    c.wait_registered({1, 2, 3})
+    wait_for(
+        "carol logs in at the restarted broker", lambda: _logs_in(c, 1, ("carol", "carol-secret"))
+    )
+    only_1 = AdminClient(_one_broker_conf(c, 1, ADMIN))
+    groups = AclBindingFilter(ResourceType.GROUP, None, ResourcePatternType.ANY, None, None,
+                              AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
+    found = only_1.describe_acls(groups).result(30)
+    assert [(b.name, b.principal) for b in found] == [("alice-", "User:alice")]
