@@ -32,7 +32,8 @@ def _describe_configs(admin: Any, resources: list, filter: str) -> dict:
     if [r.name for r in resources] != [DEFAULT_NAME]:
         return admin.describe_configs(resources, include_synonyms=True, config_filter=filter)
     request = admin._describe_configs_request(resources, True)
-    return admin._describe_configs_process_responses([_send_anywhere(admin, request)], filter)
+    # the answer holds <default>'s own keys only, which kafka-python's "modified" would drop
+    return admin._describe_configs_process_responses([_send_anywhere(admin, request)], "all")
 
 
 def _alter_configs(admin: Any, resource: Any) -> dict:
