@@ -204,6 +204,8 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
     gateway.broker.entity_configs = entity_configs
     gateway.broker.broker_configs = broker_configs
     broker_configs.add_listener(lambda: apply_broker_configs(gateway.broker))
+    if node is not None:  # a change that reached the watch before the listener was there
+        apply_broker_configs(gateway.broker)
     gateway.quotas = QuotaManager(
         entity_configs, config.get("quota.window.num"), config.get("quota.window.size.seconds")
     )
