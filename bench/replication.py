@@ -5,6 +5,12 @@ and from a controlled shutdown (SIGTERM) of one, to the first acknowledged produ
 longest gap between acknowledgements of a producer sending one record at a time.
 
     python bench/replication.py [--quick] [--repeat N] [--session-timeout-ms 6000] [--out docs/performance.md]
+    python bench/replication.py --modes [--quick] [--repeat N] [--transports shm,tcp]
+                                [--out docs/performance.md] [--plot docs/push_batching.png]
+
+`--modes` compares replication modes instead (issue 16: `none`, `pull`, `push` per RDMA transport,
+JSON lines {"transport", "mode", "metric", "value", "unit"}, and the batching curve of push
+replication): see bench/replication_modes.py.
 
 Both topics of a size have their leader on broker 1 (replica assignments [1] and [1, 2, 3], and
 min.insync.replicas=2 for RF 3), and RF 1 and RF 3 runs alternate (A B A B) so machine load drifts
@@ -172,7 +178,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--session-timeout-ms", type=int, default=6000)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--modes", action="store_true", help="none/pull/push per transport (issue 16)")
+    ap.add_argument("--transports", default="shm,tcp")
+    ap.add_argument("--plot", type=Path, help="--modes: the batching curve as an image")
     args = ap.parse_args()
+    if args.modes:
+        run_modes(args)
+        return
     repeat = 1 if args.quick else args.repeat
     lat_n = {"100 B": 300 if args.quick else 2000, "64 KiB": 100 if args.quick else 500}
     thr_n = {"100 B": 30000 if args.quick else 200000, "64 KiB": 300 if args.quick else 2000}
@@ -227,6 +239,34 @@ def main() -> None:
     print(table)
     if args.out:
         write_section(args.out, table)
+
+
+def run_modes(args: argparse.Namespace) -> None:
+    from bench import replication_modes as rm
+
+    repeat = 1 if args.quick else args.repeat
+    rows = rm.run(args.transports.split(","), repeat, args.quick)
+    command = "python bench/replication.py --modes" + (" --quick" if args.quick else "")
+    table = rm.render(rows, command + f" --repeat {repeat} --transports {args.transports}")
+    print(table)
+    if args.out:
+        _replace_section(args.out, table, "### Push replication (replica.transport)")
+    if args.plot:
+        rm.plot(rows, args.plot)
+
+
+def _replace_section(path: Path, section: str, heading: str) -> None:
+    """Replace the subsection `heading` of `path` (up to the next heading), or append it."""
+    text = path.read_text() if path.exists() else ""
+    start = text.find(heading)
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        ends = [
+            i for i in (text.find(m, start + len(heading)) for m in ("\n## ", "\n### ")) if i >= 0
+        ]
+        text = text[:start] + section + (text[min(ends) :] if ends else "")
+    path.write_text(text)
 
 
 def _median(runs: list[dict], key: str) -> float:

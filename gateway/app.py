@@ -17,6 +17,7 @@ from gateway.groups.service import GroupService
 from gateway.mirror.service import MirrorService
 from gateway.quotas import QuotaManager
 from gateway.server import Gateway
+from gateway.transactions.service import TransactionService
 from rdmalog import dynamic_broker_config as dynamic
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import KafkaError
@@ -85,6 +86,7 @@ def start_rdma(
         commit_sink=None if groups is None else _commit_sink(groups),
         commit_interval=config.get("rdma.commit.interval.ms") / 1000,
         slots_per_consumer=config.get("rdma.consumer.slots"),
+        replica_credits=config.get("replica.push.credits"),
         credentials=credentials,
         authorizer=authorizer,
     ).start()
@@ -218,6 +220,8 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
         # a cluster, partition by partition as this broker comes to lead them)
         loop = asyncio.get_running_loop()
         gateway.broker.groups = GroupService(store, config, loop, replicas).start()
+        # transactional ids too (a transaction a crash left preparing is completed)
+        gateway.broker.transactions = TransactionService(gateway.broker, loop).start()
         # native clients: the same users and ACLs; SASL on the control port as soon as any Kafka
         # listener asks for security (the control port has no TLS to name a principal by)
         secured = any(listener.spec.protocol != "PLAINTEXT" for listener in listeners)
@@ -262,6 +266,8 @@ async def shutdown(gateway: Gateway) -> None:
     if gateway.broker.rdma is not None:
         gateway.broker.rdma.stop()  # hands the last RDMA commits to the coordinator ...
         await asyncio.sleep(0)  # ... which writes them here, before the store closes
+    if gateway.broker.transactions is not None:
+        gateway.broker.transactions.stop()
     if gateway.broker.groups is not None:
         gateway.broker.groups.stop()
     gateway.broker.close()

@@ -44,6 +44,7 @@ from rdmalog.store.log import AppendResult
 if TYPE_CHECKING:
     from gateway.cluster.node import ClusterNode
     from gateway.groups.service import GroupService
+    from gateway.transactions.service import TransactionService
 
 T = TypeVar("T")
 
@@ -232,6 +233,7 @@ class Broker:
         self._admin: ThreadPoolExecutor | None = None  # topic operations (in_admin_thread)
         self._convert: ThreadPoolExecutor | None = None  # message format conversions
         self.groups: GroupService | None = None  # started by the app (gateway/app.py)
+        self.transactions: TransactionService | None = None  # likewise
         self.rdma: SharedAppends | None = None  # the RDMA service when rdma.transport is set
         self.metrics = BrokerMetrics()
         self.mirror: Any = None  # the mirror topics' links (gateway/mirror), started by the app

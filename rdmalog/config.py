@@ -213,6 +213,11 @@ BROKER_DEFS = _defs(
     ("transaction.state.log.num.partitions", "int", 50, _at_least(1)),
     ("transaction.state.log.replication.factor", "short", 3, _at_least(1)),
     ("transaction.state.log.min.isr", "int", 2, _at_least(1)),
+    ("transaction.max.timeout.ms", "int", 900000, _at_least(1)),
+    ("transactional.id.expiration.ms", "int", 604800000, _at_least(1)),
+    ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, _at_least(1)),
+    ("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, _at_least(1)),
+    ("transaction.partition.verification.enable", "boolean", True),
     ("group.initial.rebalance.delay.ms", "int", 3000, _at_least(0)),
     ("group.max.size", "int", INT_MAX, _at_least(1)),
     ("offsets.retention.check.interval.ms", "long", 600000, _at_least(1)),
@@ -274,6 +279,10 @@ BROKER_DEFS = _defs(
     ("replica.fetch.response.max.bytes", "int", 10485760, _at_least(0)),
     ("replica.fetch.wait.max.ms", "int", 500, _at_least(0)),
     ("replica.fetch.min.bytes", "int", 1, _at_least(1)),
+    # push replication (KafkaDirect 4.3.2): unset, push when rdma.transport names one, else pull
+    ("replica.transport", "string", None, _one_of("pull", "push")),
+    ("replica.push.credits", "int", 32, _at_least(1, at_most=128)),
+    ("replica.push.batch.max.bytes", "int", 1024, _at_least(0)),
     ("unclean.leader.election.enable", "boolean", False),
     ("controlled.shutdown.enable", "boolean", True),
     ("auto.leader.rebalance.enable", "boolean", True),
@@ -479,15 +488,9 @@ class BrokerConfig(_Config):
 
     def layer_rows(self, key: str) -> list[ConfigEntry]:
         """`key`'s values where set, most specific first: per-broker, default dynamic, static."""
-        rows = [
-            ConfigEntry(key, _to_str(layer[key]), False, source)
-            for source, layer in sorted(self.dynamic.items())
-            if key in layer
-        ]
-        if self.static.is_set(key):
-            value = _to_str(self.static.get(key))
-            rows.append(ConfigEntry(key, value, False, ConfigSource.STATIC_BROKER_CONFIG))
-        return rows
+        static = (ConfigSource.STATIC_BROKER_CONFIG, self.static._values)
+        layers = [*sorted(self.dynamic.items()), static]
+        return [ConfigEntry(key, _to_str(v[key]), False, s) for s, v in layers if key in v]
 
     @classmethod
     def from_sources(

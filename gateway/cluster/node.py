@@ -66,6 +66,7 @@ class ClusterNode:
         self.replicas: ReplicaManager | None = None
         self.fetchers: FetcherManager | None = None
         self.broker: Any = None
+        self.rdma: Any = None  # the RDMA service, when this broker runs one
         # the other brokers' inter-broker listener and how to log in to it
         self.security = client_security(config)
         self.listener = self.security.listener
@@ -120,12 +121,50 @@ class ClusterNode:
         (their last readable byte follows it), so only replicated records are readable."""
         replicas = self.replicas
         rdma.leader_check = lambda topic, p: replicas.leader_error(topic, p)
+        self.rdma = rdma
 
         def moved(topic: str, p: int, leads: bool, _epoch: int) -> None:
             if not leads:
                 rdma.revoke_produce(topic, p)
 
         replicas.add_leadership_listener(moved)
+        # push replication, the follower's side: its leader writes the replica's head as a
+        # native producer would, granted by this service; a role change revokes that first
+        rdma.serve_replicas(replicas.accept_push, replicas.replica_pushed)
+        replicas.add_role_listener(rdma.revoke_produce)
+        if self.replica_transport() == "push":
+            self._push_from_here()
+
+    def replica_transport(self) -> str:
+        """`replica.transport`; unset: push when this broker serves an RDMA transport."""
+        chosen = self.config.get("replica.transport")
+        if chosen is None:
+            chosen = "pull" if self.config.get("rdma.transport") == "none" else "push"
+        return chosen
+
+    def _push_from_here(self) -> None:
+        """The leader's side: PushReplication, with links made to followers' RDMA services."""
+        from rdmalog.cluster.push import PushReplication
+        from rdmalog.rdma.client.endpoint import SaslCredentials
+
+        replicas, cfg, sec = self.replicas, self.config, self.security
+
+        def rdma_of(broker_id: int) -> tuple[str, str] | None:
+            info = self.view.brokers.get(broker_id)
+            return None if info is None else info.rdma
+
+        replicas.push = PushReplication(
+            self.broker_id,
+            rdma_of,
+            lambda *ack: replicas.call_soon(replicas.push_acked, *ack),  # from the links' threads
+            lambda *gone: replicas.call_soon(replicas.push_pulled, *gone),
+            batch_max=cfg.get("replica.push.batch.max.bytes"),
+            stall_s=cfg.get("replica.lag.time.max.ms") / 1000,
+            # the follower's RDMA service takes the login of its inter-broker listener
+            sasl=None
+            if sec.mechanism is None
+            else SaslCredentials(sec.mechanism, sec.username or "", sec.password or ""),
+        )
 
     async def join(self) -> None:
         """Register (the gateway listens now) and stand for controller."""
@@ -152,11 +191,13 @@ class ClusterNode:
     def _register(self) -> int:
         """/brokers/ids/<id> with every listener's advertised endpoint and protocol."""
         endpoints = [Z.Endpoint(name, h, p) for name, (h, p) in self.broker.endpoints.items()]
+        rdma = self.rdma
         return self.registry.register_broker(
             self.broker_id,
             endpoints,
             self.config.get("broker.rack"),
             protocols=protocol_map(self.config),
+            rdma=None if rdma is None else (rdma.control_address, rdma.kind),
         )
 
     def _endpoint(self, broker_id: int) -> tuple[str, int] | None:

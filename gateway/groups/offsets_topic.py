@@ -39,6 +39,7 @@ class OffsetsTopic:
         self.segment_bytes = segment_bytes
         self.create = create  # False in cluster mode: the topic comes through ZooKeeper
         self.dirty: set[Log] = set()
+        self.open_transactions: dict[int, list[tuple[bytes, bytes | None]]] = {}
         self.appended: dict[Log, int] = {}  # log -> last offset written (cluster mode waits on it)
 
     def ensure(self) -> LogTopic:
@@ -85,8 +86,11 @@ class OffsetsTopic:
     def replay(self) -> Iterator[tuple[bytes, bytes | None]]:
         """Every committed (key, value) of every partition in log order.
 
-        Transactional records wait for their control record: applied on COMMIT, dropped on ABORT.
+        Transactional records wait for their control record: applied on COMMIT, dropped on ABORT;
+        those of transactions still open at the end are left in `open_transactions` (producer id
+        -> records) for the coordinator to settle when their marker comes.
         """
+        self.open_transactions = {}
         topic = self.store.topics.get(OFFSETS_TOPIC)
         if topic is None:
             return
@@ -129,6 +133,8 @@ class OffsetsTopic:
             if not progressed:
                 log.warning("%s: no progress replaying at offset %d", plog, offset)
                 break
+        for pid, held in pending.items():
+            self.open_transactions.setdefault(pid, []).extend(held)
 
 
 def _is_commit_marker(key: bytes | None) -> bool:

@@ -17,6 +17,7 @@ from gateway.groups.coordinator import GroupCoordinator
 from gateway.groups.model import GroupConfig
 from gateway.groups.offsets_topic import OFFSETS_TOPIC, OffsetsTopic
 from gateway.groups.schema import partition_for
+from gateway.groups.txn_offsets import TxnOffsets
 from rdmalog.store.interface import LogStore
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class GroupService:
             partition_exists=self._partition_exists,
             coordinator_error=self._coordinator_error if replicas is not None else None,
         )
+        self.txn_offsets = TxnOffsets(self.coordinator, self.offsets)  # TxnOffsetCommit
 
     def start(self) -> GroupService:
         """Load every group from `__consumer_offsets` (if it exists yet), start retention. In
@@ -102,6 +104,7 @@ class GroupService:
         elif OFFSETS_TOPIC in self.store.topics:
             self.offsets.ensure()  # adopt its partition count
             count = self.coordinator.load(self.offsets.replay())
+            self.txn_offsets.restore(self.offsets.open_transactions)
             log.info(
                 "group coordinator loaded %d group(s) from %d __consumer_offsets partition(s)",
                 count,

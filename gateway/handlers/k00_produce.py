@@ -12,6 +12,8 @@ within `request.max.decoded.bytes`, else MESSAGE_TOO_LARGE). From v3 each partit
 zstd needs v7 (Kafka's ProduceRequest rules); a client's v2 batch starts at offset 0. Internal
 topics take no produced records: INVALID_TOPIC_EXCEPTION unless the client id is Kafka's
 `__admin_client` (as Kafka's ReplicaManager refuses them).
+A transactional batch is first verified against its transaction
+(gateway/transactions/verification.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.k03_metadata import INTERNAL_TOPICS
 from gateway.handlers.registry import api
 from gateway.request_limits import Turns
+from gateway.transactions.verification import refusal
 from rdmalog.errors import (
     CORRUPT_MESSAGE,
     INVALID_RECORD,
@@ -140,6 +143,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
             if code:
                 answers.append({"index": index, "error_code": code})
                 continue
+        refused_txn = txn is not None and refusal(broker, txn, plog.topic, index, records)
+        if refused_txn:  # a transactional batch for a partition not in its transaction
+            answers.append({"index": index, "error_code": refused_txn})
+            continue
         try:
             if ctx.api_version < 3 and is_legacy(records):
                 records = await broker.in_conversion_thread(

@@ -3,8 +3,10 @@
 Each partition's records are a store FileSlice the server sends with sendfile. max_wait/min_bytes
 long polls wake as soon as a partition's high watermark advances. Limits follow KIP-74: the first
 batch of the first non-empty partition is always included, even when larger than the limits.
-Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells clients to
-send full fetch requests (see docs/protocol.md).
+At isolation_level 1 (read_committed) reads stop at the last stable offset and each partition
+carries the aborted transactions overlapping what it returns (from the log's `.txnindex`), which
+the client uses to drop their records. Fetch sessions (KIP-227) are not kept: every response
+carries session id 0, which tells clients to send full fetch requests (see docs/protocol.md).
 
 v0-v3 consumers cannot read v2 batches: their records are down-converted to message format v0 (v0-1)
 or v1 (v2-3) as Kafka 3.x does (`message.downconversion.enable` false: UNSUPPORTED_VERSION). That
@@ -103,6 +105,7 @@ async def _read_all(
     errors = False
     by_topic: dict[str, int] = {}
     requested = _requested(ctx, request, by_id)
+    committed = request.get("isolation_level", 0) == 1
     turns = Turns()  # a request may name a hundred thousand partitions
     for p, plog, parts in requested:
         if turns.due():
@@ -126,13 +129,15 @@ async def _read_all(
                 errors = True
                 continue
         hw = plog.high_watermark
+        lso = plog.last_stable_offset
         start = plog.log_start_offset
-        upper = hw if replicas is None else plog.log_end_offset
+        # followers read to the log end, read_committed consumers to the last stable offset
+        upper = plog.log_end_offset if replicas is not None else lso if committed else hw
         entry = {
             "partition_index": index,
             "error_code": 0,
             "high_watermark": hw,
-            "last_stable_offset": hw,
+            "last_stable_offset": lso,
             "log_start_offset": start,
             "records": _EMPTY,
         }
@@ -141,6 +146,8 @@ async def _read_all(
             entry["error_code"] = OFFSET_OUT_OF_RANGE
             errors = True
             continue
+        if replicas is not None and replicas.pushing(plog.topic, index, replica_id):
+            continue  # its records are written to it (push replication): the high watermark only
         logs.append(plog)
         if offset >= upper:
             continue
@@ -148,7 +155,9 @@ async def _read_all(
         if total and limit <= 0:
             continue
         try:
-            sl = plog.read(offset, max(limit, 1), upper_bound=None if replicas is None else upper)
+            sl = plog.read(
+                offset, max(limit, 1), upper_bound=upper if committed or replicas else None
+            )
             if sl is None or sl.length == 0:
                 continue
             if total and sl.length > limit:
@@ -165,7 +174,18 @@ async def _read_all(
         size = len(records) if isinstance(records, bytes) else records.length
         total += size
         by_topic[plog.topic] = by_topic.get(plog.topic, 0) + size
+        if committed:
+            _add_aborted(entry, plog, offset, sl, upper)
     return requested.topics, total, logs, errors or requested.missing > 0, by_topic
+
+
+def _add_aborted(entry: dict, plog: Log, offset: int, sl, lso: int) -> None:
+    """The aborted transactions overlapping the slice read."""
+    txns = plog.aborted_transactions(offset, lso, sl)
+    if txns:
+        entry["aborted_transactions"] = [
+            {"producer_id": t.producer_id, "first_offset": t.first_offset} for t in txns
+        ]
 
 
 @api(1, 0, 17, eager=True)

@@ -21,10 +21,11 @@ EARLIEST_LOCAL = -4  # KIP-405: without tiered storage the same as earliest
 LATEST_TIERED = -5  # KIP-1005: without tiered storage, no offset (-1, epoch -1)
 
 
-def _lookup(plog: Log, timestamp: int) -> tuple[int, int]:
-    """(timestamp, offset) answering a ListOffsets query on one partition log."""
+def _lookup(plog: Log, timestamp: int, read_committed: bool = False) -> tuple[int, int]:
+    """(timestamp, offset) answering a ListOffsets query on one partition log (latest is the last
+    stable offset for read_committed consumers)."""
     if timestamp == LATEST:
-        return -1, plog.high_watermark
+        return -1, plog.last_stable_offset if read_committed else plog.high_watermark
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, plog.log_start_offset
     if timestamp == LATEST_TIERED:
@@ -82,7 +83,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             if v0:
                 parts.append(_old_style(plog, p, request["replica_id"] == -1))
                 continue
-            ts, offset = _lookup(plog, p["timestamp"])
+            ts, offset = _lookup(plog, p["timestamp"], request.get("isolation_level") == 1)
         except Exception as exc:
             parts.append({"partition_index": index, "error_code": error_code_of(exc)})
             continue

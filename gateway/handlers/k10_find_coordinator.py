@@ -1,7 +1,5 @@
-"""FindCoordinator (key 10): this single broker coordinates every group.
-
-Transactions are not offered yet: a transactional id gets COORDINATOR_NOT_AVAILABLE, what Kafka answers
-while no transaction coordinator can serve it."""
+"""FindCoordinator (key 10): this single broker coordinates every group and every transactional id
+(key type 1), creating `__consumer_offsets` or `__transaction_state` on first use as Kafka does."""
 
 from __future__ import annotations
 
@@ -12,6 +10,7 @@ from gateway.groups.schema import OFFSETS_TOPIC, partition_for
 from gateway.groups.service import group_service
 from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
+from gateway.transactions.service import transaction_service
 from rdmalog import errors as E
 from rdmalog.security.authorizer import Operation, ResourceType
 
@@ -44,13 +43,9 @@ def _answer(ctx: RequestContext, key: str, key_type: int, unavailable: str | Non
             else E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         )
         return {**_refusal(key, denied, ""), "error_message": None}
-    if key_type == KEY_TRANSACTION:
-        return _refusal(
-            key,
-            E.COORDINATOR_NOT_AVAILABLE,
-            "transactions are not supported by this broker yet",
-        )
     if not key:
+        if key_type == KEY_TRANSACTION:
+            return _refusal(key, E.INVALID_REQUEST, "the transactional id must not be empty")
         return _refusal(key, E.INVALID_GROUP_ID, "the group id must not be empty")
     if unavailable is not None:
         return _refusal(key, E.COORDINATOR_NOT_AVAILABLE, unavailable)
@@ -121,11 +116,27 @@ async def _offsets_topic_problem(ctx: RequestContext) -> str | None:
     return None
 
 
+async def _transaction_topic_problem(ctx: RequestContext) -> str | None:
+    """Create `__transaction_state` when missing; why it cannot be, or None."""
+    try:
+        await transaction_service(ctx.broker).ensure_topic()
+    except Exception as exc:
+        log.error("cannot create __transaction_state, so no transaction coordinator: %s", exc)
+        return f"the transaction state topic cannot be created: {exc}"
+    return None
+
+
 @api(10, 0, 6)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Point every key at this broker (creating and loading `__consumer_offsets` on first use)."""
     key_type = request.get("key_type", KEY_GROUP) if ctx.api_version >= 1 else KEY_GROUP
-    unavailable = await _offsets_topic_problem(ctx) if key_type == KEY_GROUP else None
+    unavailable = (
+        await _offsets_topic_problem(ctx)
+        if key_type == KEY_GROUP
+        else await _transaction_topic_problem(ctx)
+        if key_type == KEY_TRANSACTION
+        else None
+    )
     if ctx.api_version >= 4:
         keys = request.get("coordinator_keys") or []
 

@@ -1,15 +1,16 @@
-"""InitProducerId (key 22): producer ids for idempotent producers.
-
-Transactions are not offered yet: a request with a transactional id gets COORDINATOR_NOT_AVAILABLE, the
-answer Kafka gives while no transaction coordinator can serve it (clients retry, then time out).
-"""
+"""InitProducerId (key 22): producer ids for idempotent producers, and for transactional ones
+through the transaction coordinator (fencing and epoch bumps, KIP-360 recovery with v3+)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from gateway.broker import RequestContext
 from gateway.handlers.registry import api
+from gateway.transactions.coordinator import TxnError
+from gateway.transactions.model import for_version
+from gateway.transactions.service import transaction_service
 from rdmalog.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     COORDINATOR_LOAD_IN_PROGRESS,
@@ -19,6 +20,10 @@ from rdmalog.errors import (
     KafkaStorageError,
 )
 from rdmalog.security.authorizer import CLUSTER_NAME, Operation, ResourceType
+
+log = logging.getLogger("gateway.init_producer_id")
+
+FENCED_SINCE = 4  # KIP-588: PRODUCER_FENCED from v4
 
 
 def _refused(code: int) -> dict:
@@ -50,9 +55,39 @@ def _a_name_of(acl) -> str:
     return acl.name if acl.name != "*" else "_"
 
 
+async def _transactional(ctx: RequestContext, request: dict, txn: str) -> dict:
+    """Through the transaction coordinator (for an id it does not know, a new producer id is taken
+    off the loop first: allocation may fsync)."""
+    loop = asyncio.get_running_loop()
+    service = transaction_service(ctx.broker)
+    fresh = None
+    try:
+        await service.ensure_topic()
+        if service.coordinator.describe(txn) is None:
+            fresh = await loop.run_in_executor(None, ctx.broker.allocate_producer_id)
+    except KafkaStorageError:
+        return _refused(COORDINATOR_LOAD_IN_PROGRESS)
+    except Exception as exc:
+        log.error("no transaction coordinator: %s", exc)
+        return _refused(COORDINATOR_NOT_AVAILABLE)
+    try:
+        pid, epoch = service.coordinator.init_producer_id(
+            txn,
+            request.get("transaction_timeout", 60000),
+            request.get("producer_id", -1),
+            request.get("producer_epoch", -1),
+            fresh_id=fresh,
+        )
+    except TxnError as exc:
+        return _refused(for_version(exc.code, ctx.api_version, FENCED_SINCE))
+    await service.durable()
+    return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch}
+
+
 @api(22, 0, 5)
 async def handle(ctx: RequestContext, request: dict) -> dict:
-    """A fresh producer id at epoch 0 (idempotent producers bump epochs themselves, KIP-360)."""
+    """A fresh producer id at epoch 0 (idempotent producers bump epochs themselves, KIP-360), or
+    a transactional id's producer id and epoch from its coordinator."""
     txn = request.get("transactional_id")
     if txn and not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
         return _refused(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
@@ -61,13 +96,10 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         or _may_write_some_topic(ctx)
     ):
         return _refused(CLUSTER_AUTHORIZATION_FAILED)
-    if txn is not None:  # an empty id is a malformed request in Kafka, any other waits for txns
-        return {
-            "throttle_time": 0,
-            "error_code": INVALID_REQUEST if txn == "" else COORDINATOR_NOT_AVAILABLE,
-            "producer_id": -1,
-            "producer_epoch": -1,
-        }
+    if txn == "":  # a malformed request in Kafka
+        return _refused(INVALID_REQUEST)
+    if txn is not None:
+        return await _transactional(ctx, request, txn)
     # a new block of ids is fsync'ed before use: never on the event loop
     allocate = ctx.broker.allocate_producer_id
     try:

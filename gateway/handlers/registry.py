@@ -56,6 +56,11 @@ HANDLERS: dict[int, str] = {
     21: "k21_delete_records",
     22: "k22_init_producer_id",
     23: "k23_offset_for_leader_epoch",
+    24: "k24_add_partitions_to_txn",
+    25: "k25_add_offsets_to_txn",
+    26: "k26_end_txn",
+    27: "k27_write_txn_markers",
+    28: "k28_txn_offset_commit",
     29: "k29_describe_acls",
     30: "k30_create_acls",
     31: "k31_delete_acls",
@@ -75,6 +80,8 @@ HANDLERS: dict[int, str] = {
     50: "k50_describe_user_scram_credentials",
     51: "k51_alter_user_scram_credentials",
     60: "k60_describe_cluster",
+    65: "k65_describe_transactions",
+    66: "k66_list_transactions",
 }
 
 REGISTRY: dict[int, ApiEntry] = {}

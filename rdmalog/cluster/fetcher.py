@@ -79,6 +79,7 @@ class Following:
     truncated: bool = False
     retry_at: float = 0.0
     out_of_range: int = 0
+    hw_at: float = 0.0  # pushed (its leader writes its head): when to fetch the high watermark
 
 
 class LeaderFetcher:
@@ -149,7 +150,11 @@ class LeaderFetcher:
                 self.changed.clear()
                 await self._truncate()
                 now = loop.time()
-                ready = [f for f in self.parts.values() if f.truncated and f.retry_at <= now]
+                ready = [
+                    f
+                    for f in self.parts.values()
+                    if f.truncated and f.retry_at <= now and not self._pushed_wait(f, now)
+                ]
                 if not ready:
                     await self._pause(BACKOFF_S)
                     continue
@@ -170,6 +175,16 @@ class LeaderFetcher:
                 await self._pause(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
         await self._drop_connection()
+
+    def _pushed_wait(self, f: Following, now: float) -> bool:
+        """A pushed partition is fetched only for the leader's high watermark and log start,
+        every replica.fetch.wait.max.ms (its leader answers it without records)."""
+        if not f.rep.push_grant:
+            return False
+        if f.hw_at > now:
+            return True
+        f.hw_at = now + self.manager.max_wait_ms / 1000
+        return False
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -253,6 +268,8 @@ class LeaderFetcher:
             plog = f.rep.log
             if error == NONE:
                 f.out_of_range = 0
+                if f.rep.push_grant:  # its leader writes the head: nothing to append here
+                    records = None
                 if records is not None and len(records):
                     try:
                         plog.append_replicated(whole_batches(records))
@@ -318,6 +335,24 @@ class FetcherManager:
         if fetcher is None:
             fetcher = self.fetchers[leader] = LeaderFetcher(self, leader)
         fetcher.add(rep, epoch)
+
+    def truncated(self, rep: Any, leader: int, epoch: int) -> bool:
+        """Whether rep follows `leader` in `epoch` here and has truncated for it (any thread)."""
+        if self._following.get(rep.key) != leader:
+            return False
+        fetcher = self.fetchers.get(leader)
+        f = None if fetcher is None else fetcher.parts.get(rep.key)
+        return f is not None and f.rep is rep and f.epoch == epoch and f.truncated
+
+    def wake(self, rep: Any) -> None:
+        """rep is pulled again (its leader's push grant ended): fetch it now."""
+        leader = self._following.get(rep.key)
+        fetcher = None if leader is None else self.fetchers.get(leader)
+        if fetcher is not None:
+            f = fetcher.parts.get(rep.key)
+            if f is not None:
+                f.hw_at = 0.0
+            fetcher._changed()
 
     def unfollow(self, rep: Any) -> None:
         leader = self._following.pop(rep.key, None)

@@ -173,6 +173,7 @@ class Registry:
         rack: str | None = None,
         wait_s: float | None = None,
         protocols: dict[str, str] | None = None,
+        rdma: tuple[str, str] | None = None,
     ) -> int:
         """Create the ephemeral /brokers/ids/<id>; return its czxid (the broker epoch).
 
@@ -181,7 +182,7 @@ class Registry:
         belongs to a live broker with the same id: refused with BrokerIdInUseError.
         """
         path = Z.broker_path(broker_id)
-        data = Z.encode_broker(endpoints, rack, protocols)
+        data = Z.encode_broker(endpoints, rack, protocols, rdma)
         wait_s = self.session_timeout_ms / 1000 + 2.0 if wait_s is None else wait_s
         deadline = time.monotonic() + wait_s
         waited = False

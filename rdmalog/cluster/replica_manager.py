@@ -85,6 +85,8 @@ class Replica:
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
     isr_pending: tuple[int, ...] | None = None  # an ISR change being written to ZooKeeper
     waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
+    pushed: set[int] = field(default_factory=set)  # leader: followers it pushes to (push.py)
+    push_grant: bool = False  # follower: its leader holds this replica's head (the fetcher waits)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -137,6 +139,8 @@ class ReplicaManager:
         self._deleted_listeners: list[Callable[[Any], None]] = []
         self.register: Callable[[], int] | None = None  # registers this broker; returns czxid
         self.stopped = False
+        self.push: Any = None  # PushReplication when this broker pushes to its followers
+        self._role_listeners: list[Callable[[str, int], None]] = []
 
     # --- life cycle -----------------------------------------------------------------------------------
 
@@ -165,11 +169,28 @@ class ReplicaManager:
             self._fail_waiters(rep, NOT_LEADER_OR_FOLLOWER)
         if self.fetchers is not None:
             await self.fetchers.stop()
+        if self.push is not None:
+            await asyncio.to_thread(self.push.close)
         self._zk.shutdown(wait=False)
 
     def add_leadership_listener(self, cb: Callable[[str, int, bool, int], None]) -> None:
         """`cb(topic, partition, leads, leader_epoch)` when this broker starts or stops leading."""
         self._leadership_listeners.append(cb)
+
+    def add_role_listener(self, cb: Callable[[str, int], None]) -> None:
+        """`cb(topic, partition)` first thing when this replica's role or leader epoch changes:
+        the RDMA service revokes the grant a (deposed) leader holds of the replica's head."""
+        self._role_listeners.append(cb)
+
+    def _role_changes(self, rep: Replica) -> None:
+        for cb in list(self._role_listeners):
+            try:
+                cb(rep.topic, rep.partition)
+            except Exception:
+                log.exception("role listener failed")
+        if rep.pushed and self.push is not None:
+            self.push.stop_leading(rep.topic, rep.partition)
+        rep.pushed, rep.push_grant = set(), False
 
     def add_deleted_listener(self, cb: Callable[[Any], None]) -> None:
         """`cb(log)` after a local replica's log was deleted (topic deleted or moved away)."""
@@ -321,6 +342,7 @@ class ReplicaManager:
 
     def _drop_role(self, rep: Replica) -> None:
         was_leader = rep.role == LEADER
+        self._role_changes(rep)
         self._fail_waiters(rep, NOT_LEADER_OR_FOLLOWER)
         if self.fetchers is not None:
             self.fetchers.unfollow(rep)
@@ -375,6 +397,7 @@ class ReplicaManager:
         self._become_follower(rep, state, leader)
 
     def _become_leader(self, rep: Replica, state: Z.PartitionState) -> None:
+        self._role_changes(rep)
         if self.fetchers is not None:
             self.fetchers.unfollow(rep)
         rep.log.begin_leader_epoch(state.leader_epoch)
@@ -398,6 +421,7 @@ class ReplicaManager:
 
     def _become_follower(self, rep: Replica, state: Z.PartitionState, leader: int) -> None:
         was_leader = rep.role == LEADER
+        self._role_changes(rep)  # first: the deposed leader's writes are refused from here on
         rep.role, rep.leader_id, rep.leader_epoch = FOLLOWER, leader, state.leader_epoch
         rep.state, rep.isr, rep.isr_pending = state, state.isr, None
         rep.followers = {}
@@ -523,6 +547,18 @@ class ReplicaManager:
         leo = rep.log.log_end_offset
         if fetch_offset > leo:
             return OFFSET_OUT_OF_RANGE  # it holds what this leader has not: it must truncate
+        if replica_id in rep.pushed:  # its fetches only fetch the high watermark: its offset
+            fetch_offset = max(fetch_offset, prog.leo)  # may be older than its last push ack
+        elif fetch_offset >= leo and self.push is not None and not self.fenced:
+            if self.push.caught_up(rep.log, rep.leader_epoch, replica_id):
+                rep.pushed.add(replica_id)  # caught up: pushed from now on
+        self._progress(rep, replica_id, prog, fetch_offset)
+        return NONE
+
+    def _progress(self, rep: Replica, replica_id: int, prog: FollowerProgress, fetch_offset: int):
+        """A follower's log end offset, from its fetch or its acknowledgement of a push: Kafka's
+        caught-up rule, the ISR and the high watermark."""
+        leo = rep.log.log_end_offset
         now = monotonic_ms()
         if fetch_offset >= leo:
             prog.last_caught_up_ms = now
@@ -533,7 +569,56 @@ class ReplicaManager:
         prog.leo = fetch_offset
         self._maybe_expand_isr(rep, replica_id)
         self._maybe_advance_hw(rep)
-        return NONE
+
+    # --- push replication (push.py) -------------------------------------------------------------------
+
+    def pushing(self, topic: str, p: int, replica_id: int) -> bool:
+        """Leader: whether topic-p is pushed to `replica_id` (its fetches then carry no records)."""
+        rep = self.replicas.get((topic, p))
+        return rep is not None and replica_id in rep.pushed
+
+    def push_acked(self, topic: str, p: int, replica_id: int, epoch: int, leo: int) -> None:
+        """A follower committed pushed writes up to `leo` (on the loop): as a fetch from there."""
+        rep = self.replicas.get((topic, p))
+        if rep is None or rep.role != LEADER or rep.leader_epoch != epoch or self.fenced:
+            return
+        if replica_id not in rep.pushed or leo > rep.log.log_end_offset:
+            return
+        prog = rep.followers.setdefault(replica_id, FollowerProgress())
+        self._progress(rep, replica_id, prog, max(leo, prog.leo))
+
+    def push_pulled(self, topic: str, p: int, replica_id: int) -> None:
+        """Pushing topic-p (p -1: every partition) to `replica_id` stopped (on the loop): the
+        follower's fetches carry records again."""
+        for rep in self.replicas.values():
+            if p < 0 or rep.key == (topic, p):
+                rep.pushed.discard(replica_id)
+
+    def accept_push(self, topic: str, p: int, leader: int, epoch: int) -> bool:
+        """Follower (the RDMA service's thread): whether `leader` may write this replica's head
+        in `epoch`: this broker follows it in that epoch and has truncated for it (KIP-101)."""
+        rep = self.replicas.get((topic, p))
+        if rep is None or self.fenced or rep.role != FOLLOWER or rep.leader_id != leader:
+            return False
+        truncated = self.fetchers is None or self.fetchers.truncated(rep, leader, epoch)
+        return rep.leader_epoch == epoch and truncated
+
+    def replica_pushed(self, topic: str, p: int, held: bool) -> None:
+        """Follower (any thread, maybe under the log's lock): its leader's grant of the replica's
+        head started or ended; the fetcher pulls only while none is held."""
+        rep = self.replicas.get((topic, p))
+        if rep is None:
+            return
+        rep.push_grant = held
+        if not held and self.fetchers is not None:
+            self.call_soon(self.fetchers.wake, rep)
+
+    def call_soon(self, fn: Callable, *args: Any) -> None:
+        """`fn(*args)` on the loop (now when called there)."""
+        if threading.get_ident() == self._loop_thread:
+            fn(*args)
+        elif not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn, *args)
 
     def _maybe_advance_hw(self, rep: Replica) -> None:
         if rep.role != LEADER:
@@ -673,7 +758,11 @@ class ReplicaManager:
 
     def _on_append(self, plog: Any) -> None:
         """The log grew (produce, the coordinator, an RDMA commit on any thread): the high watermark
-        may move (at once with no follower in the ISR) and followers' long polls wake."""
+        may move (at once with no follower in the ISR) and followers' long polls wake; pushed
+        followers get the new batches at once, from this thread."""
+        rep = self._by_log.get(id(plog))
+        if self.push is not None and rep is not None and rep.pushed and rep.role == LEADER:
+            self.push.appended(plog)
         if threading.get_ident() == self._loop_thread:
             self._appended(plog)
         elif not self.loop.is_closed():

@@ -134,6 +134,8 @@ class BrokerInfo:
     endpoints: tuple[Endpoint, ...]
     rack: str | None = None
     epoch: int = -1
+    # rdmalog's own field: the RDMA service's control address and transport (push replication)
+    rdma: tuple[str, str] | None = None
 
     def endpoint(self, listener: str | None = None) -> Endpoint:
         """The endpoint of `listener` (the first one when None or not found)."""
@@ -144,9 +146,14 @@ class BrokerInfo:
 
 
 def encode_broker(
-    endpoints: list[Endpoint], rack: str | None = None, protocols: dict[str, str] | None = None
+    endpoints: list[Endpoint],
+    rack: str | None = None,
+    protocols: dict[str, str] | None = None,
+    rdma: tuple[str, str] | None = None,
 ) -> bytes:
-    """`protocols`: listener name -> security protocol (`listener.security.protocol.map`)."""
+    """`protocols`: listener name -> security protocol (`listener.security.protocol.map`);
+    `rdma`: (control address, transport) of the broker's RDMA service (a field Kafka's tools
+    ignore)."""
     protocols = {e.listener: (protocols or {}).get(e.listener, e.listener) for e in endpoints}
     plain = next((e for e in endpoints if protocols[e.listener] == "PLAINTEXT"), None)
     body: dict = {
@@ -161,6 +168,8 @@ def encode_broker(
     }
     if rack is not None:
         body["rack"] = rack
+    if rdma is not None:
+        body["rdma"] = {"control": rdma[0], "transport": rdma[1]}
     return _json(body)
 
 
@@ -173,7 +182,12 @@ def decode_broker(broker_id: int, data: bytes, epoch: int = -1) -> BrokerInfo:
         endpoints.append(Endpoint(name, host.strip("[]"), int(port)))
     if not endpoints and body.get("host"):
         endpoints.append(Endpoint("PLAINTEXT", str(body["host"]), int(body["port"])))
-    return BrokerInfo(broker_id, tuple(endpoints), body.get("rack"), epoch)
+    rdma = body.get("rdma")
+    if isinstance(rdma, dict) and rdma.get("control") and rdma.get("transport"):
+        rdma = (str(rdma["control"]), str(rdma["transport"]))
+    else:
+        rdma = None
+    return BrokerInfo(broker_id, tuple(endpoints), body.get("rack"), epoch, rdma)
 
 
 # --- topics and partitions --------------------------------------------------------------------------

@@ -20,6 +20,9 @@ Requests (``{"op": ..., ...}``, answered by ``broker/grants.py``) and their repl
 - ``read_access {topic, partition, offset}`` -> ``{file_id, region, start, lrb, mutable,
   base_offset, slot, slots}``: a file registered for REMOTE_READ, where to start, how far it may
   be read, and the metadata slot (index into the session's slot region ``slots``) of a mutable file.
+  With ``isolation_level: 1`` the session reads committed data: its last readable bytes stop at the
+  last stable offset, and ``aborted_transactions {topic, partition, start}`` -> ``{aborted:
+  [[producer_id, first_offset], ...], upto}`` tells it the aborted transactions from ``start`` on.
 - ``next_file {topic, partition, file_id, ...}``: producer: roll and grant the new head;
   consumer: read access to the file after the one named.
 - ``release {topic, partition, base_offset}``: a consumer is done with a file.

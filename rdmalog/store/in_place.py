@@ -129,6 +129,7 @@ class InPlaceAccess:
         expected_base_offset: int | None = None,
         leader_epoch: int | None = None,
         infos: list[BatchInfo] | None = None,
+        replicated: bool = False,
     ) -> AppendResult:
         """Commit the batches written at [position, end) of the head file `head`, where its
         committed bytes end: validate them (unless `infos` came from `validate_written` of the
@@ -136,7 +137,10 @@ class InPlaceAccess:
         place, index, advance the log end. `expected_base_offset`: the offset the first batch
         must take (a follower passes its leader's); `leader_epoch` None stamps the log's. A
         retried batch is answered with its first offsets and not committed (`duplicate`).
-        Raises HeadMovedError or a Kafka error; nothing is committed then."""
+        `replicated`: the bytes are a leader's batches (push replication): validated as a
+        follower's fetch is, their offsets must continue the log, nothing is patched (the
+        follower's file holds the leader's bytes). Raises HeadMovedError or a Kafka error;
+        nothing is committed then."""
         with self.lock:
             seg = self._head_at(head, position)
             if expected_base_offset is not None and expected_base_offset != self.log_end_offset:
@@ -144,6 +148,8 @@ class InPlaceAccess:
                     f"{self.name}: written batches start at offset {expected_base_offset}, "
                     f"the log ends at {self.log_end_offset}"
                 )
+            if replicated:
+                return self._commit_replicated(seg, position, end)
             with self._written(seg, position, end) as mv:  # one view: validated, then patched
                 if infos is None:
                     infos = self._validate(mv)
@@ -201,10 +207,10 @@ class InPlaceAccess:
             yield ReadStart(seg, start, offset)
 
     @contextmanager
-    def next_file(self, base_offset: int) -> Iterator[SegmentFile | None]:
+    def next_file(self, base_offset: int, committed: bool = False) -> Iterator[SegmentFile | None]:
         """The file after the one starting at `base_offset` (sealed files left empty by the
-        cleaner skipped); None while that one is not readable to its end or no file follows. The
-        log's lock is held until the block ends."""
+        cleaner skipped); None while that one is not readable to its end (`committed`: up to the
+        last stable offset) or no file follows. The log's lock is held until the block ends."""
         with self.lock:
             current = [seg for seg in self.segments if seg.base_offset == base_offset]
             later = [
@@ -212,18 +218,19 @@ class InPlaceAccess:
                 for seg in self.segments
                 if seg.base_offset > base_offset and (seg.size or seg is self.segments[-1])
             ]
-            if not later or (current and not self.readable_end(current[0])[2]):
+            if not later or (current and not self.readable_end(current[0], committed)[2]):
                 yield None
             else:
                 yield later[0]
 
-    def readable_end(self, file: SegmentFile) -> tuple[int, bool, bool]:
+    def readable_end(self, file: SegmentFile, committed: bool = False) -> tuple[int, bool, bool]:
         """(last readable byte, mutable, to its end) of a file of this log: where its committed
-        batches below the high watermark end, whether more may be committed into it (it is the
-        head of an open log), and whether that is where its committed batches end."""
+        batches below the high watermark (`committed`: the last stable offset, for read_committed
+        readers) end, whether more may be committed into it (it is the head of an open log), and
+        whether that is where its committed batches end."""
         seg = file
         with self.lock:
-            hw = self.high_watermark
+            hw = self.last_stable_offset if committed else self.high_watermark
             if seg.next_offset <= hw:
                 lrb = seg.size
             else:

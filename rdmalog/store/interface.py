@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from rdmalog.config import TopicConfig
 from rdmalog.store.log import AppendResult, TimestampOffset
 from rdmalog.store.segment import FileSlice
+from rdmalog.store.transaction_index import AbortedTxn
 
 
 class EpochLookup(Protocol):
@@ -47,6 +48,18 @@ class Log(Protocol):
 
     @property
     def size_in_bytes(self) -> int: ...
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the earliest open transaction, else the high watermark."""
+        ...
+
+    def aborted_transactions(
+        self, start: int, upper: int, fetched: FileSlice | None = None
+    ) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [`start`, `upper`) (for read_committed fetches), bounded
+        by the offset after the `fetched` slice."""
+        ...
 
     @property
     def leader_epoch(self) -> int: ...

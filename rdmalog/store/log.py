@@ -46,6 +46,7 @@ from rdmalog.errors import (
     OffsetOutOfRangeError,
     RecordListTooLargeError,
 )
+from rdmalog.store.append_result import AppendResult
 from rdmalog.store.disk import storage_error
 from rdmalog.store.in_place import InPlaceAccess
 from rdmalog.store.leader_epochs import FILE_NAME as LEADER_EPOCH_FILE
@@ -73,6 +74,9 @@ from rdmalog.store.records import (
 from rdmalog.store.segment import FileSlice, LogSegment
 from rdmalog.store.segment_swap import SegmentSwap
 from rdmalog.store.stats import LOG_STATS
+from rdmalog.store.transactions import TXN_FLAGS, AbortedIndex, TransactionalLog
+from rdmalog.store.transactions import on_append as track_transactions
+from rdmalog.store.transactions import rebuild as rebuild_transactions
 
 log = logging.getLogger(__name__)
 
@@ -82,17 +86,6 @@ PRODUCER_STATE_FILE = "rdmalog-producer-state.json"
 
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
-
-
-class AppendResult(NamedTuple):
-    """What an append reports back (offsets are inclusive)."""
-
-    base_offset: int
-    last_offset: int
-    log_append_time: int  # -1 unless the topic uses LogAppendTime
-    log_start_offset: int
-    flush_needed: bool
-    duplicate: bool = False  # a retry of a batch the log holds: its first offsets, nothing written
 
 
 class TimestampOffset(NamedTuple):
@@ -108,7 +101,7 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return topic, int(part)
 
 
-class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
+class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
     """The segments of one partition directory `<topic>-<partition>`."""
 
     def __init__(
@@ -157,6 +150,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
         self._append_listeners: list[Callable[[PartitionLog], None]] = []
         self._swap_listeners: list[Callable[[PartitionLog, list[LogSegment]], None]] = []
         self.producer_state = ProducerStateTable()
+        self.aborted = AbortedIndex(self.dir)  # aborted transactions (.txnindex)
+        self.add_swap_listener(self._reload_aborted)  # the cleaner rewrote some index files
         self.leader_epochs = LeaderEpochCache(self.dir / LEADER_EPOCH_FILE)
         self._standby: str | None = None  # None, "making" or "ready"
         self.closed = True
@@ -245,6 +240,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
         if loaded:
             self.leader_epochs = load_leader_epochs(self, recovered_from)
             self.producer_state = load_producer_state(self, PRODUCER_STATE_FILE)
+            rebuild_transactions(self, recovered_from)
         self.closed = False
         return self
 
@@ -253,12 +249,6 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
         append path, as Kafka does since KAFKA-15046; recovery assigns the epochs of batches past
         the recovery point again)."""
         self._epochs_unsynced = True
-
-    @property
-    def last_stable_offset(self) -> int:
-        """The offset below which every transaction is decided (what the cleaner may clean up
-        to): the high watermark, as rdmalog writes no transactions yet."""
-        return self.high_watermark
 
     @property
     def leader_epoch(self) -> int:
@@ -370,6 +360,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
                         info.last_offset_delta + 1,  # sequences span offsets (cleaned batches)
                         last - info.last_offset_delta, last, max_ts,
                     )  # fmt: skip
+            if any(info.attributes & TXN_FLAGS for info in infos):
+                track_transactions(self, mv, infos, [b[2] for b in batches])
             if self.leader_epochs.assign(leader_epoch, base):
                 self._save_epochs()
             flush_needed = nxt - self.recovery_point >= cfg.flush_messages
@@ -616,6 +608,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
     def _on_start_offset(self) -> None:
         """Forget leader epochs below the log start offset. Producer state stays (Kafka keeps it
         too): a retry of a deleted batch must still be answered as a duplicate."""
+        self.aborted.drop_below(self.log_start_offset)
         before = list(self.leader_epochs.entries)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
         if self.leader_epochs.entries != before:
@@ -679,6 +672,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
             self._truncated = True
             self.producer_state.truncate_after(self.log_end_offset)
+            self.aborted.truncate(self.log_end_offset, self._bases)
+            rebuild_transactions(self, None, walk_all=True)
             self.leader_epochs.truncate_from_end(self.log_end_offset)
             self._save_epochs()
 
@@ -698,6 +693,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap):
                 for seg in self.segments:
                     if seg.next_offset > self.recovery_point or seg is self.segments[-1]:
                         fds += seg.dup_fds()
+                fds += self.aborted.dup_unsynced()
                 if epochs:
                     self.leader_epochs.save(sync=False)
                     fds.append(os.open(self.leader_epochs.path, os.O_RDONLY))

@@ -21,11 +21,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rdmalog.errors import CorruptRecordError, KafkaStorageError
+from rdmalog.store.append_result import AppendResult
 from rdmalog.store.producer_state import ProducerStateTable
 from rdmalog.store.records import CONTROL_BIT, validate_batches
 
 if TYPE_CHECKING:
     from rdmalog.store.log import PartitionLog
+    from rdmalog.store.segment import LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +130,37 @@ class ReplicatedLog:
         if runs:
             self._appended()
         return end_offset
+
+    def _commit_replicated(
+        self: PartitionLog, seg: LogSegment, position: int, end: int
+    ) -> AppendResult:
+        """`commit_written(replicated=True)` under the log's lock: the leader's batches written at
+        [position, end) of the head `seg` (push replication), validated as a fetched response is
+        (sizes, magic, CRC-32C), offsets moving forward from the log end offset (a compacted
+        leader's batches leave gaps); committed as they are. CorruptRecordError otherwise (nothing committed)."""
+        if self.closed:
+            raise KafkaStorageError(f"{self.name} is closed")
+        with self._written(seg, position, end) as mv:
+            infos = validate_batches(mv, None, from_client=False, allow_control=True)
+            expected = self.log_end_offset
+            batches, epochs = [], []
+            for info in infos:
+                base = _BASE_OFFSET.unpack_from(mv, info.position)[0]
+                if base < expected:  # offsets only move forward (a cleaned leader leaves gaps)
+                    raise CorruptRecordError(
+                        f"{self.name}: pushed batch at offset {base} overlaps the log end {expected}"
+                    )
+                last = base + info.last_offset_delta
+                batches.append((info.position, info.size, last, info.max_timestamp))
+                epochs.append((_EPOCH.unpack_from(mv, info.position + _EPOCH_AT)[0], base))
+                expected = last + 1
+            first = self.log_end_offset
+            seg.commit_written(batches, end - position)
+            self.log_end_offset = expected
+            self._track_replicated(mv, infos, epochs)
+        result = AppendResult(first, expected - 1, -1, self.log_start_offset, False)
+        self._appended()  # (the log's lock is reentrant: listeners only queue work)
+        return result
 
     def _track_replicated(
         self: PartitionLog, mv: memoryview, infos: list, epochs: list[tuple[int, int]]

@@ -12,6 +12,11 @@ Kafka's rules (ProducerStateManager / ProducerAppendInfo), per partition:
 - retention and DeleteRecords do not forget producers (as Kafka since KIP-360): a retry of a batch
   they deleted is still a duplicate; `producer.id.expiration.ms` bounds the table.
 
+Transactions: `ongoing` maps a producer id to the first offset of its open transaction (Kafka's
+ongoingTxns); the earliest of them is the partition's first unstable offset, which the last stable
+offset stops at. A producer with an open transaction does not expire. A marker (control batch) ends the
+transaction and raises the producer's epoch to the marker's, so a fenced producer's late writes fail.
+
 The state is rebuilt at start-up by walking batch headers (no record decoding); `snapshot()` /
 `restore()` let the log keep a copy across clean shutdowns in Kafka's `<offset>.snapshot` spirit.
 """
@@ -70,6 +75,33 @@ class ProducerStateTable:
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.valid_to: int | None = None  # the offset a restored snapshot was valid to
+
+    # --- transactions -----------------------------------------------------------------------------
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open transaction (None when there is none)."""
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def begin_transaction(self, producer_id: int, first_offset: int) -> None:
+        """A transactional batch at `first_offset`: the producer's transaction is open from its first
+        batch on."""
+        self.ongoing.setdefault(producer_id, first_offset)
+
+    def end_transaction(self, producer_id: int, epoch: int) -> int | None:
+        """A marker of `producer_id` at `epoch`: the first offset of the transaction it ends (None
+        when none was open); the producer's epoch rises to the marker's."""
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            self.producers[producer_id] = ProducerEntry(epoch)
+        return self.ongoing.pop(producer_id, None)
+
+    def stable_offset_after(self, producer_id: int, last_offset: int) -> int:
+        """Kafka's lastStableOffset of a completed transaction: the first offset of the earliest
+        other open transaction, else the offset after its marker."""
+        others = [o for pid, o in self.ongoing.items() if pid != producer_id]
+        return min(others) if others else last_offset + 1
 
     def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> BatchMeta | None:
         """Validate a batch about to be appended: the cached metadata when it is a duplicate,
@@ -164,7 +196,8 @@ class ProducerStateTable:
         old = [
             pid
             for pid, e in self.producers.items()
-            if not e.batches or now - e.batches[-1].timestamp >= max_age_ms
+            if pid not in self.ongoing
+            and (not e.batches or now - e.batches[-1].timestamp >= max_age_ms)
         ]
         for pid in old:
             del self.producers[pid]
@@ -178,6 +211,9 @@ class ProducerStateTable:
                 entry.batches.pop()
             if not entry.batches:
                 del self.producers[pid]
+        for pid, first in list(self.ongoing.items()):
+            if first >= offset:
+                del self.ongoing[pid]
 
     # --- persistence ------------------------------------------------------------------------------
 
@@ -189,6 +225,7 @@ class ProducerStateTable:
                 str(pid): {"epoch": e.epoch, "batches": [list(b) for b in e.batches]}
                 for pid, e in self.producers.items()
             },
+            "ongoing": {str(pid): first for pid, first in self.ongoing.items()},
         }
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(body))
@@ -203,6 +240,8 @@ class ProducerStateTable:
             for pid, e in body["producers"].items():
                 entry = table.producers[int(pid)] = ProducerEntry(int(e["epoch"]))
                 entry.batches.extend(BatchMeta(*map(int, b)) for b in e["batches"])
-            return table, int(body["end_offset"])
+            table.ongoing = {int(p): int(o) for p, o in body.get("ongoing", {}).items()}
+            table.valid_to = int(body["end_offset"])
+            return table, table.valid_to
         except (OSError, ValueError, KeyError, TypeError):
             return None

@@ -3,9 +3,8 @@ round keeps of transactions as it walks the log (Kafka's CleanedTransactionMetad
 
 An index entry is an aborted transaction: version int16 (0), producerId int64, firstOffset int64,
 lastOffset int64 (its ABORT marker), lastStableOffset int64, big-endian, 34 bytes, in the order the
-markers were written. rdmalog writes no transaction markers yet; the cleaner reads the indexes an
-imported Kafka log brings and writes the cleaned segment's, so transactions land on a cleaner that
-already handles them.
+markers were written. The log writes its entries as ABORT markers are appended (transactions.py);
+the cleaner reads them and writes the cleaned segment's.
 """
 
 from __future__ import annotations

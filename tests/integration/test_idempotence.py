@@ -1,6 +1,6 @@
 """Idempotent producers through real clients and the raw protocol: producer ids, Kafka's sequence
-rules, retried batches acknowledged once with their first offsets (also across restarts), and
-transactions refused the way Kafka refuses them when no transaction coordinator is available."""
+rules, retried batches acknowledged once with their first offsets (also across restarts).
+Transactions are tested in test_transactions.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import socket
 import struct
 import threading
 import uuid
-import warnings
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ pytest.importorskip("confluent_kafka")
 pytest.importorskip("kafka")
 
 import kafka  # noqa: E402
-from confluent_kafka import KafkaError, KafkaException, Producer  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
 from rawkafka import RawClient, list_offset, produce  # noqa: E402
 
 from compat_tests.brokers import BrokerProcess  # noqa: E402
@@ -29,8 +28,6 @@ from rdmalog.store.records import Record, build_batch  # noqa: E402
 
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
-COORDINATOR_NOT_AVAILABLE = 15
-TRANSACTION_APIS = {24, 25, 26, 27, 28, 65, 66}  # AddPartitionsToTxn .. EndTxn, Describe/ListTxns
 
 
 class CuttingProxy:
@@ -383,55 +380,3 @@ def test_duplicates_are_recognised_after_a_restart(kbroker: BrokerProcess, sig: 
         assert list_offset(c, topic, 0, -1)["offset"] == 15
         # producer ids are never handed out twice, across restarts too
         assert _init_producer_id(c)["producer_id"] not in (before, pid)
-
-
-# --- transactions are not available yet ------------------------------------------------------------
-
-
-def test_transactional_ids_are_refused_and_no_transaction_api_is_advertised(
-    kbroker: BrokerProcess,
-) -> None:
-    with RawClient(kbroker.bootstrap) as c:
-        for version in range(0, 6):
-            resp = _init_producer_id(c, version, txn="my-txn")
-            assert resp["error_code"] == COORDINATOR_NOT_AVAILABLE
-            assert resp["producer_id"] == -1
-        for version in range(1, 4):
-            resp = c.call(10, version, {"key": "my-txn", "key_type": 1})
-            assert resp["error_code"] == COORDINATOR_NOT_AVAILABLE, version
-        for version in range(4, 7):
-            resp = c.call(10, version, {"key_type": 1, "coordinator_keys": ["a", "b"]})
-            assert [x["error_code"] for x in resp["coordinators"]] == [15, 15], version
-        # groups are still coordinated here
-        resp = c.call(10, 4, {"key_type": 0, "coordinator_keys": ["g"]})
-        assert resp["coordinators"][0]["error_code"] == 0
-        keys = {k["api_key"] for k in c.call(18, 3, _api_versions_body())["api_keys"]}
-    assert 22 in keys and not keys & TRANSACTION_APIS
-
-
-def _api_versions_body() -> dict:
-    return {"client_software_name": "raw-tests", "client_software_version": "1.0"}
-
-
-def test_init_transactions_fails_cleanly(via_proxy: str) -> None:
-    """Both clients time out retrying (retriable, not fatal) instead of hanging or crashing."""
-    producer = Producer(
-        {"bootstrap.servers": via_proxy, "transactional.id": f"txn-{uuid.uuid4().hex[:6]}"}
-    )
-    try:
-        with pytest.raises(KafkaException) as info:
-            producer.init_transactions(2)
-        err = info.value.args[0]
-        assert err.code() == KafkaError._TIMED_OUT and err.retriable() and not err.fatal(), err
-    finally:
-        with warnings.catch_warnings():  # close() tries to abort the pending init: the client warns
-            warnings.simplefilter("ignore", RuntimeWarning)
-            producer.close()
-    kp = kafka.KafkaProducer(
-        bootstrap_servers=via_proxy, transactional_id="kp-txn", max_block_ms=2000
-    )
-    try:
-        with pytest.raises(kafka.errors.KafkaTimeoutError):
-            kp.init_transactions()
-    finally:
-        kp.close(timeout=5)

@@ -38,6 +38,8 @@ from rdmalog.rdma.wire import word_encode
 from rdmalog.security.authorizer import Operation
 from rdmalog.store.in_place import SegmentFile
 
+MAX_ABORTED = 1000  # aborted transactions per answer: a consumer asks again from where it ends
+
 ATTACH_TIMEOUT = 10.0  # seconds `attach` waits for the session's queue pair to say hello
 
 
@@ -60,6 +62,7 @@ class Grants:
         slots_per_consumer: int,
         hello_reply: dict,
         access: AccessControl,
+        replica_credits: int = 32,
         counters: dict[str, int] | None = None,
     ):
         self.store = store
@@ -74,6 +77,7 @@ class Grants:
         self.slots_per_consumer = slots_per_consumer
         self.hello_reply = hello_reply
         self.access = access
+        self.replica_credits = replica_credits  # writes a pushing leader may have outstanding
         self.counters = (
             datapath_counters() if counters is None else counters
         )  # the service's, for metrics
@@ -105,13 +109,39 @@ class Grants:
     # -- requests ----------------------------------------------------------------------------------
     def _op_produce_access(self, s: Session, req: dict) -> dict:
         topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+        mode = arg(req, "mode", str, "exclusive")
+        if mode == "replica":  # a leader pushing its batches: inter-broker, as Kafka's fetches
+            self.access.check_cluster(s, Operation.CLUSTER_ACTION)
+            leader = (arg(req, "leader", int), arg(req, "leader_epoch", int))
+            return self._produce_access(s, topic, partition, mode, leader)
         self.access.check_topic(s, topic, Operation.WRITE)
-        return self._produce_access(s, topic, partition, arg(req, "mode", str, "exclusive"))
+        return self._produce_access(s, topic, partition, mode)
+
+    def _op_release_produce(self, s: Session, req: dict) -> dict:
+        """Give back one produce grant (a leader that goes back to pull replication)."""
+        fid = arg(req, "file_id", int)
+        with self.lock:
+            if fid in s.state.get("grants", ()):
+                s.state["grants"].discard(fid)
+                self._drop_holder(s, fid)
+        return {}
 
     def _op_read_access(self, s: Session, req: dict) -> dict:
         topic, partition = arg(req, "topic", str), arg(req, "partition", int)
         self.access.check_topic(s, topic, Operation.READ)
+        if arg(req, "isolation_level", int, 0) == 1:  # the session reads up to the LSO only
+            s.state["read_committed"] = True
         return self._read_access(s, topic, partition, arg(req, "offset", int))
+
+    def _op_aborted_transactions(self, s: Session, req: dict) -> dict:
+        """A read_committed consumer's look at the aborted transactions from `start` on: those
+        below the last stable offset (`upto`), at most MAX_ABORTED of them."""
+        topic, partition = arg(req, "topic", str), arg(req, "partition", int)
+        self.access.check_topic(s, topic, Operation.READ)
+        aborted, upto = self.partitions.get(topic, partition).log.aborted_from(
+            arg(req, "start", int), MAX_ABORTED
+        )
+        return {"aborted": [[t.producer_id, t.first_offset] for t in aborted], "upto": upto}
 
     def _op_release(self, s: Session, req: dict) -> dict:
         topic, partition = arg(req, "topic", str), arg(req, "partition", int)
@@ -153,29 +183,56 @@ class Grants:
         if "file_id" in req:  # producer: the head is full; roll it and grant the new one
             f = self.files.get(arg(req, "file_id", int))
             mode = arg(req, "mode", str, "exclusive")
+            leader = None
+            if mode == "replica":
+                self.access.check_cluster(s, Operation.CLUSTER_ACTION)
+                leader = (arg(req, "leader", int), arg(req, "leader_epoch", int))
             if f is not None and s.id in f.sessions:
                 with f.lock:
                     self.ordering.revoke(f)
                     f.part.log.roll_head(f.segment)
-            return self._produce_access(s, topic, partition, mode)
+            return self._produce_access(s, topic, partition, mode, leader)
         base = arg(req, "base_offset", int)  # consumer: the file after `base`
         ps = self.partitions.get(topic, partition)
         rf = ps.readers.get(base)
         if rf is None or s.id not in rf.refs:  # e.g. the topic was deleted and created again
             raise ControlError("file_gone", f"no file {base} of this log is held by the session")
-        with self.lock, ps.log.next_file(base) as nxt:
+        committed = bool(s.state.get("read_committed"))
+        with self.lock, ps.log.next_file(base, committed) as nxt:
             if nxt is None:
                 raise ControlError("no_next_file", f"file {base} is not read to its end yet")
             self._release_read(s, topic, partition, base)
             return self._register_reader(s, ps, nxt, 0)
 
     # -- producers ---------------------------------------------------------------------------------
-    def _produce_access(self, s: Session, topic: str, partition: int, mode: str) -> dict:
-        if mode not in ("exclusive", "shared"):
+    def _produce_access(
+        self,
+        s: Session,
+        topic: str,
+        partition: int,
+        mode: str,
+        leader: tuple[int, int] | None = None,
+    ) -> dict:
+        """A grant of the partition's head file. Mode "replica" (`leader`: its broker id and
+        epoch): the follower's own arbitration, as for producers, plus one rule: only the
+        leader of the epoch this broker follows gets it, and it supersedes any other holder (a
+        deposed leader's grant is revoked before a write of the new one lands)."""
+        if mode not in ("exclusive", "shared", "replica"):
             raise ControlError("invalid_request", f"unknown mode {mode!r}")
-        ps = self.partitions.get(topic, partition)
-        if ps.log.config.rdmalog_mirror_source:  # a mirror topic (gateway/mirror): read-only
+        ps = self.partitions.get(topic, partition, replica=leader is not None)
+        if leader is None and ps.log.config.rdmalog_mirror_source:  # gateway/mirror: read-only
             raise ControlError("invalid_request", f"{topic} is a read-only mirror topic")
+        if leader is not None:
+            check = self.partitions.replica_check
+            if check is None or not check(topic, partition, *leader):
+                raise ControlError(
+                    "not_follower", f"not following {topic}-{partition} under {leader}"
+                )
+            with self.lock:
+                f = ps.produce
+            if f is not None and not f.revoked:  # a request supersedes: one writer, from here
+                with f.lock:
+                    self.ordering.revoke(f)
         with self.lock:
             f = ps.produce
             if f is not None and not f.revoked:
@@ -201,12 +258,18 @@ class Grants:
                 f = ProduceFile(
                     self._new_file_id(), ps, head, position, mode, mr, word, self.counters
                 )
+                if leader is not None:
+                    self._as_replica(f, ps, leader)
+                end_offset = plog.log_end_offset
             f.sessions.add(s.id)
             self.files[f.file_id] = f
             ps.produce = f
             s.state.setdefault("grants", set()).add(f.file_id)
             reply = self._grant_reply(f, s)
             self.counters["produce_grants"] += 1
+            if leader is not None:
+                reply["log_end_offset"] = end_offset
+                reply["credits"] = self.replica_credits
         # Outside the locks: a preallocated head file is made resident, as registering it with
         # an RNIC would pin it (its first megabytes before the producer hears of it, the rest in
         # the background). Then nothing is left to allocate, and the prefaulter's writable lead
@@ -221,6 +284,18 @@ class Grants:
         else:
             self.prefault.want(f.file_id, f.mapping, position, f.capacity)
         return reply
+
+    def _as_replica(self, f: ProduceFile, ps: PartState, leader: tuple[int, int]) -> None:
+        """Make f a push-replication grant of `leader` (the log's lock is held): its writes are
+        committed while `leader` is still current, and the follower's fetcher stands aside for
+        as long as f is held."""
+        topic, partition = ps.log.topic, ps.log.partition
+        check, pushed = self.partitions.replica_check, self.partitions.replica_pushed
+        f.replica_of = leader
+        f.current = lambda: check is not None and check(topic, partition, *leader)
+        if pushed is not None:
+            pushed(topic, partition, True)
+            f.on_revoke = lambda: pushed(topic, partition, False)
 
     def _new_file_id(self) -> int:
         for _ in range(1 << 16):
@@ -269,7 +344,10 @@ class Grants:
                 rf = ps.readers[seg.base_offset] = ReadFile(key, seg, mr)
             rf.refs.add(s.id)
             self.counters["read_grants"] += 1
-            lrb, mutable, to_end = ps.log.readable_end(seg)
+            committed = bool(s.state.get("read_committed"))
+            if committed:
+                rf.committed.add(s.id)
+            lrb, mutable, to_end = ps.log.readable_end(seg, committed)
             slot = -1
             region = s.state.get("slots")
             if region is not None:
@@ -284,7 +362,7 @@ class Grants:
                     rf.slots[s.id] = (region, slot)
                 region.set(slot, lrb, mutable, seg.base_offset)
                 # a roll between the two looks is seen by the slot too
-                lrb, mutable, _ = ps.log.readable_end(seg)
+                lrb, mutable, _ = ps.log.readable_end(seg, committed)
             s.state.setdefault("reads", set()).add(key)
             return {
                 "region": rf.window_for(s.id, s.state["qp"].qp).remote().to_dict(),
@@ -307,6 +385,7 @@ class Grants:
             if rf is None:
                 return
             slot = rf.slots.pop(s.id, None)
+            rf.committed.discard(s.id)
             if slot is not None:
                 slot[0].clear(slot[1])
             rf.drop_reader(s.id)

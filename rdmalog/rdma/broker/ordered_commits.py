@@ -144,8 +144,8 @@ class OrderedCommits:
         batch the log already holds (answered with its original offsets, per write), a sequence
         or epoch error, or bytes that do not validate (the good ones before them still commit)."""
         plog = f.part.log
-        if f.revoked or f.full:
-            return False
+        if f.revoked or f.full or f.replica_of is not None:
+            return False  # a leader's pushed writes: one by one (`_process`), already coalesced
         start = f.expect_pos
         end = start + sum(n for _, n, _ in run)
         f.narrow(end)  # before validating: from here on no holder can change these bytes
@@ -190,6 +190,8 @@ class OrderedCommits:
     def _process(self, f: ProduceFile, order: int, byte_len: int, reply: Reply) -> None:
         f.next_order = (order + 1) & ORDER_MASK
         plog = f.part.log
+        if f.current is not None and not f.revoked and not f.current():
+            self.revoke(f)  # its leader was deposed: nothing of it is committed from now on
         if f.revoked:
             reply(order, _REVOKED, -1, -1, 0)
             return
@@ -203,7 +205,7 @@ class OrderedCommits:
         end = start + byte_len
         f.narrow(end)  # before validating: no holder can change these bytes now
         try:
-            res = plog.commit_written(f.segment, start, end)
+            res = plog.commit_written(f.segment, start, end, replicated=f.replica_of is not None)
         except HeadMovedError:
             answer = (AckStatus.REVOKED, -1, -1, 0)
         except KafkaError as e:

@@ -43,7 +43,10 @@ Reply = Callable[..., None]
 
 
 class ProduceFile:
-    """One grant of a head file for RDMA produce (exclusive, or shared through the word)."""
+    """One grant of a head file for RDMA produce (exclusive, or shared through the word), or
+    for push replication (mode "replica": the partition's leader writes its own batches here;
+    `replica_of` is its (broker id, leader epoch) and `current()` says whether it still leads
+    in that epoch as this follower sees it: a write is committed only while it does)."""
 
     def __init__(
         self,
@@ -74,6 +77,9 @@ class ProduceFile:
         # session id -> (window over the file, window over the word or None): what each holder
         # was handed, bound to its queue pair; the file's own region key is never handed out
         self.windows: dict[int, tuple] = {}
+        self.replica_of: tuple[int, int] | None = None
+        self.current: Callable[[], bool] | None = None
+        self.on_revoke: Callable[[], None] | None = None  # called once, under any lock
 
     def window_for(self, session: int, qp) -> tuple:
         """The holder's windows, bound on its queue pair at its first grant: [committed
@@ -109,9 +115,12 @@ class ProduceFile:
 
     def revoke(self) -> None:
         """Withdraw remote access now (flags and deregistration only: safe under the log lock)."""
+        first = not self.revoked
         if not self.revoked and self.counters is not None:
             self.counters["revocations"] += 1  # whatever withdrew it: roll, timeout, deletion...
         self.revoked = True
+        if first and self.on_revoke is not None:
+            self.on_revoke()
         for session in list(self.windows):
             self.drop_holder(session)
         for mr in (self.mr, self.word_mr):
@@ -177,6 +186,7 @@ class ReadFile:
     def __init__(self, key: tuple[str, int, int], seg: SegmentFile, mr):
         self.key, self.segment, self.mr = key, seg, mr  # key: (topic, partition, base offset)
         self.slots: dict[int, tuple[SlotRegion, int]] = {}  # session id -> (region, slot index)
+        self.committed: set[int] = set()  # sessions reading committed data only (up to the LSO)
         self.refs: set[int] = set()
         self.windows: dict[int, object] = {}  # session id -> its READ window, on its queue pair
 
@@ -224,8 +234,10 @@ class PartState:
         for rf in list(self.readers.values()):
             if rf.slots:
                 lrb, mutable, _ = plog.readable_end(rf.segment)
-                for region, idx in list(rf.slots.values()):
-                    region.set(idx, lrb, mutable, rf.segment.base_offset)
+                stable = plog.readable_end(rf.segment, True)[0] if rf.committed else lrb
+                for sid, (region, idx) in list(rf.slots.items()):
+                    end = stable if sid in rf.committed else lrb
+                    region.set(idx, end, mutable, rf.segment.base_offset)
 
     def on_roll(self, plog, old, new) -> None:
         f = self.produce
@@ -245,13 +257,18 @@ class Partitions:
         # cluster mode: 0 when this broker leads the partition (else a Kafka error code); native
         # producers and consumers are served by the leader only
         self.leader_check: Callable[[str, int], int] | None = None
+        # cluster mode, push replication: `replica_check(topic, partition, leader, epoch)` is
+        # True while this broker follows `leader` in `epoch` (it may write this replica's head);
+        # `replica_pushed(topic, partition, held)` tells the follower's fetcher to stand aside
+        self.replica_check: Callable[[str, int, int, int], bool] | None = None
+        self.replica_pushed: Callable[[str, int, bool], None] | None = None
 
-    def get(self, topic: str, partition: int) -> PartState:
+    def get(self, topic: str, partition: int, replica: bool = False) -> PartState:
         """The partition's state (raises the store's error for an unknown one, and in a cluster
-        NotLeaderOrFollowerError where this broker does not lead); a log that was deleted and
-        created again gets a new one."""
+        NotLeaderOrFollowerError where this broker does not lead, unless `replica`: its leader
+        asks); a log that was deleted and created again gets a new one."""
         check = self.leader_check
-        if check is not None and check(topic, partition):
+        if not replica and check is not None and check(topic, partition):
             raise NotLeaderOrFollowerError(f"this broker does not lead {topic}-{partition}")
         plog = self.store.partition(topic, partition)
         with self.lock:

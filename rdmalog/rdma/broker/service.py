@@ -32,7 +32,7 @@ from rdmalog.rdma.broker.grants import Grants
 from rdmalog.rdma.broker.ordered_commits import Arrival, OrderedCommits
 from rdmalog.rdma.broker.partitions import Partitions, ProduceFile, datapath_counters
 from rdmalog.rdma.broker.prefault import Prefaulter
-from rdmalog.rdma.broker.queue_pairs import QueuePairs
+from rdmalog.rdma.broker.queue_pairs import RECV_DEPTH, QueuePairs
 from rdmalog.rdma.control import ControlServer, Session
 from rdmalog.rdma.transport.devices import open_device
 from rdmalog.rdma.transport.interface import Opcode, Status, TransportError
@@ -66,9 +66,11 @@ class RdmaService:
         commit_interval: float = 0.1,
         credentials: Credentials | None = None,
         authorizer: Authorizer | None = None,
+        replica_credits: int = 32,
     ):
         """`credentials`: require SASL on control connections (None: every session is
-        User:ANONYMOUS); `authorizer`: what each principal may be granted (None: everything)."""
+        User:ANONYMOUS); `authorizer`: what each principal may be granted (None: everything);
+        `replica_credits`: the writes a leader pushing to this broker may have outstanding."""
         self.store = store
         self.kind = transport
         self.host = host
@@ -109,6 +111,7 @@ class RdmaService:
             slots_per_consumer=slots_per_consumer,
             hello_reply={"rdma_address": self.rdma_address, "transport": transport},
             access=AccessControl(credentials, authorizer),
+            replica_credits=min(replica_credits, RECV_DEPTH // 2),
             counters=self.counters,
         )
         self.control = ControlServer(self.grants.handle, self._session_closed, host, control_port)
@@ -176,12 +179,22 @@ class RdmaService:
         self.partitions.leader_check = check
 
     def revoke_produce(self, topic: str, partition: int) -> None:
-        """Withdraw a partition's produce grant (cluster mode: its leadership moved away)."""
+        """Withdraw a partition's produce grant (cluster mode: its leadership moved away, or the
+        leader pushing to this follower did). Once this returns nothing more of it is
+        committed: a commit under way finishes first (it holds the file's lock)."""
         with self.lock:
             ps = self.parts.get((topic, partition))
             f = None if ps is None else ps.produce
         if f is not None and not f.revoked:
-            self.ordering.revoke(f)
+            with f.lock:
+                self.ordering.revoke(f)
+
+    def serve_replicas(self, check, pushed) -> None:
+        """Cluster mode, push replication: `check(topic, partition, leader, epoch)` says whether
+        this broker follows `leader` in `epoch` (whose grants of the replica's head it then
+        honours); `pushed(topic, partition, held)` is told when such a grant starts and ends."""
+        self.partitions.replica_check = check
+        self.partitions.replica_pushed = pushed
 
     def try_append(self, topic: str, partition: int, buf, leader_epoch: int | None = None):
         """A plain append when no RDMA producer holds the head; None: call `append` off the loop."""

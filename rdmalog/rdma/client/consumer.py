@@ -12,6 +12,7 @@ involved in any of this except at file boundaries.
 
 from __future__ import annotations
 
+import functools
 import struct
 import time
 from collections import deque
@@ -21,6 +22,7 @@ from typing import NamedTuple
 from rdmalog.errors import CorruptRecordError, KafkaError
 from rdmalog.rdma import commit_words
 from rdmalog.rdma.client.commit_results import PendingCommits
+from rdmalog.rdma.client.committed_reads import TXN_FLAGS, AbortedTransactions
 from rdmalog.rdma.client.endpoint import Endpoint, SaslCredentials
 from rdmalog.rdma.client.offsets import OffsetCommitError
 from rdmalog.rdma.commit_words import MAX_OFFSET, SLOT_BYTES, add_for, next_word
@@ -98,7 +100,7 @@ class ConsumerBatch(NamedTuple):
 class _Assignment:
     __slots__ = (
         "topic", "partition", "offset", "region", "base", "pos", "lrb", "mutable", "slot",
-        "mr", "head", "have", "active", "more", "paused",
+        "mr", "head", "have", "active", "more", "paused", "txns",
     )  # fmt: skip
 
     def __init__(self, topic: str, partition: int):
@@ -114,6 +116,7 @@ class _Assignment:
         self.active = False
         self.more = False  # whole batches kept: a poll stopped at max_records in front of them
         self.paused = False
+        self.txns: AbortedTransactions | None = None  # read_committed: what is aborted
 
 
 class Consumer(Endpoint):
@@ -126,7 +129,8 @@ class Consumer(Endpoint):
     `check_crcs=True` is Kafka's check.crcs: each batch's CRC-32C is verified before its records
     are returned (a corrupt one raises CorruptRecordError and stays the position until a seek
     past it); off by default, as in librdkafka, since the broker verified each batch when it was
-    written.
+    written. `isolation_level="read_committed"` reads up to the last stable offset and skips
+    aborted transactions (committed_reads.py), as a Kafka consumer does.
     """
 
     def __init__(
@@ -140,6 +144,7 @@ class Consumer(Endpoint):
         auto_offset_reset: str = "earliest",
         check_crcs: bool = False,
         sasl: SaslCredentials | None = None,
+        isolation_level: str = "read_uncommitted",
     ):
         if group_id is not None and not bootstrap:
             raise ValueError("group_id needs bootstrap: offsets live in the group coordinator")
@@ -149,7 +154,11 @@ class Consumer(Endpoint):
             raise ValueError(
                 f"auto_offset_reset must be earliest, latest or none, not {auto_offset_reset!r}"
             )
+        if isolation_level not in ("read_uncommitted", "read_committed"):
+            raise ValueError(f"isolation_level {isolation_level!r}: read_(un)committed")
         super().__init__(control_address, transport, timeout, sasl)
+        # read_committed: the slots stop at the last stable offset, aborted batches are skipped
+        self._committed = {"isolation_level": 1} if isolation_level == "read_committed" else {}
         self.fetch_size = fetch_size
         self.reset = _RESETS[auto_offset_reset]  # None: an offset outside the log is an error
         self.check_crcs = check_crcs
@@ -257,13 +266,17 @@ class Consumer(Endpoint):
             raise ValueError(f"offset {offset}: offsets are >= 0 (or -2 earliest, -1 latest)")
         self._release(a)
         a.offset = offset
+        a.txns = AbortedTransactions() if self._committed else None
         self._deferred = None  # a batch found corrupt is found again when read again
+        iso = self._committed
         try:
-            r = self.control("read_access", topic=topic, partition=partition, offset=offset)
+            r = self.control("read_access", topic=topic, partition=partition, offset=offset, **iso)
         except ControlError as e:
             if e.code != "offset_out_of_range" or offset < 0 or self.reset is None:
                 raise
-            r = self.control("read_access", topic=topic, partition=partition, offset=self.reset)
+            r = self.control(
+                "read_access", topic=topic, partition=partition, offset=self.reset, **iso
+            )
         a.offset = r["offset"]
         self._open(a, r)
 
@@ -653,7 +666,8 @@ class Consumer(Endpoint):
         where it is: the next READ lands behind it while the buffer has room (no move per READ)."""
         buf = a.mr.buf
         p, end = a.head, a.head + a.have
-        if _c_take is not None and not raw and not self.check_crcs:  # uncompressed data batches
+        txns = a.txns
+        if _c_take is not None and not raw and not self.check_crcs and txns is None:  # plain data
             p, a.offset, room = _c_take(
                 buf, p, end, a.offset, room, a.topic, a.partition, ConsumerRecord, out
             )  # the loop below takes what it stopped at, if anything
@@ -675,7 +689,13 @@ class Consumer(Endpoint):
                     break
                 n0 = len(out)
                 try:
-                    if raw:
+                    if (
+                        txns is not None
+                        and h[5] & TXN_FLAGS
+                        and txns.skip(functools.partial(self._aborted, a), buf, p, h, last)
+                    ):
+                        pass  # a marker, or a batch of an aborted transaction
+                    elif raw:
                         out.append(
                             ConsumerBatch(
                                 a.topic, a.partition, h[0], last, bytes(buf[p : p + size])
@@ -718,6 +738,10 @@ class Consumer(Endpoint):
             p += size
         a.head = p if p < end else 0  # nothing kept: the next READ starts at the front
         a.have = end - p
+
+    def _aborted(self, a: _Assignment, start: int) -> tuple[list, int]:
+        r = self.control("aborted_transactions", topic=a.topic, partition=a.partition, start=start)
+        return r["aborted"], r["upto"]
 
     def _stop_at(self, a: _Assignment, first: int, last: int, why: str) -> None:
         """A batch found corrupt is kept, and the position stays at it: the error comes once the

@@ -38,7 +38,9 @@ def test_registered_ranges() -> None:
     assert ranges[21] == (0, 2) and ranges[22] == (0, 5) and ranges[23] == (0, 4)
     assert ranges[32] == (0, 4) and ranges[33] == (0, 2) and ranges[35] == (0, 4)
     assert ranges[37] == (0, 3) and ranges[44] == (0, 1) and ranges[60] == (0, 2)
-    assert not set(REGISTRY) & {24, 25, 26, 27, 28, 65, 66}  # no transaction API
+    assert {k: ranges[k] for k in (24, 25, 26, 27, 28, 65, 66)} == {
+        24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (1, 1), 28: (0, 5), 65: (0, 0), 66: (0, 1)
+    }  # fmt: skip
 
 
 # --- InitProducerId, FindCoordinator for transactions -----------------------------------------------
@@ -50,12 +52,6 @@ def test_init_producer_id(h: Harness, version: int) -> None:
     first, second = h.call(22, version, body), h.call(22, version, body)
     assert first["error_code"] == 0 and first["producer_epoch"] == 0
     assert second["producer_id"] == first["producer_id"] + 1
-    refused = h.call(22, version, {**body, "transactional_id": "txn"})
-    assert (refused["error_code"], refused["producer_id"], refused["producer_epoch"]) == (
-        15,
-        -1,
-        -1,
-    )
 
 
 def test_producer_ids_are_not_reused_after_a_restart(tmp_path: Path) -> None:
@@ -70,16 +66,15 @@ def test_producer_ids_are_not_reused_after_a_restart(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("version", versions(10))
-def test_find_coordinator_refuses_transactional_ids(h: Harness, version: int) -> None:
+def test_find_coordinator_of_transactional_ids(h: Harness, version: int) -> None:
     if version >= 4:
         resp = h.call(10, version, {"key_type": 1, "coordinator_keys": ["x"]})
         (answer,) = resp["coordinators"]
     else:
         answer = h.call(10, version, {"key": "x", "key_type": 1})
-    if version == 0:  # v0 has no key type: the key is a group
-        assert answer["error_code"] == 0
-    else:
-        assert (answer["error_code"], answer["node_id"]) == (15, -1)
+    assert (answer["error_code"], answer["node_id"], answer["port"]) == (0, 0, 9999)
+    if version >= 1:  # v0 has no key type: the key is a group
+        assert "__transaction_state" in h.store.topics
 
 
 # --- DeleteRecords ------------------------------------------------------------------------------------

@@ -263,6 +263,8 @@ def test_aborted_transactions_go_and_their_markers_follow(tmp_path: Path, clock)
     # the producer's last batch, emptied; the marker, kept with the index entry
     assert shape() == [(0, 1, False), (2, 0, False), (3, 1, True), (4, 1, False)]
     assert read_aborted(plog.segments[0].txn_index_path) == [AbortedTxn(9, 1, 3, 1)]
+    # what read_committed fetches are told: the index as the swap left it (reloaded)
+    assert plog.aborted_transactions(0, plog.log_end_offset) == [AbortedTxn(9, 1, 3, 1)]
 
     plog.producer_state.expire(clock(), 0)  # producer.id.expiration.ms passed
     end = round_("c")  # the empty batch goes; it was there, so the marker stays once more
@@ -272,6 +274,8 @@ def test_aborted_transactions_go_and_their_markers_follow(tmp_path: Path, clock)
     marker = [b for b in batch_views(plog) if b.is_control][0]
     assert marker.attributes & DELETE_HORIZON_BIT and marker.base_timestamp == clock() + 1000
     assert not plog.segments[0].txn_index_path.exists()
+    # its marker goes next: no client may be told of the transaction any more
+    assert plog.aborted_transactions(0, plog.log_end_offset) == []
 
     clock.advance(1000)
     round_("e")  # past it: gone

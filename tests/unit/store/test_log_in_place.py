@@ -128,3 +128,33 @@ def test_a_file_above_the_high_watermark_reads_only_below_it(tmp_path: Path) -> 
     with plog.next_file(old.base_offset) as nxt:
         assert nxt is plog.segments[-1]
     plog.close()
+
+
+def test_a_leaders_batches_commit_as_they_are(tmp_path: Path) -> None:
+    """commit_written(replicated=True), push replication's commit: the leader's offsets, epochs
+    and timestamps kept byte for byte (even on a LogAppendTime topic); batches that do not
+    continue the log are refused and nothing is committed."""
+    leader = open_log(
+        tmp_path / "leader", segment_bytes=1 << 16, message_timestamp_type="LogAppendTime"
+    )
+    leader.begin_leader_epoch(7)
+    leader.append(batch(2))
+    leader.append(batch(3))
+    with leader.file_for_reading(0) as at:
+        pushed = bytes(at.file.mmap[: leader.active_segment.size])
+    follower = open_log(
+        tmp_path / "follower", segment_bytes=1 << 16, message_timestamp_type="LogAppendTime"
+    )
+    with follower.head_for_writing() as (head, position):
+        pass
+    end = write(head.mmap, position, pushed)
+    r = follower.commit_written(head, position, end, replicated=True)
+    assert (r.base_offset, r.last_offset, follower.log_end_offset) == (0, 4, 5)
+    assert bytes(head.mmap[:end]) == pushed  # nothing patched
+    assert follower.leader_epochs.latest_epoch == 7  # from the batches' headers
+    again = write(head.mmap, end, pushed)  # offsets 0..4 again: they do not follow 5
+    with pytest.raises(CorruptRecordError):
+        follower.commit_written(head, end, again, replicated=True)
+    assert follower.log_end_offset == 5
+    leader.close()
+    follower.close()

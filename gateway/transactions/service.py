@@ -1,0 +1,106 @@
+"""The transaction coordinator of one broker: bound to its store, its event loop and its groups;
+loaded from `__transaction_state` at start-up, with the periodic checks of Kafka's coordinator
+(timed-out transactions aborted every `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
+idle ids expired every `transaction.remove.expired.transaction.cleanup.interval.ms`).
+
+`transaction_service(broker)` returns it, creating it on first use where the server did not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway.groups.service import group_service
+from gateway.transactions.coordinator import TransactionCoordinator
+from gateway.transactions.markers import PartitionMarkers
+from gateway.transactions.model import TxnConfig
+from gateway.transactions.schema import TRANSACTION_STATE_TOPIC
+from gateway.transactions.state_topic import TransactionStateTopic
+from rdmalog.errors import KafkaError
+
+log = logging.getLogger(__name__)
+
+
+class TransactionService:
+    """A coordinator bound to a broker and an event loop."""
+
+    def __init__(self, broker: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.broker = broker
+        self.loop = loop
+        self.config = TxnConfig.from_broker(broker.config)
+        self.topic = TransactionStateTopic(
+            broker.store, self.config.num_partitions, self.config.segment_bytes
+        )
+        self.markers = PartitionMarkers(broker)
+        self.coordinator = TransactionCoordinator(
+            self.topic,
+            self.config,
+            broker.allocate_producer_id,
+            self.markers,
+            _wall_ms,
+        )
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    def start(self) -> TransactionService:
+        """Load every id from `__transaction_state` (if it exists yet), start the checks."""
+        if TRANSACTION_STATE_TOPIC in self.broker.store.topics:
+            count = self.coordinator.load()
+            log.info("transaction coordinator loaded %d transactional id(s)", count)
+        self._every("abort", self.config.abort_check_interval_ms, self.coordinator.abort_timed_out)
+        self._every("expire", self.config.expire_check_interval_ms, self.coordinator.expire_ids)
+        return self
+
+    def _every(self, name: str, interval_ms: int, check: Callable[[], list[str]]) -> None:
+        def tick() -> None:
+            try:
+                if check():
+                    self.loop.create_task(self.durable())
+            except Exception:
+                log.exception("transaction coordinator check failed")
+            finally:
+                self._timers[name] = self.loop.call_later(interval_ms / 1000, tick)
+
+        self._timers[name] = self.loop.call_later(interval_ms / 1000, tick)
+
+    def stop(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+    async def durable(self) -> None:
+        """Wait until what the coordinator wrote (state, markers) is as durable as the flush
+        policy requires."""
+        if self.topic.dirty or self.markers.to_flush:
+            await self.loop.run_in_executor(None, self._flush)
+        groups = self.broker.groups
+        if groups is not None:
+            await groups.durable()
+
+    def _flush(self) -> None:
+        self.topic.flush()
+        self.markers.flush()
+
+    async def ensure_topic(self) -> None:
+        """Create `__transaction_state` when missing (in the admin thread: its partitions are file
+        work)."""
+        if getattr(self.broker, "cluster", None) is not None:  # its topic comes through ZooKeeper
+            raise KafkaError("transactions are not coordinated in cluster mode yet")
+        if TRANSACTION_STATE_TOPIC not in self.broker.store.topics:
+            await self.broker.in_admin_thread(self.topic.ensure)
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def transaction_service(broker: Any) -> TransactionService:
+    """The broker's transaction service, created and loaded on first use if the server did not
+    start it already (the group service too: markers settle transactional offsets)."""
+    if getattr(broker, "transactions", None) is None:
+        group_service(broker)
+        broker.transactions = TransactionService(broker, asyncio.get_running_loop()).start()
+    return broker.transactions
