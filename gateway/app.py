@@ -19,6 +19,7 @@ from gateway.mirror.service import MirrorService
 from gateway.quotas import QuotaManager
 from gateway.server import Gateway
 from gateway.transactions.service import TransactionService
+from rdmalog import dynamic_broker_config as dynamic
 from rdmalog.config import BrokerConfig
 from rdmalog.errors import KafkaError
 from rdmalog.security.acls import acl_file, authorizer_from_config, authorizer_settings
@@ -173,6 +174,23 @@ def open_security(
     return entity_configs, authorizer
 
 
+def cluster_broker_configs(node, config: BrokerConfig) -> dynamic.BrokerConfigStore:
+    """Cluster mode: this broker's and the `<default>` dynamic configs, watched in ZooKeeper."""
+    from rdmalog.cluster.broker_configs import ZkBrokerConfigs
+
+    return ZkBrokerConfigs(node.registry, config.node_id).start()
+
+
+def apply_broker_configs(broker: Broker) -> None:
+    """The dynamic broker configs changed (here or, in a cluster, anywhere): apply them live."""
+    try:
+        config = dynamic.layered(broker.config.static, broker.broker_configs.entities())
+    except KafkaError as exc:  # written by another tool; the broker keeps what it has
+        log.warning("dynamic broker configs not applied: %s", exc)
+        return
+    broker.reconfigure(config)
+
+
 async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
     """Open the store and start a gateway on its listeners (`listen` replaces the first one's
     address); return it running. Security that cannot be served as configured stops start-up
@@ -187,11 +205,15 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
         node = ClusterNode(config)
         cluster_id = await asyncio.to_thread(node.connect)
         try:
+            broker_configs = await asyncio.to_thread(cluster_broker_configs, node, config)
+            config = dynamic.layered(config, broker_configs.entities())
             store = open_store(config, replicated=True, cluster_id=cluster_id)
         except BaseException:
             await node.stop()
             raise
     else:
+        broker_configs = dynamic.FileBrokerConfigs.in_data_dir(config.log_dirs[0])
+        config = dynamic.layered(config, broker_configs.entities())
         store = open_store(config)
     try:
         entity_configs, authorizer = await asyncio.to_thread(open_security, config, node)
@@ -204,6 +226,10 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
     gateway.broker.cluster = node
     gateway.broker.authorizer = authorizer
     gateway.broker.entity_configs = entity_configs
+    gateway.broker.broker_configs = broker_configs
+    broker_configs.add_listener(lambda: apply_broker_configs(gateway.broker))
+    if node is not None:  # a change that reached the watch before the listener was there
+        apply_broker_configs(gateway.broker)
     gateway.quotas = QuotaManager(
         entity_configs, config.get("quota.window.num"), config.get("quota.window.size.seconds")
     )

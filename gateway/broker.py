@@ -221,6 +221,8 @@ class Broker:
             None  # authorizer.class.name (rdmalog/security/acls.py)
         )
         self.entity_configs: Any = None  # SCRAM credentials and quotas of users and client ids
+        self.broker_configs: Any = None  # dynamic broker configs (rdmalog/dynamic_broker_config.py)
+        self.config_listeners: list[Callable[[BrokerConfig], None]] = []  # run on the loop
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._waiters: dict[int, set[asyncio.Future]] = {}
@@ -411,6 +413,36 @@ class Broker:
     ) -> TopicConfig:
         """Set (None: revert) or, with `replace`, replace topic `name`'s config overrides."""
         return self.store.alter_topic_config(name, changes, replace=replace)
+
+    def check_config(self, config: BrokerConfig) -> None:
+        """Raise InvalidConfigError if a topic's overrides conflict with `config`'s defaults."""
+        for topic in list(self.store.topics.values()):
+            TopicConfig.from_overrides(config, topic.config.overrides)
+
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Take a new effective config (dynamic broker configs changed; any thread): topics that
+        inherit broker defaults see the new ones at once, `config_listeners` apply the rest."""
+        store: Any = self.store
+        with store.lock:
+            self.config = store.config = config
+            self.message_max_bytes = config.get("message.max.bytes")
+            for topic in store.topics.values():
+                try:
+                    cfg = TopicConfig.from_overrides(config, topic.config.overrides)
+                except KafkaError as exc:  # checked before the change when made here
+                    log.warning("topic %s keeps its previous defaults: %s", topic.name, exc)
+                    continue
+                topic.config = cfg
+                for plog in topic.partitions:
+                    plog.config = cfg
+            if getattr(store, "cleaner", None) is not None:
+                store.cleaner.reconfigure(config)
+        loop = self.loop
+        for callback in list(self.config_listeners):
+            if loop is None or threading.get_ident() == self._loop_thread:
+                callback(config)
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(callback, config)
 
     def checkpoint(self) -> None:
         """Write the offset checkpoints (blocks on fsync: run it off the event loop)."""

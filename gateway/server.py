@@ -658,6 +658,7 @@ class Gateway:
         self.limits = ConnectionLimits(
             config.get("max.connections"), config.get("max.connections.per.ip")
         )
+        broker.config_listeners.append(self._reconfigure)
         self.idle_s: float = config.get("connections.max.idle.ms") / 1000
         self.frame_s: float = config.get("request.receive.timeout.ms") / 1000
         self.peer_log = RateLimitedLog(log)
@@ -742,6 +743,13 @@ class Gateway:
             self.acceptors[0].release(address)
             for acceptor in self.acceptors[1:]:
                 acceptor.resume_if_below_limit()
+
+    def _reconfigure(self, config: Any) -> None:
+        """Dynamic connection limits (on the loop): they count from the next accept."""
+        self.limits.max_total = config.get("max.connections")
+        self.limits.max_per_address = config.get("max.connections.per.ip")
+        for acceptor in self.acceptors:
+            acceptor.resume_if_below_limit()
 
     def forget(self, conn: Connection) -> None:
         """A connection closed: it no longer counts against the limits."""

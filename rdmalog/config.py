@@ -469,6 +469,28 @@ class BrokerConfig(_Config):
     def __init__(self) -> None:
         super().__init__()
         self._listener_values: dict[tuple[str, str], Any] = {}
+        self.static = self  # the server.properties layer (rdmalog/dynamic_broker_config.py)
+        self.dynamic: dict[ConfigSource, dict[str, Any]] = {}
+
+    def with_dynamic(self, layers: Mapping[ConfigSource, Mapping[str, str]]) -> BrokerConfig:
+        """The static config with dynamic layers over it, lowest precedence first; validated."""
+        cfg = BrokerConfig()
+        cfg.static, cfg._listener_values = self.static, self.static._listener_values
+        cfg._values, cfg._sources = dict(self.static._values), dict(self.static._sources)
+        for source, values in layers.items():
+            defs = {k: BROKER_DEFS[k] for k in values}
+            parsed = {k: _parse(k, d.kind, values[k], d.validator) for k, d in defs.items()}
+            cfg.dynamic[source] = parsed
+            cfg._values.update(parsed)
+            cfg._sources.update(dict.fromkeys(parsed, source))
+        cfg._check()
+        return cfg
+
+    def layer_rows(self, key: str) -> list[ConfigEntry]:
+        """`key`'s values where set, most specific first: per-broker, default dynamic, static."""
+        static = (ConfigSource.STATIC_BROKER_CONFIG, self.static._values)
+        layers = [*sorted(self.dynamic.items()), static]
+        return [ConfigEntry(key, _to_str(v[key]), False, s) for s, v in layers if key in v]
 
     @classmethod
     def from_sources(
@@ -719,13 +741,9 @@ class TopicConfig(_Config):
                 source = ConfigSource.DYNAMIC_TOPIC_CONFIG
             else:
                 src = _TOPIC_BROKER_DEFAULT.get(name)
-                bkey = src.replace("_", ".") if src else None
-                static = bkey is not None and any(
-                    self.broker.is_set(k) for k in _broker_synonyms(bkey)
-                )
-                source = (
-                    ConfigSource.STATIC_BROKER_CONFIG if static else ConfigSource.DEFAULT_CONFIG
-                )
+                keys = _broker_synonyms(src.replace("_", ".")) if src else ()
+                set_at = [self.broker._sources[k] for k in keys if self.broker.is_set(k)]
+                source = min(set_at, default=ConfigSource.DEFAULT_CONFIG)  # most specific
             rows.append(
                 ConfigEntry(name, _to_str(self.get(name)), name not in self._values, source)
             )
@@ -753,12 +771,7 @@ class TopicConfig(_Config):
             return rows
         keys = list(_broker_synonyms(src.replace("_", ".")))
         for key in keys:
-            if self.broker.is_set(key):
-                rows.append(
-                    ConfigEntry(
-                        key, _to_str(self.broker.get(key)), False, ConfigSource.STATIC_BROKER_CONFIG
-                    )
-                )
+            rows.extend(self.broker.layer_rows(key))
         for key in keys:
             if BROKER_DEFS[key].default is not None:
                 rows.append(

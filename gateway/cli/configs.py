@@ -19,6 +19,28 @@ from gateway.cli.common import (
 from gateway.cli.topics import check_alter_result
 
 ENTITY_TYPES = {"topics": "TOPIC", "brokers": "BROKER"}
+DEFAULT_NAME = ""  # a BROKER resource named "" is the cluster-wide <default> entity
+
+
+def _send_anywhere(admin: Any, request: Any) -> Any:
+    """Send `request` to any broker: kafka-python's public calls route a BROKER resource by its
+    name as a broker id, which the default entity ("") is not."""
+    return admin._manager.run(admin._manager.send, request)
+
+
+def _describe_configs(admin: Any, resources: list, filter: str) -> dict:
+    if [r.name for r in resources] != [DEFAULT_NAME]:
+        return admin.describe_configs(resources, include_synonyms=True, config_filter=filter)
+    request = admin._describe_configs_request(resources, True)
+    # the answer holds <default>'s own keys only, which kafka-python's "modified" would drop
+    return admin._describe_configs_process_responses([_send_anywhere(admin, request)], "all")
+
+
+def _alter_configs(admin: Any, resource: Any) -> dict:
+    if resource.name != DEFAULT_NAME:
+        return admin.alter_configs([resource], raise_on_unknown=False)
+    request = admin._alter_configs_request([resource], incremental=True)
+    return admin._alter_configs_process_responses(_send_anywhere(admin, request).responses)
 
 
 def register(sub) -> list[argparse.ArgumentParser]:
@@ -41,7 +63,7 @@ def register(sub) -> list[argparse.ArgumentParser]:
         p.add_argument(
             "--entity-default",
             action="store_true",
-            help="brokers: cluster-wide dynamic defaults (rdmalog has none: refused)",
+            help="brokers: the cluster-wide dynamic defaults (<default>)",
         )
         parsers.append(p)
     describe, alter = parsers[1], parsers[2]
@@ -65,10 +87,9 @@ def _names(admin: Any, args: argparse.Namespace) -> list[str]:
     if args.entity_default:
         if args.entity_type != "brokers":
             raise CliError("--entity-default applies to --entity-type brokers", code=2)
-        raise CliError(
-            "--entity-default: rdmalog has no cluster-wide dynamic broker configs (set them in "
-            "each broker's properties file or with --override)"
-        )
+        if names:
+            raise CliError("give --entity-name or --entity-default, not both", code=2)
+        return [DEFAULT_NAME]
     if names:
         return names
     if args.action == "alter":
@@ -86,9 +107,7 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
     resources = [ConfigResource(kind, name) for name in names]
     if not resources:
         return 0
-    answer = admin.describe_configs(
-        resources, include_synonyms=True, config_filter="all" if args.all else "modified"
-    )
+    answer = _describe_configs(admin, resources, "all" if args.all else "modified")
     found = answer.get(kind.name.lower(), {})
     if args.entity_type == "topics":
         existing = set(admin.list_topics())
@@ -100,11 +119,16 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
         out(json.dumps(shown, indent=2, sort_keys=True))
         return 0
     for name in names:
-        what = "topic" if args.entity_type == "topics" else "broker"
-        out(f"{'All' if args.all else 'Dynamic'} configs for {what} {name} are:")
+        out(f"{'All' if args.all else 'Dynamic'} configs for {_what(args, name)} are:")
         for key, config in sorted(found.get(name, {}).items()):
             out(f"  {key}={_shown_value(config)} {_details(config)}")
     return 0
+
+
+def _what(args: argparse.Namespace, name: str) -> str:
+    if args.entity_type == "topics":
+        return f"topic {name}"
+    return "brokers default" if name == DEFAULT_NAME else f"broker {name}"
 
 
 def _shown_value(config: dict[str, Any]) -> str:
@@ -147,7 +171,6 @@ def _alter(admin: Any, args: argparse.Namespace) -> int:
     changes.update({k: (AlterConfigOp.DELETE, None) for k in deletes})
     for name in _names(admin, args):
         resource = ConfigResource(kind, name, configs=changes)
-        check_alter_result(admin.alter_configs([resource], raise_on_unknown=False))
-        what = "topic" if args.entity_type == "topics" else "broker"
-        out(f"Completed updating config for {what} {name}.")
+        check_alter_result(_alter_configs(admin, resource))
+        out(f"Completed updating config for {_what(args, name)}.")
     return 0

@@ -29,6 +29,7 @@ from rdmalog.config import (
     _broker_synonyms,
     _to_str,
 )
+from rdmalog.dynamic_broker_config import DEFAULT_ENTITY, DYNAMIC_KEYS
 from rdmalog.errors import INVALID_REQUEST, error_code_of
 from rdmalog.security.authorizer import Operation
 from rdmalog.store.adoption import SUSPENDED_CONFIG, SUSPENDED_DOC
@@ -39,18 +40,14 @@ def _synonyms(config: Any, row: ConfigEntry) -> list[dict]:
     if isinstance(config, TopicConfig):
         rows = config.synonyms(row.name)
     else:
-        rows = [
-            ConfigEntry(key, _to_str(config.get(key)), False, ConfigSource.STATIC_BROKER_CONFIG)
-            for key in _broker_synonyms(row.name)
-            if config.is_set(key)
-        ]
+        rows = [r for key in _broker_synonyms(row.name) for r in config.layer_rows(key)]
         default = BROKER_DEFS[row.name].default
         if default is not None:
             rows.append(ConfigEntry(row.name, _to_str(default), True, ConfigSource.DEFAULT_CONFIG))
     return [{"name": r.name, "value": r.value, "source": int(r.source)} for r in rows]
 
 
-def _entries(config: Any, keys: list[str] | None, synonyms: bool, read_only: bool) -> list[dict]:
+def _entries(config: Any, keys: list[str] | None, synonyms: bool, broker: bool) -> list[dict]:
     """Rows of `config.describe()` as DescribeConfigs results (only `keys` when some are given:
     null and empty both mean every key, as in Kafka)."""
     wanted = set(keys) if keys else None
@@ -64,7 +61,7 @@ def _entries(config: Any, keys: list[str] | None, synonyms: bool, read_only: boo
             {
                 "name": row.name,
                 "value": None if sensitive else row.value,
-                "read_only": read_only,
+                "read_only": broker and row.name not in DYNAMIC_KEYS,
                 "is_default": row.is_default,
                 "config_source": int(row.source),
                 "is_sensitive": sensitive,
@@ -86,15 +83,17 @@ def _describe(broker, res: dict, synonyms: bool) -> dict:
             if topic is None:
                 result.update(unknown_resource(name))
             else:
-                result["configs"] = _entries(topic.config, keys, synonyms, read_only=False)
+                result["configs"] = _entries(topic.config, keys, synonyms, broker=False)
                 if topic.deletion_suspended and (not keys or SUSPENDED_CONFIG in keys):
                     result["configs"].append(_suspended_entry())
         elif rtype == BROKER:
             error = broker_resource_error(broker, name)
             if error:
                 result.update(error)
+            elif name == "":  # the cluster-wide dynamic defaults, as Kafka shows `<default>`
+                result["configs"] = _default_entries(broker, keys)
             else:
-                result["configs"] = _entries(broker.config, keys, synonyms, read_only=True)
+                result["configs"] = _entries(broker.config, keys, synonyms, broker=True)
         else:
             result.update(
                 error_code=INVALID_REQUEST, error_message=f"resource type {rtype} is not supported"
@@ -102,6 +101,27 @@ def _describe(broker, res: dict, synonyms: bool) -> dict:
     except Exception as exc:  # a store error on one resource must not fail the others
         result.update(error_code=error_code_of(exc), error_message=str(exc))
     return result
+
+
+def _default_entries(broker, keys: list[str] | None) -> list[dict]:
+    """The `<default>` entity's dynamic configs (none when the broker keeps none)."""
+    store = broker.broker_configs
+    stored = {} if store is None else store.entities().get(DEFAULT_ENTITY, {})
+    return [
+        {
+            "name": key,
+            "value": value,
+            "read_only": False,
+            "is_default": False,
+            "config_source": int(ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+            "is_sensitive": False,
+            "config_type": config_type(broker.config, key),
+            "documentation": None,
+            "synonyms": [],
+        }
+        for key, value in sorted(stored.items())
+        if not keys or key in keys
+    ]
 
 
 def _suspended_entry() -> dict:

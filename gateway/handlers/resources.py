@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from gateway.broker import Broker, RequestContext
+from rdmalog import dynamic_broker_config as dbc
 from rdmalog.config import TOPIC_DEFS, TopicConfig
 from rdmalog.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
@@ -84,13 +85,50 @@ def broker_resource_error(broker: Broker, name: str) -> dict | None:
     }
 
 
-def dynamic_broker_refusal() -> dict:
-    """Broker configs are static here (server.properties / --override); say so to the client."""
-    return {
-        "error_code": INVALID_REQUEST,
-        "error_message": "dynamic broker configs are not supported: set them in the broker's "
-        "properties file or with --override and restart",
-    }
+class _CurrentBroker(NamedTuple):
+    """What APPEND / SUBTRACT read a list key's current value from (as a topic's `config`)."""
+
+    config: Any
+
+
+async def _alter_broker(
+    broker: Broker,
+    res: dict,
+    validate_only: bool,
+    null_ok: list[bool],
+    changes_of: Callable[[Any, list[dict]], dict[str, str | None]],
+    replace: bool,
+    out: dict,
+) -> dict:
+    """A BROKER resource: this broker's dynamic configs ("" names the cluster-wide `<default>`),
+    checked whole (read-only keys, values, the resulting config and every topic's) and applied
+    all or nothing; every broker's listeners then apply them live."""
+    name, configs = res["resource_name"], res["configs"]
+    error = broker_resource_error(broker, name) or request_error(
+        [c["name"] for c in configs], [c["value"] for c in configs], null_ok
+    )
+    if error:
+        out.update(error)
+        return out
+    store = broker.broker_configs
+    if store is None:  # a bare Broker (tests): no place to keep them
+        out.update(error_code=INVALID_REQUEST, error_message="no dynamic broker configs here")
+        return out
+    entity = dbc.entity_of(name, broker.node_id)
+
+    def check(entities: dict[str, dict[str, str]]) -> None:
+        broker.check_config(dbc.layered(broker.config.static, entities))
+
+    try:
+        changes = changes_of(_CurrentBroker(broker.config), configs)
+        dbc.check_keys(list(changes))
+        if validate_only:
+            check(dbc.merged(store.entities(), entity, changes, replace))
+        else:
+            await broker.in_admin_thread(store.alter, entity, changes, replace, check)
+    except Exception as exc:  # InvalidRequestError / InvalidConfigError carry Kafka's codes
+        out.update(error_code=error_code_of(exc), error_message=str(exc))
+    return out
 
 
 def request_error(names: list[str], values: list[str | None], null_ok: list[bool]) -> dict | None:
@@ -123,8 +161,7 @@ async def alter_resource(
     rtype, name = res["resource_type"], res["resource_name"]
     out = {"resource_type": rtype, "resource_name": name, "error_code": 0, "error_message": None}
     if rtype == BROKER:
-        out.update(broker_resource_error(broker, name) or dynamic_broker_refusal())
-        return out
+        return await _alter_broker(broker, res, validate_only, null_ok, changes_of, replace, out)
     if rtype != TOPIC:
         out.update(
             error_code=INVALID_REQUEST, error_message=f"resource type {rtype} is not supported"

@@ -187,6 +187,12 @@ class LogCleaner:
         self.dirtiest_ratio = 0.0
         self.last_stats: CleanerStats | None = None
 
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Dynamic broker configs changed: the I/O throttle and backoff apply from the next check."""
+        self._config = config
+        self.throttler.rate = config.get("log.cleaner.io.max.bytes.per.second")
+        self.backoff_s = config.get("log.cleaner.backoff.ms") / 1000
+
     def _new_cleaner(self) -> Cleaner:
         cfg = self._config
         threads = max(self.num_threads, 1)

@@ -169,8 +169,8 @@ def test_describe_configs_real_values_and_sources(admin: AdminClient) -> None:
     broker = _describe(admin, ResourceType.BROKER, "0")
     hours = broker["log.retention.hours"]
     assert hours.value == "100" and hours.source == ConfigSource.STATIC_BROKER_CONFIG.value
-    assert hours.is_read_only
-    assert broker["num.partitions"].value == "2"
+    assert not hours.is_read_only  # a dynamic broker config
+    assert broker["num.partitions"].value == "2" and broker["num.partitions"].is_read_only
     assert broker["message.max.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
     with pytest.raises(KafkaException) as info:
         _describe(admin, ResourceType.TOPIC, _name("missing"))
@@ -196,7 +196,7 @@ def test_kafka_python_describe_configs_with_synonyms(
     assert got["topic"][topic]["segment.ms"]["config_source"] == "DEFAULT_CONFIG"
     assert got["topic"][topic]["segment.ms"]["config_type"] == "LONG"
     hours = got["broker"]["0"]["log.retention.hours"]
-    assert hours["value"] == "100" and hours["read_only"]
+    assert hours["value"] == "100" and not hours["read_only"]
     assert [(s["name"], s["value"], s["source"]) for s in hours["synonyms"]] == [
         ("log.retention.hours", "100", "STATIC_BROKER_CONFIG"),
         ("log.retention.hours", "168", "DEFAULT_CONFIG"),
@@ -264,14 +264,19 @@ def test_alter_configs_validated_and_persisted(
     kp_bad = KpConfigResource(ConfigResourceType.TOPIC, topic, {"flush.messages": "0"})
     result = kp_admin.alter_configs([kp_bad], incremental=False)
     assert str(result["topic"][topic]).startswith("[Error 40] InvalidConfigurationError")
-    # broker configs are static here: refused with an explanation, nothing changes
+    # a broker key that cannot change at run time: refused with Kafka's code, nothing changes
+    # (the dynamic ones: tests/integration/test_dynamic_broker_configs.py)
     bres = ConfigResource(
         ResourceType.BROKER,
         "0",
-        incremental_configs=[_op("log.retention.hours", "1", AlterConfigOpType.SET)],
+        incremental_configs=[
+            _op("log.retention.hours", "1", AlterConfigOpType.SET),
+            _op("num.partitions", "3", AlterConfigOpType.SET),
+        ],
     )
-    with pytest.raises(KafkaException):
+    with pytest.raises(KafkaException) as info:
         admin.incremental_alter_configs([bres])[bres].result(timeout=TIMEOUT_S)
+    assert info.value.args[0].code() == KafkaError.INVALID_REQUEST
 
     expected = {
         "max.message.bytes": "5000",

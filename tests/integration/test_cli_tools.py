@@ -104,12 +104,29 @@ def test_configs_describe_alter(broker) -> None:
     everything = ok(rdmalog("configs", "describe", "--entity-type", "brokers", "--all",
                             "--bootstrap-server", bs))  # fmt: skip
     assert "All configs for broker" in everything and "log.segment.bytes=" in everything
-    # broker configs are static: altering them says so, and where to set them
+    # dynamic broker configs: per broker and the cluster-wide <default>; read-only keys refused
+    ok(rdmalog("configs", "alter", "--entity-type", "brokers", "--entity-name", "0",
+               "--add-config", "max.connections=5000", "--bootstrap-server", bs))  # fmt: skip
+    ok(rdmalog("configs", "alter", "--entity-type", "brokers", "--entity-default",
+               "--add-config", "log.retention.ms=86400000", "--bootstrap-server", bs))  # fmt: skip
+    shown = ok(rdmalog("configs", "describe", "--entity-type", "brokers", "--entity-name", "0",
+                       "--bootstrap-server", bs))  # fmt: skip
+    assert "max.connections=5000" in shown and "DYNAMIC_BROKER_CONFIG:max.connections" in shown
+    assert "log.retention.ms" not in shown  # as kafka-configs.sh: only this broker's own
+    every = ok(rdmalog("configs", "describe", "--entity-type", "brokers", "--entity-name", "0",
+                       "--all", "--bootstrap-server", bs))  # fmt: skip
+    assert "DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=86400000" in every
+    defaults = ok(rdmalog("configs", "describe", "--entity-type", "brokers", "--entity-default",
+                          "--bootstrap-server", bs))  # fmt: skip
+    assert "Dynamic configs for brokers default are:" in defaults
+    assert "log.retention.ms=86400000" in defaults and "max.connections" not in defaults
     one_line_error(rdmalog("configs", "alter", "--entity-type", "brokers", "--entity-name", "0",
-                           "--add-config", "log.retention.ms=1000", "--bootstrap-server", bs),
-                   "properties file")  # fmt: skip
-    one_line_error(rdmalog("configs", "describe", "--entity-type", "brokers", "--entity-default",
-                           "--bootstrap-server", bs), "--override")  # fmt: skip
+                           "--add-config", "log.dirs=/tmp/x", "--bootstrap-server", bs),
+                   "Cannot update these configs dynamically: log.dirs")  # fmt: skip
+    ok(rdmalog("configs", "alter", "--entity-type", "brokers", "--entity-default",
+               "--delete-config", "log.retention.ms", "--bootstrap-server", bs))  # fmt: skip
+    ok(rdmalog("configs", "alter", "--entity-type", "brokers", "--entity-name", "0",
+               "--delete-config", "max.connections", "--bootstrap-server", bs))  # fmt: skip
     one_line_error(rdmalog("configs", "describe", "--entity-type", "topics", "--entity-name",
                            "nope-" + topic, "--bootstrap-server", bs), "does not exist")  # fmt: skip
 

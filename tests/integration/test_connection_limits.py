@@ -266,6 +266,37 @@ def test_max_connections_per_ip_closes_the_extra_connection(serve):
         _closing(socks)
 
 
+def test_max_connections_per_ip_changed_at_run_time(serve):
+    """A dynamic broker config (IncrementalAlterConfigs on BROKER "0") lowers the limit live."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    broker = serve()
+    res = ConfigResource(
+        ResourceType.BROKER,
+        "0",
+        incremental_configs=[
+            ConfigEntry("max.connections.per.ip", "2", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"})
+    admin.incremental_alter_configs([res])[res].result(timeout=WAIT_S)
+    socks = [_connect(broker.port, "127.0.0.2") for _ in range(2)]
+    try:
+        for s in socks:
+            _round_trip(s)
+        extra = _connect(broker.port, "127.0.0.2")
+        socks.append(extra)
+        assert _closed_by_broker(extra), "a third connection from one address was kept"
+    finally:
+        _closing(socks)
+
+
 class _FewDescriptors(BrokerProcess):
     """`rdmalog serve` with a low descriptor limit it cannot raise."""
 

@@ -209,7 +209,8 @@ def test_describe_configs(h: Harness, version: int) -> None:
     broker = _describe(h, version, BROKER, "0", ["log.retention.hours", "num.partitions"])
     rows = {c["name"]: c for c in broker["configs"]}
     assert rows["log.retention.hours"]["value"] == "100"
-    assert rows["log.retention.hours"]["read_only"]
+    assert not rows["log.retention.hours"]["read_only"]  # a dynamic broker config
+    assert rows["num.partitions"]["read_only"]
     assert [s["source"] for s in rows["log.retention.hours"]["synonyms"]] == [4, 5]
     assert rows["num.partitions"]["config_source"] == 5
     assert _describe(h, version, BROKER, "", ["num.partitions"])["error_code"] == 0
