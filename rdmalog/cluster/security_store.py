@@ -24,7 +24,6 @@ notification appears (a children watch), so a change made through one broker hol
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -36,6 +35,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.recipe.watchers import ChildrenWatch
 
+from rdmalog.cluster.znodes import json_bytes, json_object
 from rdmalog.errors import InvalidRequestError, KafkaError
 from rdmalog.security.acls import read_acl_file
 from rdmalog.security.authorizer import Acl, AclAuthorizer, Operation, PatternType, ResourceType
@@ -72,17 +72,6 @@ class ConcurrentChangeError(KafkaError):
     """Other brokers kept changing the same znodes: the change was not made."""
 
 
-def _json(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
-
-
-def _load(data: bytes | None) -> dict:
-    if not data:
-        return {}
-    value = json.loads(data.decode("utf-8"))
-    return value if isinstance(value, dict) else {}
-
-
 # --- entity names and paths -----------------------------------------------------------------------
 
 
@@ -108,11 +97,11 @@ def entity_path(entity: Entity) -> str:
 
 
 def encode_entity_config(config: Mapping[str, str]) -> bytes:
-    return _json({"version": 1, "config": {k: str(v) for k, v in sorted(config.items())}})
+    return json_bytes({"version": 1, "config": {k: str(v) for k, v in sorted(config.items())}})
 
 
 def decode_entity_config(data: bytes | None) -> dict[str, str]:
-    return {str(k): str(v) for k, v in (_load(data).get("config") or {}).items()}
+    return {str(k): str(v) for k, v in (json_object(data).get("config") or {}).items()}
 
 
 # --- ACL paths and JSON ---------------------------------------------------------------------------
@@ -124,7 +113,7 @@ def acl_path(resource_type: ResourceType, pattern: PatternType, name: str) -> st
 
 def encode_acls(acls: Iterable[Acl]) -> bytes:
     """Kafka's AclEntry.toJsonCompatibleMap: the entries of one resource pattern."""
-    return _json(
+    return json_bytes(
         {
             "version": 1,
             "acls": [
@@ -144,7 +133,7 @@ def decode_acls(
     data: bytes | None, resource_type: ResourceType, pattern: PatternType, name: str
 ) -> list[Acl]:
     out = []
-    for entry in _load(data).get("acls") or ():
+    for entry in json_object(data).get("acls") or ():
         try:
             out.append(
                 Acl(
@@ -168,7 +157,7 @@ def encode_acl_change(resource_type: ResourceType, pattern: PatternType, name: s
     """Literal: Kafka's legacy `TOPIC:name` string; others: ExtendedAclChangeEvent JSON."""
     if pattern == PatternType.LITERAL:
         return f"{_TYPE_NAMES[resource_type]}:{name}".encode()
-    return _json(
+    return json_bytes(
         {
             "version": 1,
             "resourceType": _TYPE_NAMES[resource_type],
@@ -373,7 +362,7 @@ class ZkEntityConfigs(EntityConfigs):
                     t.set_data(path, encode_entity_config(new), version)
                 t.create(
                     f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
-                    _json({"version": 2, "entity_path": entity_path(entity)}),
+                    json_bytes({"version": 2, "entity_path": entity_path(entity)}),
                     sequence=True,
                 )
                 any_change = True

@@ -63,11 +63,13 @@ PERSISTENT_PATHS = (
 NO_LEADER = -1
 
 
-def _json(obj: object) -> bytes:
+def json_bytes(obj: object) -> bytes:
+    """A znode's JSON as Kafka writes it (no spaces)."""
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def _load(data: bytes | None) -> dict:
+def json_object(data: bytes | None) -> dict:
+    """A znode's JSON object ({} for an empty or non-object znode)."""
     if not data:
         return {}
     value = json.loads(data.decode("utf-8"))
@@ -82,21 +84,21 @@ def now_ms() -> int:
 
 
 def encode_cluster_id(cluster_id: str) -> bytes:
-    return _json({"version": "1", "id": cluster_id})
+    return json_bytes({"version": "1", "id": cluster_id})
 
 
 def decode_cluster_id(data: bytes) -> str:
-    return str(_load(data)["id"])
+    return str(json_object(data)["id"])
 
 
 def encode_controller(broker_id: int) -> bytes:
-    return _json({"version": 1, "brokerid": broker_id, "timestamp": str(now_ms())})
+    return json_bytes({"version": 1, "brokerid": broker_id, "timestamp": str(now_ms())})
 
 
 def decode_controller(data: bytes | None) -> int:
     """The controller's broker id (-1 when the znode is empty or unreadable)."""
     try:
-        return int(_load(data).get("brokerid", -1))
+        return int(json_object(data).get("brokerid", -1))
     except (ValueError, TypeError):
         return -1
 
@@ -170,11 +172,11 @@ def encode_broker(
         body["rack"] = rack
     if rdma is not None:
         body["rdma"] = {"control": rdma[0], "transport": rdma[1]}
-    return _json(body)
+    return json_bytes(body)
 
 
 def decode_broker(broker_id: int, data: bytes, epoch: int = -1) -> BrokerInfo:
-    body = _load(data)
+    body = json_object(data)
     endpoints = []
     for item in body.get("endpoints") or []:
         name, _, rest = str(item).partition("://")
@@ -213,11 +215,11 @@ def encode_topic(a: TopicAssignment) -> bytes:
     }
     if a.topic_id is not None:
         body["topic_id"] = str(a.topic_id)
-    return _json(body)
+    return json_bytes(body)
 
 
 def decode_topic(data: bytes, version: int = -1) -> TopicAssignment:
-    body = _load(data)
+    body = json_object(data)
 
     def replicas(key: str) -> dict[int, list[int]]:
         return {int(p): [int(b) for b in r] for p, r in (body.get(key) or {}).items()}
@@ -246,7 +248,7 @@ class PartitionState:
 
 
 def encode_state(s: PartitionState) -> bytes:
-    return _json(
+    return json_bytes(
         {
             "controller_epoch": s.controller_epoch,
             "leader": s.leader,
@@ -258,7 +260,7 @@ def encode_state(s: PartitionState) -> bytes:
 
 
 def decode_state(data: bytes, version: int = -1, mzxid: int = -1) -> PartitionState:
-    body = _load(data)
+    body = json_object(data)
     return PartitionState(
         int(body["leader"]),
         int(body["leader_epoch"]),
@@ -270,36 +272,36 @@ def decode_state(data: bytes, version: int = -1, mzxid: int = -1) -> PartitionSt
 
 
 def encode_config(configs: dict[str, str]) -> bytes:
-    return _json({"version": 1, "config": {k: str(v) for k, v in sorted(configs.items())}})
+    return json_bytes({"version": 1, "config": {k: str(v) for k, v in sorted(configs.items())}})
 
 
 def decode_config(data: bytes | None) -> dict[str, str]:
-    return {str(k): str(v) for k, v in (_load(data).get("config") or {}).items()}
+    return {str(k): str(v) for k, v in (json_object(data).get("config") or {}).items()}
 
 
 def encode_config_change(topic: str) -> bytes:
-    return _json({"version": 2, "entity_path": f"topics/{topic}"})
+    return json_bytes({"version": 2, "entity_path": f"topics/{topic}"})
 
 
 def encode_producer_id_block(broker_id: int, start: int, end: int) -> bytes:
-    return _json(
+    return json_bytes(
         {"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end)}
     )
 
 
 def decode_producer_id_block(data: bytes | None) -> tuple[int, int] | None:
-    body = _load(data)
+    body = json_object(data)
     if not body:
         return None
     return int(body["block_start"]), int(body["block_end"])
 
 
 def encode_shutdown_answer(remaining: int) -> bytes:
-    return _json({"version": 1, "remaining": remaining})
+    return json_bytes({"version": 1, "remaining": remaining})
 
 
 def decode_shutdown_answer(data: bytes | None) -> int | None:
-    body = _load(data)
+    body = json_object(data)
     return int(body["remaining"]) if "remaining" in body else None
 
 
