@@ -3,9 +3,11 @@ consumer (confluent-kafka), each in a thread, recording what was acknowledged an
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -372,3 +374,17 @@ def produce_error(bootstrap: str, topic: str, values: list[bytes], acks: int = -
     """Produce `values` straight to the broker at `bootstrap`; the partition's error code."""
     resp = raw_request(bootstrap, 0, 9, produce_body(topic, values, acks))
     return resp["responses"][0]["partition_responses"][0]["error_code"]
+
+
+def segment_batches(data_dir: Path, topic: str, p: int = 0) -> bytes:
+    """The batches of a partition's segment files as they are on disk (files are preallocated:
+    read batch by batch up to the first empty length)."""
+    out = bytearray()
+    for path in sorted((data_dir / f"{topic}-{p}").glob("*.log")):
+        with open(path, "rb") as f:
+            while len(head := f.read(12)) == 12:
+                length = struct.unpack(">i", head[8:12])[0]
+                if length <= 0:
+                    break
+                out += head + f.read(length)
+    return bytes(out)

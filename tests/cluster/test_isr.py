@@ -5,32 +5,16 @@ is fenced and cannot acknowledge acks=all."""
 from __future__ import annotations
 
 import signal
-import struct
 import time
-from pathlib import Path
 
 from kafka import KafkaProducer
 from kafka.errors import KafkaConnectionError, NotEnoughReplicasError
 
 from compat_tests.cluster import BrokerCluster, wait_for
-from tests.cluster.clients import create_topic, produce_error, read_all
+from tests.cluster.clients import create_topic, produce_error, read_all, segment_batches
 
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT = 3, 6, 7
 NOT_ENOUGH_REPLICAS = 19
-
-
-def _batches(data_dir: Path, topic: str, p: int = 0) -> bytes:
-    """A partition's batches as its segment files hold them (preallocated files: up to the first
-    empty length)."""
-    out = bytearray()
-    for path in sorted((data_dir / f"{topic}-{p}").glob("*.log")):
-        with open(path, "rb") as f:
-            while len(head := f.read(12)) == 12:
-                length = struct.unpack(">i", head[8:12])[0]
-                if length <= 0:
-                    break
-                out += head + f.read(length)
-    return bytes(out)
 
 
 def _same_bytes(cluster: BrokerCluster, topic: str) -> None:
@@ -39,8 +23,8 @@ def _same_bytes(cluster: BrokerCluster, topic: str) -> None:
         wait_for(
             f"broker {b} to hold the leader's bytes of {topic}",
             lambda b=b: (
-                _batches(cluster.broker(b).data_dir, topic)
-                == _batches(cluster.broker(leader).data_dir, topic)
+                segment_batches(cluster.broker(b).data_dir, topic)
+                == segment_batches(cluster.broker(leader).data_dir, topic)
             ),
             timeout=30,
         )

@@ -3,13 +3,11 @@ followers holding the leader's bytes, Metadata of a cluster."""
 
 from __future__ import annotations
 
-import struct
-from pathlib import Path
-
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.cluster import BrokerCluster, wait_for
+from tests.cluster.clients import segment_batches
 
 
 def _create(bootstrap: str, name: str, partitions: int = 1, rf: int = 3, **configs: str) -> None:
@@ -23,20 +21,6 @@ def _create(bootstrap: str, name: str, partitions: int = 1, rf: int = 3, **confi
         operation_timeout=30,
     )
     futures[name].result(30)
-
-
-def _segment_bytes(data_dir: Path, topic: str, p: int = 0) -> bytes:
-    """The batches of a partition's segment files as they are on disk (files are preallocated:
-    read batch by batch up to the first empty length)."""
-    out = bytearray()
-    for path in sorted((data_dir / f"{topic}-{p}").glob("*.log")):
-        with open(path, "rb") as f:
-            while len(head := f.read(12)) == 12:
-                length = struct.unpack(">i", head[8:12])[0]
-                if length <= 0:
-                    break
-                out += head + f.read(length)
-    return bytes(out)
 
 
 def test_acks_all_replicates_byte_for_byte(cluster: BrokerCluster) -> None:
@@ -79,10 +63,10 @@ def test_acks_all_replicates_byte_for_byte(cluster: BrokerCluster) -> None:
     described = admin.describe_cluster().result(30)
     assert sorted(n.id for n in described.nodes) == [1, 2, 3]
     assert described.controller.id == cluster.controller()
-    expect = _segment_bytes(cluster.broker(leader).data_dir, "r3")
+    expect = segment_batches(cluster.broker(leader).data_dir, "r3")
     for b in (1, 2, 3):
         wait_for(
             f"broker {b} holds the leader's bytes",
-            lambda b=b: _segment_bytes(cluster.broker(b).data_dir, "r3") == expect,
+            lambda b=b: segment_batches(cluster.broker(b).data_dir, "r3") == expect,
             timeout=20,
         )
