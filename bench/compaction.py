@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from brokers import Broker  # noqa: E402
-from kafka_protocol import machine, run_step  # noqa: E402
+from kafka_protocol import machine, run_step, write_section  # noqa: E402
 
 SECTION = "## Log compaction: cleaner throughput, produce latency, start-up"
 SHAPES = ("one-record batches", "100-record batches", "100-record lz4 batches")
@@ -345,18 +345,6 @@ def report(args, through, latency, startup) -> str:
     return "\n".join(lines)
 
 
-def write_section(out: Path, body: str) -> None:
-    text = out.read_text() if out.exists() else "# Performance\n"
-    start = text.find(SECTION)
-    section = SECTION + "\n\n" + body.strip() + "\n"
-    if start < 0:
-        text = text.rstrip() + "\n\n" + section
-    else:
-        nxt = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + ("\n" + text[nxt + 1 :] if nxt >= 0 else "")
-    out.write_text(text)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=100)
@@ -386,7 +374,7 @@ def main() -> None:
     body = report(args, through, latency, startup)
     print(body)
     if args.out:
-        write_section(args.out, body)
+        write_section(args.out, body, SECTION)
 
 
 if __name__ == "__main__":

@@ -878,15 +878,16 @@ def plot(path: Path, results: list[dict[str, Any]], brokers: list[str]) -> None:
     grouped_bars(cpu, "Broker CPU per million records", tput, series, "CPU seconds / M records")
 
 
-def write_section(out: Path, body: str) -> None:
-    """Replace (or append) the '## Kafka protocol: rdmalog vs Tansu' section of out."""
+def write_section(out: Path, body: str, heading: str = SECTION) -> None:
+    """Replace (or append) the section of `out` under `heading` (by default this benchmark's, '##
+    Kafka protocol: rdmalog vs Tansu'; partitions.py and compaction.py pass their own)."""
     text = out.read_text() if out.exists() else "# Performance\n"
-    start = text.find(SECTION)
-    section = SECTION + "\n\n" + body.strip() + "\n"
+    start = text.find(heading)
+    section = heading + "\n\n" + body.strip() + "\n"
     if start < 0:
         text = text.rstrip() + "\n\n" + section
     else:
-        nxt = text.find("\n## ", start + len(SECTION))
+        nxt = text.find("\n## ", start + len(heading))
         text = text[:start] + section + ("\n" + text[nxt + 1 :] if nxt >= 0 else "")
     out.write_text(text)
 

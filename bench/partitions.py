@@ -35,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from brokers import Broker, proc_rss_mb  # noqa: E402
-from kafka_protocol import Meter, machine, payload, settle  # noqa: E402
+from kafka_protocol import Meter, machine, payload, settle, write_section  # noqa: E402
 
 SECTION = "## Many partitions: rdmalog vs Tansu"
 KEYS = 65536  # distinct random keys the producer cycles through
@@ -315,19 +315,6 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def write_section(out: Path, body: str) -> None:
-    """Replace (or append) this benchmark's section of `out`."""
-    text = out.read_text() if out.exists() else "# Performance\n"
-    start = text.find(SECTION)
-    section = SECTION + "\n\n" + body.strip() + "\n"
-    if start < 0:
-        text = text.rstrip() + "\n\n" + section
-    else:
-        nxt = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + ("\n" + text[nxt + 1 :] if nxt >= 0 else "")
-    out.write_text(text)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--partitions", default="1,10,100,1000,3000")
@@ -410,7 +397,7 @@ def main() -> None:
         if args.notes:
             notes = Path(args.notes)
             lines += ["", notes.read_text().strip() if notes.is_file() else args.notes]
-        write_section(args.out, "\n".join(lines))
+        write_section(args.out, "\n".join(lines), SECTION)
 
 
 if __name__ == "__main__":
