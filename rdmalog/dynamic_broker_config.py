@@ -17,7 +17,6 @@ listeners called after every change (from any broker).
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Protocol
 
 from rdmalog.config import BROKER_DEFS, BrokerConfig, ConfigSource
 from rdmalog.errors import InvalidConfigError, InvalidRequestError
+from rdmalog.store.checkpoints import write_atomic
 
 DEFAULT_ENTITY = "<default>"  # Kafka's name of the cluster-wide default broker entity
 CONFIG_FILE = Path("__rdmalog_metadata") / "broker-configs.json"
@@ -149,14 +149,4 @@ def _read(path: Path) -> dict[str, dict[str, str]]:
 
 def _write(path: Path, entities: dict[str, dict[str, str]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"version": 1, "brokers": entities}, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomic(path, json.dumps({"version": 1, "brokers": entities}, indent=1, sort_keys=True))

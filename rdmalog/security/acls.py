@@ -11,7 +11,6 @@ between bindings and the wire codes of CreateAcls / DescribeAcls / DeleteAcls (f
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,6 +29,7 @@ from rdmalog.security.authorizer import (
     ResourceType,
 )
 from rdmalog.security.entity_configs import SECURITY_DIR
+from rdmalog.store.checkpoints import write_atomic
 
 ACL_FILE = "acls.json"
 ACL_AUTHORIZERS = (
@@ -291,10 +291,4 @@ def _write(path: Path, acls: list[Acl]) -> None:
         ],
     }
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(body, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(body, indent=1), mode=0o600)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rdmalog.errors import InvalidConfigError
+from rdmalog.store.checkpoints import write_atomic
 
 SECURITY_DIR = Path("__rdmalog_metadata") / "security"  # under the broker's (first) log dir
 ENTITY_FILE = "entity-configs.json"
@@ -203,15 +204,4 @@ def _write(path: Path, configs: dict[Entity, dict[str, str]]) -> None:
             for e, c in sorted(configs.items(), key=lambda item: str(item[0]))
         ],
     }
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(body, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomic(path, json.dumps(body, indent=1), mode=0o600)

@@ -44,11 +44,13 @@ def uuid_from_kafka(s: str) -> uuid.UUID:
     return uuid.UUID(s)
 
 
-def write_atomic(path: Path, data: str) -> None:
-    """Replace `path` with `data` atomically and durably."""
+def write_atomic(path: Path, data: str, mode: int = 0o666) -> None:
+    """Replace `path` with `data` atomically and durably (a new file gets `mode`, less the
+    umask: 0o600 for the security files)."""
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
