@@ -62,7 +62,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from brokers import free_port, port_open
+from brokers import free_ports, port_open
 
 from rdmalog.store.records import build_batch
 
@@ -129,7 +129,7 @@ class Broker:
     ):
         """`prefix`: a command the broker runs under (bench/instructions.py: valgrind), given
         `start_s` seconds to listen."""
-        self.port, self.control_port = free_port(), free_port()
+        self.port, self.control_port = free_ports(2)
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.control = f"127.0.0.1:{self.control_port}"
         script = Path(sys.executable).parent / "rdmalog"

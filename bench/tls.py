@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from brokers import RDMALOG_BIN, free_port, port_open, proc_cpu_seconds  # noqa: E402
+from brokers import RDMALOG_BIN, free_ports, port_open, proc_cpu_seconds  # noqa: E402
 
 SECTION = "## TLS against plaintext (Kafka protocol)"
 MB = 1 << 20
@@ -34,7 +34,7 @@ def start_broker(tmp: Path) -> tuple[subprocess.Popen, dict[str, str], Path]:
 
     ca = TestCA(tmp / "pki")
     server = ca.issue("broker", server=True)
-    ports = {"PLAINTEXT": free_port(), "SSL": free_port()}
+    ports = dict(zip(("PLAINTEXT", "SSL"), free_ports(2), strict=True))
     overrides = {
         "listeners": ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items()),
         "ssl.keystore.type": "PEM",

@@ -27,9 +27,23 @@ class BrokerStartError(RuntimeError):
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` different TCP ports that nothing listens on right now.
+
+    All sockets stay bound until every port is chosen, so the kernel cannot hand out the same
+    ephemeral port twice (calling free_port() twice can, and did).
+    """
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from compat_tests.brokers import BrokerProcess, free_port
+from compat_tests.brokers import BrokerProcess, free_ports
 
 WAIT_S = 60.0
 
@@ -64,19 +64,12 @@ class BrokerCluster:
         self.overrides = {**TEST_OVERRIDES, **(overrides or {})}
         self.brokers: dict[int, BrokerProcess] = {}
         self.rdma_control: dict[int, str] = {}
-        ports: set[int] = set()
+        ports = iter(free_ports(2 * size))  # each broker a listener and an RDMA control port
         for broker_id in range(1, size + 1):
-            port = free_port()
-            while port in ports:  # a port picked for an earlier broker is not bound yet
-                port = free_port()
-            ports.add(port)
+            port, control = next(ports), next(ports)
             home = self.dir / f"broker{broker_id}"
             cfg = {**self.overrides, "broker.id": str(broker_id), "zookeeper.connect": zk_connect}
             if rdma is not None:
-                control = free_port()
-                while control in ports:
-                    control = free_port()
-                ports.add(control)
                 cfg.update({"rdma.transport": rdma, "rdma.control.port": str(control)})
                 self.rdma_control[broker_id] = f"127.0.0.1:{control}"
             if per_broker is not None:

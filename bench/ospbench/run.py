@@ -33,7 +33,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # workload, report, and bench/brok
 
 import report  # noqa: E402
 import workload  # noqa: E402
-from brokers import free_port, port_open  # noqa: E402
+from brokers import free_ports, port_open  # noqa: E402
 
 PY = sys.executable
 
@@ -48,7 +48,7 @@ class Broker:
 
     def __init__(self, transport: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="ospbench-broker-")
-        port, control_port = free_port(), free_port()
+        port, control_port = free_ports(2)
         cmd = [str(Path(PY).parent / "rdmalog"), "serve", "--listen", f"127.0.0.1:{port}"]
         cmd += ["--data-dir", str(Path(self.dir) / "data")]
         overrides = {"offsets.topic.num.partitions": "1", "auto.create.topics.enable": "false"}

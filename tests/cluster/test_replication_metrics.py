@@ -29,8 +29,11 @@ def _scrape(port: int) -> dict[str, float]:
 def test_replication_metrics_follow_the_isr(tmp_path: Path, zk_connect: str) -> None:
     ports: dict[int, int] = {}
 
-    def metrics_port(broker_id: int, _port: int) -> dict[str, str]:
-        ports[broker_id] = free_port()
+    def metrics_port(broker_id: int, port: int) -> dict[str, str]:
+        chosen = free_port()
+        while chosen == port or chosen in ports.values():  # those ports are not bound yet
+            chosen = free_port()
+        ports[broker_id] = chosen
         return {"metrics.port": str(ports[broker_id])}
 
     # a session long enough that the frozen follower stays registered while it lags

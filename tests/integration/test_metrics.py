@@ -15,14 +15,14 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 from prometheus_client.parser import text_string_to_metric_families
 
-from compat_tests.brokers import free_port, port_open, serve_command
+from compat_tests.brokers import free_port, free_ports, port_open, serve_command
 
 
 class Served:
     """`rdmalog serve` with the metrics endpoint, DEBUG and JSON logs, stderr kept."""
 
     def __init__(self, tmp: Path, overrides: dict[str, str] | None = None) -> None:
-        self.port, self.metrics_port = free_port(), free_port()
+        self.port, self.metrics_port = free_ports(2)
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.stderr_path = tmp / "broker.stderr"
         cmd = serve_command() + [

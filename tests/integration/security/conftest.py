@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests.brokers import BrokerProcess, external_bootstrap, free_port, serve_command
+from compat_tests.brokers import BrokerProcess, external_bootstrap, free_ports, serve_command
 from tests.integration.security.certs import Issued, TestCA
 
 ADMIN, ALICE, BOB = ("admin", "admin-secret"), ("alice", "alice-secret"), ("bob", "bob-secret")
@@ -132,13 +132,9 @@ def secure_broker_factory(tmp_path: Path, pki: Pki) -> Iterator[BrokerMaker]:
     started: list[BrokerProcess] = []
 
     def factory(extra: dict[str, str] | None = None, users=(ADMIN, ALICE, BOB)) -> SecureBroker:
-        first = free_port()
-        ports = {
-            "SASL_SSL": first,
-            "SSL": free_port(),
-            "SASL_PLAINTEXT": free_port(),
-            "INTERNAL": free_port(),
-        }
+        names = ("SASL_SSL", "SSL", "SASL_PLAINTEXT", "INTERNAL")
+        ports = dict(zip(names, free_ports(len(names)), strict=True))
+        first = ports["SASL_SSL"]
         data = tmp_path / f"broker{len(started)}" / "data"
         for user, password in users:
             scram_add(data, user, password)

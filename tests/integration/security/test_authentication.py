@@ -319,7 +319,7 @@ def test_inter_broker_login(secure_broker):
     store and SCRAM with sasl.mechanism.inter.broker.protocol and its JAAS entry's credentials."""
     import asyncio
 
-    from compat_tests.brokers import free_port
+    from compat_tests.brokers import free_ports
     from rdmalog.config import BrokerConfig
     from rdmalog.security.inter_broker import authenticate, client_security
     from tests.integration.security.conftest import security_overrides
@@ -328,7 +328,9 @@ def test_inter_broker_login(secure_broker):
     config = BrokerConfig.from_sources(
         None,
         {
-            **security_overrides(broker.pki, {"SASL_SSL": free_port(), "INTERNAL": free_port()}),
+            **security_overrides(
+                broker.pki, dict(zip(("SASL_SSL", "INTERNAL"), free_ports(2), strict=True))
+            ),
             "listener.security.protocol.map": "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT",
             "inter.broker.listener.name": "SASL_SSL",
             "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
