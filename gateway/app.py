@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import logging
 import signal
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,24 @@ def apply_broker_configs(broker: Broker) -> None:
     broker.reconfigure(config)
 
 
+def on_event_loop(callback: Callable[[Broker], None], broker: Broker) -> Callable[[], None]:
+    """A listener that runs `callback(broker)` on the running event loop, the broker's only
+    thread: a ZooKeeper watch calls it from kazoo's thread, a local write from the loop itself."""
+    loop = asyncio.get_running_loop()
+
+    def listener() -> None:
+        try:
+            here = asyncio.get_running_loop() is loop
+        except RuntimeError:  # not on any loop's thread: kazoo's
+            here = False
+        if here:
+            callback(broker)
+        else:
+            loop.call_soon_threadsafe(callback, broker)
+
+    return listener
+
+
 async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> Gateway:
     """Open the store and start a gateway on its listeners (`listen` replaces the first one's
     address); return it running. Security that cannot be served as configured stops start-up
@@ -227,7 +246,7 @@ async def start(config: BrokerConfig, listen: tuple[str, int] | None = None) -> 
     gateway.broker.authorizer = authorizer
     gateway.broker.entity_configs = entity_configs
     gateway.broker.broker_configs = broker_configs
-    broker_configs.add_listener(lambda: apply_broker_configs(gateway.broker))
+    broker_configs.add_listener(on_event_loop(apply_broker_configs, gateway.broker))
     if node is not None:  # a change that reached the watch before the listener was there
         apply_broker_configs(gateway.broker)
     gateway.quotas = QuotaManager(
