@@ -683,31 +683,7 @@ static PyTypeObject OffsetMapType = {
     .tp_getset = OffsetMap_getset,
 };
 
-/* --- produce's key check ----------------------------------------------------------------------- */
-
-/* first_keyless(records, count) -> the index of the first of `count` records (a batch's records
- * section, decompressed) without a key, or -1; ValueError when the records are malformed. Kafka's
- * LogValidator refuses such records on compacted topics; one call per batch keeps the scan in C. */
-static PyObject *first_keyless(PyObject *self, PyObject *args) {
-    Py_buffer buf;
-    int count;
-    if (!PyArg_ParseTuple(args, "y*i", &buf, &count)) return NULL;
-    const uint8_t *p = buf.buf, *end = p + buf.len;
-    const char *err = NULL;
-    long found = -1;
-    for (int i = 0; i < count; i++) {
-        Rec r;
-        if ((err = parse_record(p, end, &r)) != NULL) break;
-        if (r.klen < 0) { found = i; break; }
-        p = r.next;
-    }
-    PyBuffer_Release(&buf);
-    if (err != NULL) return PyErr_Format(PyExc_ValueError, "%s", err);
-    return PyLong_FromLong(found);
-}
-
 static PyMethodDef module_methods[] = {
-    {"first_keyless", first_keyless, METH_VARARGS, "index of the first record without a key, or -1"},
     {NULL},
 };
 
