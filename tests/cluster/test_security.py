@@ -253,6 +253,31 @@ def test_scram_user_created_at_one_broker_logs_in_at_the_others(
     assert not _logs_in(c, 3, (carol[0], "wrong"))
 
 
+def _scram_cli(c: BrokerCluster, *args: str) -> str:
+    """`rdmalog scram ... --zookeeper` against the cluster's ZooKeeper; what it printed."""
+    done = subprocess.run(
+        [*serve_command()[:-1], "scram", *args, "--zookeeper", c.zk_connect],
+        check=True, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return done.stdout
+
+
+def test_scram_cli_writes_users_to_zookeeper(sasl_cluster: BrokerCluster) -> None:
+    """`rdmalog scram add --zookeeper` (kafka-configs.sh --zookeeper's job) gives the whole
+    running cluster a user; `delete` takes it away everywhere."""
+    c = sasl_cluster
+    dave = ("dave", "dave-secret")
+    assert not _logs_in(c, 1, dave)
+    _scram_cli(c, "add", "--user", dave[0], "--password", dave[1])
+    assert set(_znode(c, "/config/users/dave")["config"]) == {"SCRAM-SHA-256", "SCRAM-SHA-512"}
+    assert "dave: SCRAM-SHA-256 (iterations=4096), SCRAM-SHA-512" in _scram_cli(c, "list")
+    for broker_id in (1, 2, 3):
+        wait_for(f"dave logs in at broker {broker_id}", lambda b=broker_id: _logs_in(c, b, dave))
+    _scram_cli(c, "delete", "--user", dave[0])
+    for broker_id in (1, 2, 3):
+        wait_for(f"dave refused at broker {broker_id}", lambda b=broker_id: not _logs_in(c, b, dave))
+
+
 def _produce_at_broker_1(c: BrokerCluster, user: tuple[str, str], topic: str) -> KafkaError | None:
     """Produce one record as `user` (the topic's only replica is broker 1); its delivery error."""
     outcome: list[KafkaError | None] = []
