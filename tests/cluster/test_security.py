@@ -275,7 +275,9 @@ def test_scram_cli_writes_users_to_zookeeper(sasl_cluster: BrokerCluster) -> Non
         wait_for(f"dave logs in at broker {broker_id}", lambda b=broker_id: _logs_in(c, b, dave))
     _scram_cli(c, "delete", "--user", dave[0])
     for broker_id in (1, 2, 3):
-        wait_for(f"dave refused at broker {broker_id}", lambda b=broker_id: not _logs_in(c, b, dave))
+        wait_for(
+            f"dave refused at broker {broker_id}", lambda b=broker_id: not _logs_in(c, b, dave)
+        )
 
 
 def _produce_at_broker_1(c: BrokerCluster, user: tuple[str, str], topic: str) -> KafkaError | None:
