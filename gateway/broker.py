@@ -415,9 +415,13 @@ class Broker:
         return self.store.alter_topic_config(name, changes, replace=replace)
 
     def check_config(self, config: BrokerConfig) -> None:
-        """Raise InvalidConfigError if a topic's overrides conflict with `config`'s defaults."""
+        """Raise InvalidConfigError if a topic's overrides conflict with `config`'s defaults, or
+        the cleaner cannot take its new settings live."""
         for topic in list(self.store.topics.values()):
             TopicConfig.from_overrides(config, topic.config.overrides)
+        cleaner = getattr(self.store, "cleaner", None)
+        if cleaner is not None:
+            cleaner.validate(config)
 
     def reconfigure(self, config: BrokerConfig) -> None:
         """Take a new effective config (dynamic broker configs changed; any thread): topics that

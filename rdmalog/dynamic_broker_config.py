@@ -42,7 +42,9 @@ DYNAMIC_KEYS = frozenset(
     log.message.timestamp.before.max.ms log.message.timestamp.after.max.ms
     log.message.downconversion.enable message.max.bytes min.insync.replicas
     max.connections max.connections.per.ip
-    log.cleaner.io.max.bytes.per.second log.cleaner.backoff.ms""".split()
+    log.cleaner.io.max.bytes.per.second log.cleaner.backoff.ms log.cleaner.threads
+    log.cleaner.dedupe.buffer.size log.cleaner.io.buffer.size
+    log.cleaner.io.buffer.load.factor""".split()
 )
 
 

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
+from rdmalog.errors import InvalidConfigError
 from rdmalog.store import checkpoints as ck
 from rdmalog.store._cleaner import ENTRY_SIZE, OffsetMap
 from rdmalog.store.cleaner import Cleaner, CleanerStats, LogCleaningAborted, segments_between
@@ -38,6 +39,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+# broker configs whose live change restarts the cleaner threads (Kafka's LogCleaner reconfigurables)
+RESTART_KEYS = (
+    "log.cleaner.threads",
+    "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.size",
+    "log.cleaner.io.buffer.load.factor",
+)
 _CLEANING, _ABORTED = "cleaning", "aborted"  # else a paused count (int)
 
 
@@ -183,15 +191,47 @@ class LogCleaner:
         self._checkpoints = ck.read_offset_checkpoint(self.checkpoint_path)
         self._file_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._lifecycle = threading.RLock()  # start, stop and a live restart, one at a time
+        self._closed = False
         self._foreground: Cleaner | None = None
         self.dirtiest_ratio = 0.0
         self.last_stats: CleanerStats | None = None
 
+    def validate(self, config: BrokerConfig) -> None:
+        """Kafka's limits on a live change: 1 to twice the running threads, at least half."""
+        threads, current = config.get("log.cleaner.threads"), self.num_threads
+        if threads == current:
+            return
+        if threads < 1:
+            raise InvalidConfigError("Log cleaner threads should be at least 1")
+        if threads < current / 2:
+            raise InvalidConfigError(
+                f"Log cleaner threads cannot be reduced to less than half the current value {current}"
+            )
+        if threads > current * 2:
+            raise InvalidConfigError(
+                f"Log cleaner threads cannot be increased to more than double the current value "
+                f"{current}"
+            )
+
     def reconfigure(self, config: BrokerConfig) -> None:
-        """Dynamic broker configs changed: the I/O throttle and backoff apply from the next check."""
+        """Dynamic broker configs changed: the I/O throttle and backoff apply from the next check;
+        a new thread count or buffer size restarts the threads, as Kafka's cleaner does (in a
+        thread of its own: a round in progress is abandoned at its next check)."""
+        restart = any(config.get(k) != self._config.get(k) for k in RESTART_KEYS)
         self._config = config
         self.throttler.rate = config.get("log.cleaner.io.max.bytes.per.second")
         self.backoff_s = config.get("log.cleaner.backoff.ms") / 1000
+        if restart:
+            self.num_threads = config.get("log.cleaner.threads")
+            threading.Thread(target=self._restart, name="rdmalog-cleaner-restart").start()
+
+    def _restart(self) -> None:
+        with self._lifecycle:
+            if self._threads:
+                self._stop_threads()
+                self.start()
+                log.info("log cleaner restarted: %d threads", len(self._threads))
 
     def _new_cleaner(self) -> Cleaner:
         cfg = self._config
@@ -210,22 +250,28 @@ class LogCleaner:
 
     def start(self) -> None:
         """Start the cleaner threads (none when `log.cleaner.enable` is false)."""
-        if not self.enabled or self._threads:
-            return
-        self._stop.clear()
-        for i in range(self.num_threads):
-            t = threading.Thread(
-                target=self._run,
-                args=(self._new_cleaner(),),
-                name=f"rdmalog-cleaner-{i}",
-                daemon=True,
-            )
-            t.start()
-            self._threads.append(t)
+        with self._lifecycle:
+            if not self.enabled or self._threads or self._closed:
+                return
+            self._stop.clear()
+            for i in range(self.num_threads):
+                t = threading.Thread(
+                    target=self._run,
+                    args=(self._new_cleaner(),),
+                    name=f"rdmalog-cleaner-{i}",
+                    daemon=True,
+                )
+                t.start()
+                self._threads.append(t)
 
     def stop(self) -> None:
-        """Stop the threads; a round in progress is abandoned at its next check (nothing half
-        swapped)."""
+        """Stop the threads for good; a round in progress is abandoned at its next check (nothing
+        half swapped)."""
+        with self._lifecycle:
+            self._closed = True
+            self._stop_threads()
+
+    def _stop_threads(self) -> None:
         self._stop.set()
         for t in self._threads:
             t.join()

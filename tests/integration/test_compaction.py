@@ -16,7 +16,7 @@ pytest.importorskip("confluent_kafka")
 pytest.importorskip("kafka")
 
 import kafka  # noqa: E402
-from confluent_kafka import Consumer, KafkaError, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource  # noqa: E402
 
 from compat_tests import clients  # noqa: E402
@@ -222,3 +222,46 @@ def test_a_record_without_a_key_is_refused_by_a_compacted_topic(broker_factory) 
     finally:
         kp.close()
     assert read_to_end(broker.bootstrap, topic) == [(0, b"k", b"kept")]
+
+
+def _set_broker_config(bootstrap: str, name: str, value: str) -> None:
+    res = ConfigResource(
+        ConfigResource.Type.BROKER,
+        "0",
+        incremental_configs=[ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)],
+    )
+    client = admin(bootstrap)  # held: a collected handle fails its futures
+    client.incremental_alter_configs([res])[res].result(timeout=TIMEOUT_S)
+
+
+def test_cleaner_threads_change_live(broker_factory) -> None:
+    """log.cleaner.threads and the cleaner's buffers change at run time as in Kafka: within Kafka's
+    limits (at most double, at least half), the threads restart with them and go on cleaning."""
+    broker = broker_factory({**FAST_CLEANER, "log.cleaner.threads": "1"}, local=True)
+    with pytest.raises(KafkaException) as refused:
+        _set_broker_config(broker.bootstrap, "log.cleaner.threads", "3")
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "more than double" in refused.value.args[0].str()
+    _set_broker_config(broker.bootstrap, "log.cleaner.threads", "2")
+    _set_broker_config(broker.bootstrap, "log.cleaner.dedupe.buffer.size", str(4 << 20))
+    res = ConfigResource(ConfigResource.Type.BROKER, "0")
+    client = admin(broker.bootstrap)
+    described = client.describe_configs([res])[res].result(timeout=TIMEOUT_S)
+    assert described["log.cleaner.threads"].value == "2"
+    wait_until = Deadline()
+    while wait_until and "log cleaner restarted: 2 threads" not in broker.stderr_tail():
+        time.sleep(0.1)
+    assert "log cleaner restarted: 2 threads" in broker.stderr_tail()
+
+    topic = f"compact-{uuid.uuid4().hex[:8]}"
+    config = {"cleanup.policy": "compact", "segment.bytes": "2048", "segment.ms": "300"}
+    create_topic(broker.bootstrap, topic, 1, config)
+    keys = [f"k{i}".encode() for i in range(10)]
+    records = [Rec(0, keys[i % 10], b"v-%04d" % i, (), 0) for i in range(300)]
+    clients.ck_produce(broker.bootstrap, topic, records, "none", **{"batch.size": 512})
+    deadline = Deadline(60)
+    got = read_to_end(broker.bootstrap, topic)
+    while deadline and len(got) > 10:  # the restarted threads compact it to one per key
+        time.sleep(0.2)
+        got = read_to_end(broker.bootstrap, topic)
+    assert sorted(value for _, _, value in got) == [b"v-%04d" % i for i in range(290, 300)]
