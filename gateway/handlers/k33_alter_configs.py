@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from gateway.broker import RequestContext
-from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
-from gateway.handlers.resources import alter_resource, resource_denied
-from rdmalog.security.authorizer import Operation
+from gateway.handlers.resources import alter_each, alter_resource
 
 
 async def _alter(broker, res: dict, validate_only: bool) -> dict:
@@ -23,13 +21,4 @@ async def _alter(broker, res: dict, validate_only: bool) -> dict:
 @api(33, 0, 2)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Set each topic's overrides to exactly the given configs (unlisted keys revert to defaults)."""
-    validate_only = bool(request.get("validate_only"))
-    responses = await answer_each(
-        ctx,
-        ("responses",),
-        request["resources"],
-        lambda r: (
-            resource_denied(ctx, r, Operation.ALTER_CONFIGS) or _alter(ctx.broker, r, validate_only)
-        ),
-    )
-    return {"throttle_time": 0, "responses": responses}
+    return await alter_each(ctx, request, _alter)

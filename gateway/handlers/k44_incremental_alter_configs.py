@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from gateway.broker import RequestContext
-from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
-from gateway.handlers.resources import alter_resource, resource_denied
+from gateway.handlers.resources import alter_each, alter_resource
 from rdmalog.errors import InvalidConfigError
-from rdmalog.security.authorizer import Operation
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -44,13 +42,4 @@ async def _alter(broker, res: dict, validate_only: bool) -> dict:
 @api(44, 0, 1)
 async def handle(ctx: RequestContext, request: dict) -> dict:
     """Apply each resource's operations atomically per resource."""
-    validate_only = bool(request.get("validate_only"))
-    responses = await answer_each(
-        ctx,
-        ("responses",),
-        request["resources"],
-        lambda r: (
-            resource_denied(ctx, r, Operation.ALTER_CONFIGS) or _alter(ctx.broker, r, validate_only)
-        ),
-    )
-    return {"throttle_time": 0, "responses": responses}
+    return await alter_each(ctx, request, _alter)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from gateway.broker import Broker, RequestContext
+from gateway.handlers.answers import answer_each
 from rdmalog import dynamic_broker_config as dbc
 from rdmalog.config import TOPIC_DEFS, TopicConfig
 from rdmalog.errors import (
@@ -239,3 +240,21 @@ def cluster_topic(broker: Broker, name: str) -> ClusterTopic | None:
     local = broker.topic(name)
     suspended = bool(getattr(local, "deletion_suspended", False))
     return ClusterTopic(name, TopicConfig.from_overrides(broker.config, known), suspended)
+
+
+Alter = Callable[[Broker, dict, bool], Any]  # (broker, resource, validate_only) -> its answer
+
+
+async def alter_each(ctx: RequestContext, request: dict, alter: Alter) -> dict:
+    """AlterConfigs / IncrementalAlterConfigs: each resource authorized (ALTER_CONFIGS), then
+    `alter(broker, resource, validate_only)`; the response of either API."""
+    validate_only = bool(request.get("validate_only"))
+    responses = await answer_each(
+        ctx,
+        ("responses",),
+        request["resources"],
+        lambda r: (
+            resource_denied(ctx, r, Operation.ALTER_CONFIGS) or alter(ctx.broker, r, validate_only)
+        ),
+    )
+    return {"throttle_time": 0, "responses": responses}
