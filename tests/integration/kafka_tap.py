@@ -12,6 +12,7 @@ import socket
 import struct
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 PRODUCE = 0
@@ -208,57 +209,33 @@ class KafkaTap:
             ).start()
 
     def _requests(self, src: socket.socket, dst: socket.socket, fetches: dict[int, int]) -> None:
-        try:
-            while True:
-                head = _recv_exact(src, 4)
-                if head is None:
-                    break
-                frame = _recv_exact(src, struct.unpack(">i", head)[0])
-                if frame is None:
-                    break
-                api_key, version, corr = request_key(frame)
-                with self._lock:
-                    self.requests.append((api_key, version))
-                if api_key == FETCH:
-                    fetches[corr] = version
-                try:
-                    found = parse_produce(frame)
-                except ValueError as e:
-                    found = []
-                    self.errors.append(f"unparsable Produce request: {e}")
-                with self._lock:
-                    self.produced.extend(found)
-                    if self.keep_requests:
-                        self.requests.append(head + frame)
-                dst.sendall(head + frame)
-        except OSError:
-            pass
-        finally:
-            _shut(dst)
+        for head, frame in _relayed_frames(src, dst):
+            api_key, version, corr = request_key(frame)
+            with self._lock:
+                self.requests.append((api_key, version))
+            if api_key == FETCH:
+                fetches[corr] = version
+            try:
+                found = parse_produce(frame)
+            except ValueError as e:
+                found = []
+                self.errors.append(f"unparsable Produce request: {e}")
+            with self._lock:
+                self.produced.extend(found)
+                if self.keep_requests:
+                    self.requests.append(head + frame)
 
     def _responses(self, src: socket.socket, dst: socket.socket, fetches: dict[int, int]) -> None:
-        try:
-            while True:
-                head = _recv_exact(src, 4)
-                if head is None:
-                    break
-                frame = _recv_exact(src, struct.unpack(">i", head)[0])
-                if frame is None:
-                    break
-                version = fetches.pop(struct.unpack_from(">i", frame, 0)[0], None)
-                if version is not None:
-                    try:
-                        found = parse_fetch_response(version, frame)
-                    except ValueError as e:
-                        found = []
-                        self.errors.append(f"unparsable Fetch v{version} response: {e}")
-                    with self._lock:
-                        self.fetched.extend(found)
-                dst.sendall(head + frame)
-        except OSError:
-            pass
-        finally:
-            _shut(dst)
+        for _head, frame in _relayed_frames(src, dst):
+            version = fetches.pop(struct.unpack_from(">i", frame, 0)[0], None)
+            if version is not None:
+                try:
+                    found = parse_fetch_response(version, frame)
+                except ValueError as e:
+                    found = []
+                    self.errors.append(f"unparsable Fetch v{version} response: {e}")
+                with self._lock:
+                    self.fetched.extend(found)
 
     def close(self) -> None:
         self._closed = True
@@ -266,6 +243,25 @@ class KafkaTap:
         with self._lock:
             for s in self._socks:
                 s.close()
+
+
+def _relayed_frames(src: socket.socket, dst: socket.socket) -> Iterator[tuple[bytes, bytes]]:
+    """Each (size prefix, frame) read from `src`, sent on to `dst` once the caller has looked at
+    it; the end of `src` (or an error) shuts `dst` for writing."""
+    try:
+        while True:
+            head = _recv_exact(src, 4)
+            if head is None:
+                break
+            frame = _recv_exact(src, struct.unpack(">i", head)[0])
+            if frame is None:
+                break
+            yield head, frame
+            dst.sendall(head + frame)
+    except OSError:
+        pass
+    finally:
+        _shut(dst)
 
 
 def _shut(sock: socket.socket) -> None:
