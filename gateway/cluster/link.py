@@ -1,6 +1,7 @@
-"""A follower's connection to its leader: Fetch (v12) and OffsetForLeaderEpoch (v4) with the
-follower's replica id, on the gateway's codec (rdmalog.cluster.fetcher.LeaderConnection), over the
-leader's inter-broker listener with its security (TLS, SASL login)."""
+"""A broker's connection to another broker's inter-broker listener, with its security (TLS, SASL
+login), on the gateway's codec: a follower's Fetch (v12) and OffsetForLeaderEpoch (v4) with its
+replica id (rdmalog.cluster.fetcher.LeaderConnection), and a transaction coordinator's
+WriteTxnMarkers (v1) to a partition leader."""
 
 from __future__ import annotations
 
@@ -11,24 +12,29 @@ from rdmalog.security.inter_broker import ClientSecurity, authenticate
 
 FETCH, FETCH_VERSION = 1, 12
 OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION = 23, 4
+WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION = 27, 1
 
 
 class ReplicaLink:
-    """Requests a follower sends to a leader broker."""
+    """Requests a broker sends to another broker."""
 
     def __init__(self, conn: KafkaConnection) -> None:
         self.conn = conn
 
     @classmethod
     async def open(
-        cls, host: str, port: int, security: ClientSecurity | None = None
+        cls,
+        host: str,
+        port: int,
+        security: ClientSecurity | None = None,
+        client_id: str = "rdmalog-replica-fetcher",
     ) -> ReplicaLink:
         """Connect to a leader's inter-broker listener: TLS and a SASL login as its
         security protocol asks (rdmalog.security.inter_broker)."""
         conn = await KafkaConnection.open(
             host,
             port,
-            client_id="rdmalog-replica-fetcher",
+            client_id=client_id,
             ssl_context=None if security is None else security.ssl_context,
         )
         if security is not None:
@@ -106,6 +112,36 @@ class ReplicaLink:
                     p["log_start_offset"],
                     p.get("records"),
                 )
+        return out
+
+    async def write_txn_markers(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        partitions: list[tuple[str, int]],
+    ) -> dict[tuple[str, int], int]:
+        """One transaction's markers on partitions the other broker leads: the error code of
+        each (topic, partition)."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in partitions:
+            by_topic.setdefault(topic, []).append(p)
+        marker = {
+            "producer_id": producer_id,
+            "producer_epoch": producer_epoch,
+            "transaction_result": commit,
+            "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()],
+            "coordinator_epoch": coordinator_epoch,
+        }
+        resp = await self.conn.request(
+            WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, {"markers": [marker]}
+        )
+        out = {}
+        for m in resp["markers"]:
+            for t in m["topics"]:
+                for p in t["partitions"]:
+                    out[(t["name"], p["partition_index"])] = p["error_code"]
         return out
 
     def abort(self) -> None:

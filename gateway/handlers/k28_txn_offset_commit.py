@@ -56,7 +56,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             request.get("group_instance_id"),
             entries,
         )
-        await transaction_service(ctx.broker).durable()
+        failed = await transaction_service(ctx.broker).durable()
+        if failed:  # a cluster: the ISR did not take them
+            results = {tp: code or failed for tp, code in results.items()}
 
     def code(name: str, index: int) -> int:
         if denied_all is not None:

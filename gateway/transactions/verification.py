@@ -27,6 +27,11 @@ def refusal(broker: Any, transactional_id: str, topic: str, partition: int, reco
     service = getattr(broker, "transactions", None)
     if service is None or not service.config.verify_partitions:
         return E.NONE
+    coordinator = service.coordinator
+    if coordinator.coordinator_error is not None and coordinator.coordinator_error(
+        transactional_id
+    ):
+        return E.NONE  # a cluster: its coordinator is another broker (not asked: see docs)
     producer_id, epoch = _PRODUCER.unpack_from(records, PRODUCER_ID)
     try:
         service.coordinator.add_partitions(

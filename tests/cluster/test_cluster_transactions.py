@@ -1,0 +1,288 @@
+"""Exactly-once transactions on a three-broker cluster, as Kafka's ZooKeeper mode runs them: the
+leader of an id's `__transaction_state` partition coordinates it, markers go to each partition's
+leader over the inter-broker listener. confluent-kafka and the Java client commit and abort across
+partitions led by different brokers; the coordinator's broker is killed with kill -9 mid-transaction;
+a consume-transform-produce loop whose group and transaction coordinators are different brokers."""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from compat_tests.cluster import BrokerCluster, wait_for
+from gateway.groups.schema import partition_for
+from tests.cluster.clients import create_topic
+from tests.integration.rawkafka import RawClient
+from tests.integration.txn_helpers import COMMITTED, UNCOMMITTED, read_values
+
+TXN_PARTITIONS = 4
+OVERRIDES = {
+    "transaction.state.log.num.partitions": str(TXN_PARTITIONS),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300",
+}
+STATE = "__transaction_state"
+
+
+def _coordinator(cluster: BrokerCluster, txn_id: str) -> int:
+    """The broker FindCoordinator names for a transactional id (once the topic has leaders)."""
+
+    def ask() -> int | None:
+        with RawClient(cluster.broker(1).bootstrap) as c:
+            got = c.call(10, 3, {"key": txn_id, "key_type": 1})
+        return got["node_id"] if got["error_code"] == 0 else None
+
+    node = wait_for(f"a coordinator of {txn_id}", ask)
+    assert node == cluster.leader(STATE, partition_for(txn_id, TXN_PARTITIONS))
+    return node
+
+
+def _spread_topic(cluster: BrokerCluster, name: str, partitions: int = 3) -> list[int]:
+    """A topic whose partitions are led by different brokers; their leaders."""
+    create_topic(cluster.bootstrap, name, partitions=partitions)
+    leaders = [wait_for("a leader", lambda p=p: max(cluster.leader(name, p), 0)) for p in range(3)]
+    assert len(set(leaders)) > 1, leaders
+    return leaders
+
+
+def _producer(cluster: BrokerCluster, txn_id: str, **conf: object) -> Producer:
+    p = Producer(
+        {"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id, **conf}  # type: ignore[dict-item]
+    )
+    p.init_transactions(60)
+    return p
+
+
+@pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)
+def test_confluent_commit_and_abort_across_brokers(cluster: BrokerCluster) -> None:
+    topic = "eos-spread"
+    _spread_topic(cluster, topic)
+    txn_id = "spread-1"
+    p = _producer(cluster, txn_id)
+    coordinator = _coordinator(cluster, txn_id)
+    committed = []
+    for round_, commit in enumerate([True, False, True, False, True]):
+        p.begin_transaction()
+        for i in range(6):
+            value = b"%s-%d-%d" % (b"c" if commit else b"a", round_, i)
+            p.produce(topic, value, partition=i % 3)
+            if commit:
+                committed.append(value)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            assert p.flush(30) == 0  # written, then aborted
+            p.abort_transaction(30)
+    assert sorted(read_values(cluster.bootstrap, topic, COMMITTED, 3)) == sorted(committed)
+    everything = read_values(cluster.bootstrap, topic, UNCOMMITTED, 3)
+    assert len(everything) == 30 and set(committed) <= set(everything)
+    # the coordinator answers for the id; the others send the client there
+    with RawClient(cluster.broker(coordinator).bootstrap) as c:
+        state = c.call(65, 0, {"transactional_ids": [txn_id]})["transaction_states"][0]
+    assert state["transaction_state"] == "CompleteCommit", state
+    other = next(b for b in cluster.brokers if b != coordinator)
+    with RawClient(cluster.broker(other).bootstrap) as c:
+        state = c.call(65, 0, {"transactional_ids": [txn_id]})["transaction_states"][0]
+    assert state["error_code"] == 16  # NOT_COORDINATOR
+
+
+@pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)
+def test_kill_coordinator_mid_transaction(cluster: BrokerCluster) -> None:
+    """kill -9 the coordinator with a transaction open: its successor loads the id from the
+    replicated `__transaction_state`, aborts the transaction after transaction.timeout.ms (no
+    aborted record visible to read_committed, the last stable offset moves on), and a new producer
+    of the same id commits through it; nothing committed before is lost."""
+    topic = "eos-kill"
+    _spread_topic(cluster, topic)
+    txn_id = "killed-1"
+    p = _producer(cluster, txn_id, **{"transaction.timeout.ms": 4000})
+    coordinator = _coordinator(cluster, txn_id)
+    p.begin_transaction()
+    first = [b"before-%d" % i for i in range(6)]
+    for i, v in enumerate(first):
+        p.produce(topic, v, partition=i % 3)
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(6):
+        p.produce(topic, b"open-%d" % i, partition=i % 3)
+    assert p.flush(30) == 0  # written, the transaction left open
+    cluster.broker(coordinator).stop(signal.SIGKILL)
+    successor = wait_for(
+        "a new coordinator",
+        lambda: (
+            (n := cluster.leader(STATE, partition_for(txn_id, TXN_PARTITIONS)))
+            not in (-1, coordinator)
+            and n
+        ),
+    )
+    del p  # the producer is gone with the transaction it had open
+    # the new coordinator times the transaction out and aborts it: read_committed sees no more
+    assert sorted(read_values(cluster.bootstrap, topic, COMMITTED, 3)) == sorted(first)
+
+    def aborted() -> bool:
+        with RawClient(cluster.broker(successor).bootstrap) as c:
+            s = c.call(65, 0, {"transactional_ids": [txn_id]})["transaction_states"][0]
+        return s["transaction_state"] == "CompleteAbort"
+
+    wait_for("the timed-out transaction aborted", aborted)
+    again = _producer(cluster, txn_id)
+    again.begin_transaction()
+    after = [b"after-%d" % i for i in range(6)]
+    for i, v in enumerate(after):
+        again.produce(topic, v, partition=i % 3)
+    again.commit_transaction(30)
+    again.flush(10)
+    assert sorted(read_values(cluster.bootstrap, topic, COMMITTED, 3)) == sorted(first + after)
+    opened = [v for v in read_values(cluster.bootstrap, topic, UNCOMMITTED, 3) if b"open" in v]
+    assert len(opened) == 6  # still in the log, never readable committed
+
+
+def _pick(prefix: str, leader_of, avoid: int | None = None, want: int | None = None) -> str:
+    for i in range(200):
+        name = f"{prefix}-{i}"
+        leader = leader_of(name)
+        if (avoid is None or leader != avoid) and (want is None or leader == want):
+            return name
+    raise AssertionError(f"no {prefix} id led as wanted")
+
+
+@pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)
+def test_consume_transform_produce_two_coordinators(cluster: BrokerCluster) -> None:
+    """A read-process-write loop with send_offsets_to_transaction: its group's coordinator and
+    its transactional id's coordinator are different brokers; the output holds every input
+    transformed exactly once and the group's committed offsets are the inputs' ends."""
+    src, dst = "ctp-in", "ctp-out"
+    _spread_topic(cluster, src)
+    _spread_topic(cluster, dst)
+    inputs = [b"%d" % i for i in range(60)]
+    prod = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i, v in enumerate(inputs):
+        prod.produce(src, v, partition=i % 3)
+    prod.flush(30)
+    # both internal topics exist (FindCoordinator of each kind creates them)
+    probe = _producer(cluster, "probe")
+    _coordinator(cluster, "probe")
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "probe"})
+    c.list_topics(timeout=10)
+    c.close()
+    wait_for("the offsets topic", lambda: cluster.leader("__consumer_offsets", 0) > 0)
+    offsets_parts = int(cluster.overrides["offsets.topic.num.partitions"])
+    group = _pick(
+        "ctp-group", lambda g: cluster.leader("__consumer_offsets", partition_for(g, offsets_parts))
+    )
+    group_coordinator = cluster.leader("__consumer_offsets", partition_for(group, offsets_parts))
+    txn_id = _pick(
+        "ctp-txn",
+        lambda t: cluster.leader(STATE, partition_for(t, TXN_PARTITIONS)),
+        avoid=group_coordinator,
+    )
+    assert _coordinator(cluster, txn_id) != group_coordinator
+    del probe
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([src])
+    producer = _producer(cluster, txn_id)
+    seen = 0
+    deadline = time.monotonic() + 60
+    rounds = 0
+    while seen < len(inputs) and time.monotonic() < deadline:
+        msgs = consumer.consume(20, 1.0)
+        msgs = [m for m in msgs if m.error() is None]
+        if not msgs:
+            continue
+        producer.begin_transaction()
+        for m in msgs:
+            producer.produce(dst, b"x" + m.value(), partition=m.partition())
+        positions = consumer.position(consumer.assignment())
+        producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+        if rounds == 1:  # one round aborted: its input is processed again
+            producer.abort_transaction(30)
+            for tp in consumer.committed(consumer.assignment(), 30):
+                consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
+        else:
+            producer.commit_transaction(30)
+            seen += len(msgs)
+        rounds += 1
+    consumer.close()
+    out = read_values(cluster.bootstrap, dst, COMMITTED, 3)
+    assert sorted(out) == sorted(b"x" + v for v in inputs)
+    check = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    got = check.committed([TopicPartition(src, p) for p in range(3)], timeout=30)
+    check.close()
+    assert sum(tp.offset for tp in got) == len(inputs)
+
+
+def _java():
+    from compat_tests import java
+    from compat_tests.common import ScenarioSkip
+
+    try:
+        java.jvm()
+    except ScenarioSkip as skip:
+        pytest.skip(str(skip))
+    return java
+
+
+@pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)
+def test_java_transactions_on_a_cluster(cluster: BrokerCluster) -> None:
+    """The Java client's single-broker scenario (offsets sent to the transaction, abort, fencing
+    by a second producer) against the cluster, then commit and abort across partitions led by
+    different brokers read by a Java read_committed consumer."""
+    from tests.integration.test_transactions_clients import (
+        test_java_transactions_offsets_and_fencing as single_broker_scenario,
+    )
+
+    java = _java()
+    single_broker_scenario(cluster)
+    jvm = java.jvm()
+    topic = f"jspread-{uuid.uuid4().hex[:6]}"
+    _spread_topic(cluster, topic)
+    producer = java.producer(cluster.bootstrap, transactional_id=f"j-{topic}")
+    producer.initTransactions()
+    Record = jvm.org.apache.kafka.clients.producer.ProducerRecord
+    committed = []
+    for round_, commit in enumerate([True, False, True]):
+        producer.beginTransaction()
+        for i in range(6):
+            value = b"j%d-%d" % (round_, i)
+            producer.send(Record(topic, i % 3, None, value)).get()
+            if commit:
+                committed.append(value)
+        if commit:
+            producer.commitTransaction()
+        else:
+            producer.abortTransaction()
+    producer.close()
+    got = java.java_consume(cluster.bootstrap, topic, 3, len(committed), isolation_level=COMMITTED)
+    assert sorted(r.value for r in got) == sorted(committed)
+    assert sorted(read_values(cluster.bootstrap, topic, COMMITTED, 3)) == sorted(committed)
+
+
+@pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)
+def test_transactional_api_errors_before_the_topic(cluster: BrokerCluster) -> None:
+    """An id asked of a broker that does not coordinate it is refused NOT_COORDINATOR (before
+    `__transaction_state` exists: COORDINATOR_NOT_AVAILABLE), as Kafka answers."""
+    with RawClient(cluster.broker(1).bootstrap) as c:
+        body = {"transactional_id": "nobody", "transaction_timeout": 1000}
+        first = c.call(22, 4, {**body, "producer_id": -1, "producer_epoch": -1})
+    assert first["error_code"] in (15, 16), first
+    try:
+        _producer(cluster, "somebody", **{"transaction.timeout.ms": 5000})
+    except KafkaException as exc:  # pragma: no cover - reported with the error
+        raise AssertionError(f"init_transactions failed: {exc}") from exc
+    node = _coordinator(cluster, "somebody")
+    other = next(b for b in cluster.brokers if b != node)
+    with RawClient(cluster.broker(other).bootstrap) as c:
+        got = c.call(22, 4, {**body, "transactional_id": "somebody", "producer_id": -1,
+                             "producer_epoch": -1})  # fmt: skip
+    assert got["error_code"] == 16, got
