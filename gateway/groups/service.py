@@ -118,6 +118,8 @@ class GroupService:
         self.coordinator.stop_retention()
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
+        if self.replicas is not None:  # a cluster: the partition may have no replica here
+            return 0 <= partition < self.replicas.partition_count(topic)
         t = self.store.topics.get(topic)
         return t is not None and 0 <= partition < len(t.partitions)
 

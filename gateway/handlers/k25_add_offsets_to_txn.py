@@ -31,9 +31,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
     service = transaction_service(ctx.broker)
     node = ctx.broker.cluster
     if node is not None:  # a cluster: the topic comes through ZooKeeper (FindCoordinator)
-        count = node.replicas.partition_count(OFFSETS_TOPIC)
-        if not count:
-            return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE}
+        count = node.replicas.partition_count(OFFSETS_TOPIC) or ctx.broker.config.get(
+            "offsets.topic.num.partitions"
+        )  # as Kafka, the configured count while the topic does not exist yet
         partition = (OFFSETS_TOPIC, partition_for(group, count))
     else:
         try:

@@ -27,15 +27,21 @@ OVERRIDES = {
 STATE = "__transaction_state"
 
 
-def _coordinator(cluster: BrokerCluster, txn_id: str) -> int:
-    """The broker FindCoordinator names for a transactional id (once the topic has leaders)."""
+def _find(cluster: BrokerCluster, key: str, key_type: int) -> int:
+    """The broker FindCoordinator names for a group (0) or a transactional id (1), waiting while
+    its topic is being created."""
 
     def ask() -> int | None:
         with RawClient(cluster.broker(1).bootstrap) as c:
-            got = c.call(10, 3, {"key": txn_id, "key_type": 1})
+            got = c.call(10, 3, {"key": key, "key_type": key_type})
         return got["node_id"] if got["error_code"] == 0 else None
 
-    node = wait_for(f"a coordinator of {txn_id}", ask)
+    return wait_for(f"a coordinator of {key}", ask)
+
+
+def _coordinator(cluster: BrokerCluster, txn_id: str) -> int:
+    """The transaction coordinator of `txn_id`: the leader of its `__transaction_state` partition."""
+    node = _find(cluster, txn_id, 1)
     assert node == cluster.leader(STATE, partition_for(txn_id, TXN_PARTITIONS))
     return node
 
@@ -163,12 +169,8 @@ def test_consume_transform_produce_two_coordinators(cluster: BrokerCluster) -> N
         prod.produce(src, v, partition=i % 3)
     prod.flush(30)
     # both internal topics exist (FindCoordinator of each kind creates them)
-    probe = _producer(cluster, "probe")
-    _coordinator(cluster, "probe")
-    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "probe"})
-    c.list_topics(timeout=10)
-    c.close()
-    wait_for("the offsets topic", lambda: cluster.leader("__consumer_offsets", 0) > 0)
+    _find(cluster, "probe", 0)
+    _find(cluster, "probe", 1)
     offsets_parts = int(cluster.overrides["offsets.topic.num.partitions"])
     group = _pick(
         "ctp-group", lambda g: cluster.leader("__consumer_offsets", partition_for(g, offsets_parts))
@@ -180,7 +182,7 @@ def test_consume_transform_produce_two_coordinators(cluster: BrokerCluster) -> N
         avoid=group_coordinator,
     )
     assert _coordinator(cluster, txn_id) != group_coordinator
-    del probe
+    assert _find(cluster, group, 0) == group_coordinator
     consumer = Consumer(
         {
             "bootstrap.servers": cluster.bootstrap,
