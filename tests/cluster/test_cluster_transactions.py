@@ -288,3 +288,18 @@ def test_transactional_api_errors_before_the_topic(cluster: BrokerCluster) -> No
         got = c.call(22, 4, {**body, "transactional_id": "somebody", "producer_id": -1,
                              "producer_epoch": -1})  # fmt: skip
     assert got["error_code"] == 16, got
+
+
+@pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)
+def test_describe_producers_on_a_cluster(cluster: BrokerCluster) -> None:
+    """The Java AdminClient's describeProducers asks each partition's leader (the partitions led
+    by different brokers); a broker that does not lead one answers NOT_LEADER_OR_FOLLOWER."""
+    from tests.integration.test_describe_producers import check_describe_producers
+
+    topic = "dp-spread"
+    leaders = _spread_topic(cluster, topic)
+    check_describe_producers(cluster.bootstrap, topic, 3)
+    other = next(b for b in cluster.brokers if b != leaders[0])
+    with RawClient(cluster.broker(other).bootstrap) as c:
+        got = c.call(61, 0, {"topics": [{"name": topic, "partition_indexes": [0]}]})
+    assert got["topics"][0]["partitions"][0]["error_code"] == 6
