@@ -303,3 +303,41 @@ def test_describe_producers_on_a_cluster(cluster: BrokerCluster) -> None:
     with RawClient(cluster.broker(other).bootstrap) as c:
         got = c.call(61, 0, {"topics": [{"name": topic, "partition_indexes": [0]}]})
     assert got["topics"][0]["partitions"][0]["error_code"] == 6
+
+
+@pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)
+def test_kill_coordinator_during_commit(cluster: BrokerCluster) -> None:
+    """kill -9 the coordinator while commit_transaction is in flight: the commit is atomic across
+    the partitions (all of the transaction readable, or none), and when the client reports
+    success, through the new coordinator (which completes a prepared commit it loads), every
+    record is readable committed."""
+    import threading
+
+    topic = "eos-commit-kill"
+    _spread_topic(cluster, topic)
+    txn_id = "commit-kill-1"
+    p = _producer(cluster, txn_id, **{"transaction.timeout.ms": 4000})
+    coordinator = _coordinator(cluster, txn_id)
+    p.begin_transaction()
+    values = [b"v-%d" % i for i in range(9)]
+    for i, v in enumerate(values):
+        p.produce(topic, v, partition=i % 3)
+    assert p.flush(30) == 0
+    outcome: list = []
+
+    def commit() -> None:
+        try:
+            p.commit_transaction(60)
+            outcome.append("committed")
+        except KafkaException as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=commit)
+    t.start()
+    cluster.broker(coordinator).stop(signal.SIGKILL)
+    t.join(90)
+    assert outcome, "commit_transaction did not return"
+    readable = read_values(cluster.bootstrap, topic, COMMITTED, 3)
+    assert sorted(readable) in ([], sorted(values)), readable  # atomic
+    if outcome[0] == "committed":
+        assert sorted(readable) == sorted(values)
