@@ -8,11 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.protocol.client import KafkaConnection
+from rdmalog import errors as E
 from rdmalog.security.inter_broker import ClientSecurity, authenticate
 
 FETCH, FETCH_VERSION = 1, 12
 OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION = 23, 4
 WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION = 27, 1
+ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION = 24, 4
 
 
 class ReplicaLink:
@@ -144,8 +146,65 @@ class ReplicaLink:
                     out[(t["name"], p["partition_index"])] = p["error_code"]
         return out
 
+    async def verify_in_transaction(
+        self, transactional_id: str, producer_id: int, epoch: int, topic: str, partition: int
+    ) -> int:
+        """AddPartitionsToTxn v4 `verify_only` to the id's coordinator (KIP-890): 0 when the
+        partition is in the producer's ongoing transaction, else the coordinator's error code."""
+        txn = {
+            "transactional_id": transactional_id,
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+            "verify_only": True,
+            "topics": [{"name": topic, "partitions": [partition]}],
+        }
+        resp = await self.conn.request(
+            ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION, {"transactions": [txn]}
+        )
+        if resp["error_code"]:
+            return resp["error_code"]
+        for t in resp["results_by_transaction"]:
+            for topic_result in t["topic_results"]:
+                for p in topic_result["results_by_partition"]:
+                    return p["partition_error_code"]
+        return E.UNKNOWN_SERVER_ERROR
+
     def abort(self) -> None:
         self.conn.abort()
 
     async def close(self) -> None:
         await self.conn.close()
+
+
+class BrokerLinks:
+    """One link to each other broker that a transaction coordinator or a partition leader asks
+    (markers, verification), opened on first use over the inter-broker listener."""
+
+    def __init__(self, node: Any, client_id: str) -> None:
+        self.node = node
+        self.client_id = client_id
+        self.links: dict[int, ReplicaLink] = {}
+
+    async def get(self, broker_id: int) -> ReplicaLink:
+        link = self.links.get(broker_id)
+        if link is None:
+            info = self.node.view.brokers.get(broker_id)
+            if info is None:
+                raise ConnectionError(f"broker {broker_id} is not registered")
+            ep = info.endpoint(self.node.listener)
+            link = await ReplicaLink.open(ep.host, ep.port, self.node.security, self.client_id)
+            if broker_id in self.links:  # another caller opened one meanwhile
+                link.abort()
+                return self.links[broker_id]
+            self.links[broker_id] = link
+        return link
+
+    def drop(self, broker_id: int) -> None:
+        """Forget a link that failed (the next `get` opens a new one)."""
+        link = self.links.pop(broker_id, None)
+        if link is not None:
+            link.abort()
+
+    def close(self) -> None:
+        for broker_id in list(self.links):
+            self.drop(broker_id)

@@ -16,7 +16,7 @@ import asyncio
 import logging
 from typing import Any
 
-from gateway.cluster.link import ReplicaLink
+from gateway.cluster.link import BrokerLinks
 from gateway.transactions.coordinator import TxnError
 from gateway.transactions.model import PREPARING, TxnMetadata
 from rdmalog import errors as E
@@ -69,11 +69,11 @@ class MarkerSender:
     """Sends the markers of this coordinator's prepared transactions (the coordinator's
     `defer_markers`), and lets EndTxn wait for their completion."""
 
-    def __init__(self, service: Any, node: Any, placement: Any) -> None:
+    def __init__(self, service: Any, node: Any, placement: Any, links: BrokerLinks) -> None:
         self.service = service
         self.node = node
         self.placement = placement
-        self.links: dict[int, ReplicaLink] = {}
+        self.links = links
         self.tasks: set[asyncio.Task] = set()
         self.waiters: dict[str, list[asyncio.Future]] = {}
 
@@ -198,13 +198,13 @@ class MarkerSender:
                     self.service.broker, pid, epoch, commit, coordinator_epoch, partitions
                 )
             else:
-                link = await self._link(leader)
+                link = await self.links.get(leader)
                 codes = await link.write_txn_markers(
                     pid, epoch, commit, coordinator_epoch, partitions
                 )
         except Exception as exc:
             log.info("markers to broker %d failed (%r): retrying", leader, exc)
-            self._drop_link(leader)
+            self.links.drop(leader)
             return set()
         done = set()
         for tp, code in codes.items():
@@ -216,29 +216,6 @@ class MarkerSender:
                 log.info("marker on %s-%d refused by broker %d: error %d", *tp, leader, code)
         return done
 
-    async def _link(self, broker_id: int) -> ReplicaLink:
-        link = self.links.get(broker_id)
-        if link is None:
-            info = self.node.view.brokers.get(broker_id)
-            if info is None:
-                raise ConnectionError(f"broker {broker_id} is not registered")
-            ep = info.endpoint(self.node.listener)
-            link = await ReplicaLink.open(
-                ep.host, ep.port, self.node.security, client_id="rdmalog-txn-markers"
-            )
-            if broker_id in self.links:  # another transaction's round opened one meanwhile
-                link.abort()
-                return self.links[broker_id]
-            self.links[broker_id] = link
-        return link
-
-    def _drop_link(self, broker_id: int) -> None:
-        link = self.links.pop(broker_id, None)
-        if link is not None:
-            link.abort()
-
     def stop(self) -> None:
         for task in list(self.tasks):
             task.cancel()
-        for broker_id in list(self.links):
-            self._drop_link(broker_id)

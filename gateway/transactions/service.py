@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gateway.cluster.link import BrokerLinks
 from gateway.groups.service import group_service
 from gateway.transactions.coordinator import TransactionCoordinator
 from gateway.transactions.marker_sender import MarkerSender
@@ -50,9 +51,11 @@ class TransactionService:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self.placement: TxnPlacement | None = None
         self.sender: MarkerSender | None = None
+        self.links: BrokerLinks | None = None  # to other brokers: markers, verification
         if node is not None:
             self.placement = TxnPlacement(self, node.replicas)
-            self.sender = MarkerSender(self, node, self.placement)
+            self.links = BrokerLinks(node, "rdmalog-txn")
+            self.sender = MarkerSender(self, node, self.placement, self.links)
             self.coordinator.defer_markers = self.sender
 
     def start(self) -> TransactionService:
@@ -85,6 +88,8 @@ class TransactionService:
         self._timers.clear()
         if self.sender is not None:
             self.sender.stop()
+        if self.links is not None:
+            self.links.close()
 
     async def durable(self) -> int:
         """Wait until what the coordinator wrote (state, markers) is as durable as the flush

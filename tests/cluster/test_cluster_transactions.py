@@ -341,3 +341,63 @@ def test_kill_coordinator_during_commit(cluster: BrokerCluster) -> None:
     assert sorted(readable) in ([], sorted(values)), readable  # atomic
     if outcome[0] == "committed":
         assert sorted(readable) == sorted(values)
+
+
+@pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)
+def test_produce_verification_asks_a_remote_coordinator(cluster: BrokerCluster) -> None:
+    """KIP-890 verification across brokers: a transactional batch to a partition led by a broker
+    that is not the id's coordinator is appended only if the coordinator (asked over the
+    inter-broker listener) has the partition in the producer's transaction; a stray one is
+    refused INVALID_TXN_STATE and not written."""
+    from rdmalog.store.records import Record, build_batch
+    from tests.cluster.clients import raw_request
+
+    topic = "eos-verify"
+    leaders = _spread_topic(cluster, topic)
+    _find(cluster, "probe", 1)  # the state topic exists: pick an id led by a broker that
+    # leads at most one of the topic's partitions, so that two are led by others
+    txn_id = next(
+        t
+        for t in (f"verify-{i}" for i in range(200))
+        if leaders.count(cluster.leader(STATE, partition_for(t, TXN_PARTITIONS))) <= 1
+    )
+    coordinator = _coordinator(cluster, txn_id)
+    remote = [p for p in range(3) if leaders[p] != coordinator]
+    assert len(remote) >= 2, (leaders, coordinator)
+    with RawClient(cluster.broker(coordinator).bootstrap) as c:
+        init = {"transactional_id": txn_id, "transaction_timeout": 60000}
+        got = c.call(22, 4, {**init, "producer_id": -1, "producer_epoch": -1})
+        pid, epoch = got["producer_id"], got["producer_epoch"]
+        added = c.call(24, 3, {
+            "v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": topic, "partitions": [remote[0]]}],
+        })  # fmt: skip
+    assert (
+        added["results_by_topic_v3_and_below"][0]["results_by_partition"][0]["partition_error_code"]
+        == 0
+    )
+
+    def produce(partition: int, seq: int) -> int:
+        batch = build_batch(
+            [Record(None, b"v%d" % seq)],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=seq,
+            transactional=True,
+        )
+        body = {
+            "transactional_id": txn_id,
+            "acks": -1,
+            "timeout": 10000,
+            "topic_data": [
+                {"name": topic, "partition_data": [{"index": partition, "records": bytes(batch)}]}
+            ],
+        }
+        resp = raw_request(cluster.broker(leaders[partition]).bootstrap, 0, 9, body)
+        return resp["responses"][0]["partition_responses"][0]["error_code"]
+
+    assert produce(remote[0], 0) == 0  # in the transaction: verified by the coordinator
+    assert produce(remote[0], 1) == 0  # the transaction is open there now
+    assert produce(remote[1], 0) == 48  # INVALID_TXN_STATE: never added
+    assert read_values(cluster.bootstrap, topic, UNCOMMITTED, 3) == [b"v0", b"v1"]
