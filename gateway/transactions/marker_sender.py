@@ -7,7 +7,9 @@ CompleteCommit/CompleteAbort. A coordinator that stops leading the id's partitio
 the new one resumes the prepared transaction when it loads it.
 
 `mark_here` is the partition leader's side (WriteTxnMarkers' handler uses it): the marker is
-appended and answered once the ISR has it (acks=all), as Kafka's leader appends markers.
+appended and answered once the ISR has it (acks=all), as Kafka's leader appends markers; a marker
+whose coordinator epoch is older than the one the producer's last marker carried comes from a
+deposed coordinator and is refused TRANSACTION_COORDINATOR_FENCED.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 BACKOFF_S = (0.05, 1.0)  # first and longest pause between rounds
 MARKER_TIMEOUT_S = 30.0  # a partition leader's acks=all wait
+TRANSACTION_COORDINATOR_FENCED = 52
 
 
 async def mark_here(
@@ -47,6 +50,10 @@ async def mark_here(
         plog = broker.partition(topic, p)
         if isinstance(plog, int):
             codes[(topic, p)] = plog
+            continue
+        entry = plog.producer_state.producers.get(producer_id)
+        if entry is not None and entry.coordinator_epoch > coordinator_epoch:
+            codes[(topic, p)] = TRANSACTION_COORDINATOR_FENCED  # from a deposed coordinator
             continue
         try:
             last = service.markers.mark(plog, producer_id, epoch, commit, coordinator_epoch)

@@ -105,7 +105,7 @@ class TransactionService:
             failed = await self.placement.replicated() or failed
         return failed
 
-    async def ended(self, transactional_id: str, timeout_s: float = 30.0) -> None:
+    async def ended(self, transactional_id: str, timeout_s: float = 10.0) -> None:
         """In a cluster: wait (bounded) until the id's markers are written and its transaction
         complete (EndTxn answers then, so a committed transaction is readable when it returns)."""
         if self.sender is not None:

@@ -401,3 +401,21 @@ def test_produce_verification_asks_a_remote_coordinator(cluster: BrokerCluster) 
     assert produce(remote[0], 1) == 0  # the transaction is open there now
     assert produce(remote[1], 0) == 48  # INVALID_TXN_STATE: never added
     assert read_values(cluster.bootstrap, topic, UNCOMMITTED, 3) == [b"v0", b"v1"]
+
+    # a partition leader refuses markers from a deposed coordinator (an older coordinator epoch)
+    def marker(coordinator_epoch: int) -> int:
+        body = {"markers": [{
+            "producer_id": pid, "producer_epoch": epoch, "transaction_result": False,
+            "topics": [{"name": topic, "partition_indexes": [remote[0]]}],
+            "coordinator_epoch": coordinator_epoch,
+        }]}  # fmt: skip
+        resp = raw_request(cluster.broker(leaders[remote[0]]).bootstrap, 27, 1, body)
+        return resp["markers"][0]["topics"][0]["partitions"][0]["error_code"]
+
+    assert marker(9) == 0
+    assert marker(3) == 52  # TRANSACTION_COORDINATOR_FENCED
+    with RawClient(cluster.broker(leaders[remote[0]]).bootstrap) as c:
+        body = {"topics": [{"name": topic, "partition_indexes": [remote[0]]}]}
+        (state,) = c.call(61, 0, body)["topics"][0]["partitions"][0]["active_producers"]
+    assert (state["producer_id"], state["coordinator_epoch"]) == (pid, 9)
+    assert state["current_txn_start_offset"] == -1  # aborted by the marker
