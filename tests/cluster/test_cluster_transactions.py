@@ -419,3 +419,34 @@ def test_produce_verification_asks_a_remote_coordinator(cluster: BrokerCluster) 
         (state,) = c.call(61, 0, body)["topics"][0]["partitions"][0]["active_producers"]
     assert (state["producer_id"], state["coordinator_epoch"]) == (pid, 9)
     assert state["current_txn_start_offset"] == -1  # aborted by the marker
+
+
+@pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)
+def test_kill_partition_leader_before_commit(cluster: BrokerCluster) -> None:
+    """kill -9 the leader of one of the transaction's partitions (not the coordinator) before the
+    commit: the coordinator's markers to it fail until a new leader is elected, then go there
+    (the leader looked up again); every record of the transaction becomes readable committed."""
+    topic = "eos-leader-kill"
+    leaders = _spread_topic(cluster, topic)
+    _find(cluster, "probe", 1)
+    txn_id = next(
+        t
+        for t in (f"leader-kill-{i}" for i in range(200))
+        if leaders.count(cluster.leader(STATE, partition_for(t, TXN_PARTITIONS))) <= 1
+    )
+    p = _producer(cluster, txn_id)
+    coordinator = _coordinator(cluster, txn_id)
+    victim_partition = next(i for i in range(3) if leaders[i] != coordinator)
+    victim = leaders[victim_partition]
+    p.begin_transaction()
+    values = [b"lk-%d" % i for i in range(9)]
+    for i, v in enumerate(values):
+        p.produce(topic, v, partition=i % 3)
+    assert p.flush(30) == 0  # acks=all: on every replica in sync
+    cluster.broker(victim).stop(signal.SIGKILL)
+    p.commit_transaction(60)
+    wait_for(
+        "a new leader",
+        lambda: cluster.leader(topic, victim_partition) not in (-1, victim),
+    )
+    assert sorted(read_values(cluster.bootstrap, topic, COMMITTED, 3)) == sorted(values)
