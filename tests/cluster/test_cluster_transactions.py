@@ -1,8 +1,10 @@
 """Exactly-once transactions on a three-broker cluster, as Kafka's ZooKeeper mode runs them: the
 leader of an id's `__transaction_state` partition coordinates it, markers go to each partition's
-leader over the inter-broker listener. confluent-kafka and the Java client commit and abort across
-partitions led by different brokers; the coordinator's broker is killed with kill -9 mid-transaction;
-a consume-transform-produce loop whose group and transaction coordinators are different brokers."""
+leader over the inter-broker listener. confluent-kafka, the Java client and kafka-python commit and
+abort across partitions led by different brokers; the coordinator's broker (and a partition
+leader) is killed with kill -9 mid-transaction and during the commit; a consume-transform-produce
+loop whose group and transaction coordinators are different brokers; produce-side verification
+asking a remote coordinator; DescribeProducers at each partition's leader."""
 
 from __future__ import annotations
 
@@ -450,3 +452,15 @@ def test_kill_partition_leader_before_commit(cluster: BrokerCluster) -> None:
         lambda: cluster.leader(topic, victim_partition) not in (-1, victim),
     )
     assert sorted(read_values(cluster.bootstrap, topic, COMMITTED, 3)) == sorted(values)
+
+
+@pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)
+def test_kafka_python_transactions_on_a_cluster(cluster: BrokerCluster) -> None:
+    """kafka-python's transactional producer: the single-broker scenario (commit, abort, offsets
+    sent to the transaction) against the cluster."""
+    pytest.importorskip("kafka")
+    from tests.integration.test_transactions_clients import (
+        test_kafka_python_commit_abort_and_offsets as single_broker_scenario,
+    )
+
+    single_broker_scenario(cluster)
