@@ -166,23 +166,26 @@ class GroupService:
             log.info("%s-%d led elsewhere now: %d group(s) moved", OFFSETS_TOPIC, partition, gone)
 
 
-async def wait_appended(replicas: Any, appended: dict, timeout_s: float) -> int:
+async def wait_appended(replicas: Any, appended: dict, timeout_s: float, only: Any = None) -> int:
     """Cluster mode, a coordinator's acks=all: wait (up to `timeout_s`) until the ISR has what it
-    appended (`appended`: log -> last offset written, emptied of what is replicated); 0, or the
-    Kafka error code of a write the ISR did not take (NOT_COORDINATOR when leadership moved,
-    REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
-    pending = [(plog, last) for plog, last in appended.items() if plog.high_watermark <= last]
+    appended (`appended`: log -> last offset written, emptied of what is replicated or led
+    elsewhere now), or with `only` what it appended to that log; 0, or the Kafka error code of a
+    write the ISR did not take (NOT_COORDINATOR when leadership moved, REQUEST_TIMED_OUT,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
     for plog, last in list(appended.items()):
         if plog.high_watermark > last:
             del appended[plog]
+    pending = [(p, last) for p, last in appended.items() if only is None or p is only]
     codes = await asyncio.gather(
         *(replicas.wait_replicated(p.topic, p.partition, last, timeout_s) for p, last in pending)
     )
     failed = 0
-    for (plog, _), code in zip(pending, codes, strict=True):
+    for (plog, last), code in zip(pending, codes, strict=True):
         if code:
             log.warning("coordinator records in %s not replicated: error %d", plog.name, code)
             failed = NOT_COORDINATOR if code == NOT_LEADER_OR_FOLLOWER else code
+            if code == NOT_LEADER_OR_FOLLOWER and appended.get(plog) == last:
+                del appended[plog]  # led elsewhere: nothing more to wait for here
     return failed
 
 

@@ -85,7 +85,7 @@ async def _transactional(ctx: RequestContext, request: dict, txn: str) -> dict:
         )
     except TxnError as exc:
         return _refused(for_version(exc.code, ctx.api_version, FENCED_SINCE))
-    failed = await service.durable()
+    failed = await service.durable(txn)
     if failed:  # a cluster: the ISR did not take it
         return _refused(failed if failed == NOT_COORDINATOR else COORDINATOR_NOT_AVAILABLE)
     return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch}

@@ -89,7 +89,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             topics,
             False,
         )
-        failed = await service.durable()
+        failed = await service.durable(request["v3_and_below_transactional_id"])
         if failed:
             results = _failed(results, failed)
         return {"throttle_time": 0, "results_by_topic_v3_and_below": results}

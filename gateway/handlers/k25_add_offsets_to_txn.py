@@ -50,7 +50,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         code = E.NONE
     except TxnError as exc:
         code = for_version(exc.code, ctx.api_version, FENCED_SINCE)
-    failed = await service.durable()
+    failed = await service.durable(txn)
     if failed and not code:
         code = failed if failed == E.NOT_COORDINATOR else E.COORDINATOR_NOT_AVAILABLE
     return {"throttle_time": 0, "error_code": code}

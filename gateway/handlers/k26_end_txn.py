@@ -29,7 +29,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         )
     except TxnError as exc:
         answer["error_code"] = for_version(exc.code, ctx.api_version, FENCED_SINCE)
-    failed = await service.durable()
+    failed = await service.durable(txn)
     if failed and not answer["error_code"]:
         answer["error_code"] = (
             failed if failed == E.NOT_COORDINATOR else E.COORDINATOR_NOT_AVAILABLE

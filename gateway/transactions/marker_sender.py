@@ -64,7 +64,7 @@ async def mark_here(
         codes[(topic, p)] = E.NONE
         if replicas is not None:
             waits.append(((topic, p), replicas.wait_replicated(topic, p, last, MARKER_TIMEOUT_S)))
-    await service.durable()
+    await service.flushed()
     if waits:
         results = await asyncio.gather(*(w for _, w in waits))
         for (tp, _), code in zip(waits, results, strict=True):
@@ -141,7 +141,7 @@ class MarkerSender:
     ) -> None:
         pause = BACKOFF_S[0]
         # the prepare first: markers of a transaction the ISR does not know could be undone
-        while await self.placement.replicated():
+        while await self.placement.replicated(txn):
             if not self._still_mine(txn, pid, epoch):
                 return
             await asyncio.sleep(pause)
@@ -171,7 +171,7 @@ class MarkerSender:
         while self._still_mine(txn, pid, epoch):
             try:
                 if self.service.coordinator.markers_written(txn, pid, epoch):
-                    await self.service.durable()
+                    await self.service.durable(txn)
                 return
             except TxnError as exc:
                 log.warning("completing %s failed (error %d): retrying", txn, exc.code)

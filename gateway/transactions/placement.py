@@ -58,10 +58,18 @@ class TxnPlacement:
         p = self.partition_of(transactional_id)
         return self.loaded.get(p, 0) if p is not None else 0
 
-    async def replicated(self) -> int:
-        """Wait until the ISR has what the coordinator wrote; 0 or the error code."""
+    async def replicated(self, transactional_id: str | None = None) -> int:
+        """Wait until the ISR has what the coordinator wrote (to the id's partition, given one);
+        0 or the error code."""
+        only = None
+        if transactional_id is not None:
+            p = self.partition_of(transactional_id)
+            topic = self.service.broker.store.topics.get(TRANSACTION_STATE_TOPIC)
+            if p is None or topic is None or p >= len(topic.partitions):
+                return 0
+            only = topic.partitions[p]
         return await wait_appended(
-            self.replicas, self.service.topic.appended, STATE_WRITE_TIMEOUT_S
+            self.replicas, self.service.topic.appended, STATE_WRITE_TIMEOUT_S, only
         )
 
     def _on_leadership(self, topic: str, partition: int, leads: bool, epoch: int) -> None:

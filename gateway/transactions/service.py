@@ -91,25 +91,29 @@ class TransactionService:
         if self.links is not None:
             self.links.close()
 
-    async def durable(self) -> int:
+    async def durable(self, transactional_id: str | None = None) -> int:
         """Wait until what the coordinator wrote (state, markers) is as durable as the flush
-        policy requires, and in a cluster replicated to the ISR; 0, or the error code of a state
-        write the ISR did not take (NOT_COORDINATOR when leadership moved)."""
-        if self.topic.dirty or self.markers.to_flush:
-            await self.loop.run_in_executor(None, self._flush)
+        policy requires, and in a cluster replicated to the ISR (the state of `transactional_id`,
+        given one); 0, or the error code of a state write the ISR did not take (NOT_COORDINATOR
+        when leadership moved)."""
+        await self.flushed()
         groups = self.broker.groups
-        failed = 0
         if groups is not None:
-            failed = await groups.durable()
-        if self.placement is not None:
-            failed = await self.placement.replicated() or failed
-        return failed
+            await groups.durable()  # markers settle transactional offsets
+        if self.placement is None:
+            return 0
+        return await self.placement.replicated(transactional_id)
 
     async def ended(self, transactional_id: str, timeout_s: float = 10.0) -> None:
         """In a cluster: wait (bounded) until the id's markers are written and its transaction
         complete (EndTxn answers then, so a committed transaction is readable when it returns)."""
         if self.sender is not None:
             await self.sender.completed(transactional_id, timeout_s)
+
+    async def flushed(self) -> None:
+        """fsync what the flush policy asks of the state and marker writes (off the loop)."""
+        if self.topic.dirty or self.markers.to_flush:
+            await self.loop.run_in_executor(None, self._flush)
 
     def _flush(self) -> None:
         self.topic.flush()
