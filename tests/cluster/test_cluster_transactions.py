@@ -464,3 +464,34 @@ def test_kafka_python_transactions_on_a_cluster(cluster: BrokerCluster) -> None:
     )
 
     single_broker_scenario(cluster)
+
+
+@pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)
+def test_transaction_survives_a_controlled_coordinator_move(cluster: BrokerCluster) -> None:
+    """SIGTERM the coordinator mid-transaction: controlled shutdown moves its `__transaction_state`
+    leaderships; the new leader loads the ongoing transaction from the replicated state and the
+    same producer commits it there, every record readable committed."""
+    topic = "eos-move"
+    _spread_topic(cluster, topic)
+    txn_id = "moved-1"
+    p = _producer(cluster, txn_id)
+    coordinator = _coordinator(cluster, txn_id)
+    p.begin_transaction()
+    values = [b"m-%d" % i for i in range(9)]
+    for i, v in enumerate(values):
+        p.produce(topic, v, partition=i % 3)
+    assert p.flush(30) == 0
+    cluster.broker(coordinator).stop(signal.SIGTERM)
+    successor = wait_for(
+        "a new coordinator",
+        lambda: (
+            (n := cluster.leader(STATE, partition_for(txn_id, TXN_PARTITIONS)))
+            not in (-1, coordinator)
+            and n
+        ),
+    )
+    p.commit_transaction(60)
+    assert sorted(read_values(cluster.bootstrap, topic, COMMITTED, 3)) == sorted(values)
+    with RawClient(cluster.broker(successor).bootstrap) as c:
+        state = c.call(65, 0, {"transactional_ids": [txn_id]})["transaction_states"][0]
+    assert state["transaction_state"] == "CompleteCommit", state
