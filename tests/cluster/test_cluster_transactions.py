@@ -270,6 +270,17 @@ def test_java_transactions_on_a_cluster(cluster: BrokerCluster) -> None:
     got = java.java_consume(cluster.bootstrap, topic, 3, len(committed), isolation_level=COMMITTED)
     assert sorted(r.value for r in got) == sorted(committed)
     assert sorted(read_values(cluster.bootstrap, topic, COMMITTED, 3)) == sorted(committed)
+    # the AdminClient finds the id's coordinator (DescribeTransactions) and asks every broker
+    # (ListTransactions)
+    admin = java.admin(cluster.bootstrap)
+    try:
+        ids = jvm.java.util.ArrayList([f"j-{topic}"])
+        described = java.wait(admin.describeTransactions(ids).all()).get(f"j-{topic}")
+        assert str(described.state()) == "CompleteCommit"  # TransactionState.toString
+        listed = {str(t.transactionalId()) for t in java.wait(admin.listTransactions().all())}
+        assert f"j-{topic}" in listed, listed
+    finally:
+        admin.close()
 
 
 @pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)
