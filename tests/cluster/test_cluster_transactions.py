@@ -41,6 +41,15 @@ def _find(cluster: BrokerCluster, key: str, key_type: int) -> int:
     return wait_for(f"a coordinator of {key}", ask)
 
 
+def _state_leaders(cluster: BrokerCluster) -> list[int]:
+    """`__transaction_state` created (FindCoordinator) and every partition of it led."""
+    _find(cluster, "probe", 1)
+    return [
+        wait_for("a state partition leader", lambda p=p: max(cluster.leader(STATE, p), 0))
+        for p in range(TXN_PARTITIONS)
+    ]
+
+
 def _coordinator(cluster: BrokerCluster, txn_id: str) -> int:
     """The transaction coordinator of `txn_id`: the leader of its `__transaction_state` partition."""
     node = _find(cluster, txn_id, 1)
@@ -148,13 +157,13 @@ def test_kill_coordinator_mid_transaction(cluster: BrokerCluster) -> None:
     assert len(opened) == 6  # still in the log, never readable committed
 
 
-def _pick(prefix: str, leader_of, avoid: int | None = None, want: int | None = None) -> str:
+def _pick(prefix: str, leader_of, avoid: int) -> str:
+    """An id `prefix-N` whose leader (`leader_of(id)`) is not `avoid`."""
     for i in range(200):
         name = f"{prefix}-{i}"
-        leader = leader_of(name)
-        if (avoid is None or leader != avoid) and (want is None or leader == want):
+        if leader_of(name) != avoid:
             return name
-    raise AssertionError(f"no {prefix} id led as wanted")
+    raise AssertionError(f"no {prefix} id led away from broker {avoid}")
 
 
 @pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)
@@ -172,12 +181,13 @@ def test_consume_transform_produce_two_coordinators(cluster: BrokerCluster) -> N
     prod.flush(30)
     # both internal topics exist (FindCoordinator of each kind creates them)
     _find(cluster, "probe", 0)
-    _find(cluster, "probe", 1)
+    _state_leaders(cluster)
     offsets_parts = int(cluster.overrides["offsets.topic.num.partitions"])
-    group = _pick(
-        "ctp-group", lambda g: cluster.leader("__consumer_offsets", partition_for(g, offsets_parts))
+    group = "ctp-group"
+    group_coordinator = wait_for(
+        "a group coordinator",
+        lambda: max(cluster.leader("__consumer_offsets", partition_for(group, offsets_parts)), 0),
     )
-    group_coordinator = cluster.leader("__consumer_offsets", partition_for(group, offsets_parts))
     txn_id = _pick(
         "ctp-txn",
         lambda t: cluster.leader(STATE, partition_for(t, TXN_PARTITIONS)),
@@ -367,8 +377,8 @@ def test_produce_verification_asks_a_remote_coordinator(cluster: BrokerCluster) 
 
     topic = "eos-verify"
     leaders = _spread_topic(cluster, topic)
-    _find(cluster, "probe", 1)  # the state topic exists: pick an id led by a broker that
-    # leads at most one of the topic's partitions, so that two are led by others
+    _state_leaders(cluster)  # pick an id led by a broker that leads at most one of the
+    # topic's partitions, so that two are led by others
     txn_id = next(
         t
         for t in (f"verify-{i}" for i in range(200))
@@ -441,7 +451,7 @@ def test_kill_partition_leader_before_commit(cluster: BrokerCluster) -> None:
     (the leader looked up again); every record of the transaction becomes readable committed."""
     topic = "eos-leader-kill"
     leaders = _spread_topic(cluster, topic)
-    _find(cluster, "probe", 1)
+    _state_leaders(cluster)
     txn_id = next(
         t
         for t in (f"leader-kill-{i}" for i in range(200))
