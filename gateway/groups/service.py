@@ -118,6 +118,8 @@ class GroupService:
         self.coordinator.stop_retention()
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
+        if self.replicas is not None:  # a cluster: the partition may have no replica here
+            return 0 <= partition < self.replicas.partition_count(topic)
         t = self.store.topics.get(topic)
         return t is not None and 0 <= partition < len(t.partitions)
 
@@ -128,27 +130,9 @@ class GroupService:
         REQUEST_TIMED_OUT), which OffsetCommit answers with."""
         if self.offsets.dirty:
             await self.loop.run_in_executor(None, self.offsets.flush)
-        failed = 0
-        if self.replicas is not None and self.offsets.appended:
-            pending = [
-                (plog, last)
-                for plog, last in self.offsets.appended.items()
-                if plog.high_watermark <= last
-            ]
-            for plog, last in list(self.offsets.appended.items()):
-                if plog.high_watermark > last:
-                    del self.offsets.appended[plog]
-            codes = await asyncio.gather(
-                *(
-                    self.replicas.wait_replicated(p.topic, p.partition, last, self.commit_timeout_s)
-                    for p, last in pending
-                )
-            )
-            for (plog, _), code in zip(pending, codes, strict=True):
-                if code:
-                    log.warning("group records in %s not replicated: error %d", plog.name, code)
-                    failed = NOT_COORDINATOR if code == NOT_LEADER_OR_FOLLOWER else code
-        return failed
+        if self.replicas is None:
+            return 0
+        return await wait_appended(self.replicas, self.offsets.appended, self.commit_timeout_s)
 
     # --- cluster mode -----------------------------------------------------------------------
 
@@ -167,7 +151,9 @@ class GroupService:
         count = self.replicas.partition_count(OFFSETS_TOPIC)
         if leads:
             self.offsets.ensure()
+            self.offsets.open_transactions = {}
             loaded = self.coordinator.load(self.offsets.replay_partition(partition))
+            self.txn_offsets.restore(self.offsets.open_transactions)  # still-open transactions
             self._loaded.add(partition)
             log.info(
                 "coordinating the groups of %s-%d (epoch %d): %d loaded",
@@ -176,7 +162,31 @@ class GroupService:
         else:
             self._loaded.discard(partition)
             gone = self.coordinator.unload(lambda g: partition_for(g, count) == partition)
+            self.txn_offsets.forget(partition)
             log.info("%s-%d led elsewhere now: %d group(s) moved", OFFSETS_TOPIC, partition, gone)
+
+
+async def wait_appended(replicas: Any, appended: dict, timeout_s: float, only: Any = None) -> int:
+    """Cluster mode, a coordinator's acks=all: wait (up to `timeout_s`) until the ISR has what it
+    appended (`appended`: log -> last offset written, emptied of what is replicated or led
+    elsewhere now), or with `only` what it appended to that log; 0, or the Kafka error code of a
+    write the ISR did not take (NOT_COORDINATOR when leadership moved, REQUEST_TIMED_OUT,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
+    for plog, last in list(appended.items()):
+        if plog.high_watermark > last:
+            del appended[plog]
+    pending = [(p, last) for p, last in appended.items() if only is None or p is only]
+    codes = await asyncio.gather(
+        *(replicas.wait_replicated(p.topic, p.partition, last, timeout_s) for p, last in pending)
+    )
+    failed = 0
+    for (plog, last), code in zip(pending, codes, strict=True):
+        if code:
+            log.warning("coordinator records in %s not replicated: error %d", plog.name, code)
+            failed = NOT_COORDINATOR if code == NOT_LEADER_OR_FOLLOWER else code
+            if code == NOT_LEADER_OR_FOLLOWER and appended.get(plog) == last:
+                del appended[plog]  # led elsewhere: nothing more to wait for here
+    return failed
 
 
 def group_service(broker: Any) -> GroupService:

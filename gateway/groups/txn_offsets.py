@@ -54,6 +54,8 @@ class TxnOffsets:
         keys = [(e.topic, e.partition) for e in entries]
         if not group_id:
             return dict.fromkeys(keys, E.INVALID_GROUP_ID)
+        if error := self.coordinator._not_here(group_id):  # cluster mode: led elsewhere
+            return dict.fromkeys(keys, error)
         group = self.coordinator.groups.get(group_id)
         if group is not None and generation_id >= 0:
             if group.is_(GroupState.DEAD):
@@ -119,8 +121,11 @@ class TxnOffsets:
             transactional=True,
             now_ms=now,
         )
-        if plog.append(batch).flush_needed:
+        result = plog.append(batch)
+        if result.flush_needed:
             self.offsets.dirty.add(plog)
+        if not self.offsets.create:  # cluster mode: answered once the ISR has it
+            self.offsets.appended[plog] = result.last_offset
 
     def restore(self, open_transactions: dict[int, list[tuple[bytes, bytes | None]]]) -> None:
         """The offsets of transactions open when the broker stopped (from the topic's replay)."""
@@ -133,6 +138,16 @@ class TxnOffsets:
                         by_group[(key.topic, key.partition)] = decode_offset_value(value_bytes)
                 except SchemaError as exc:
                     log.warning("skipping an unreadable transactional offset: %s", exc)
+
+    def forget(self, partition: int) -> None:
+        """Drop the pending offsets of the groups of a `__consumer_offsets` partition led
+        elsewhere now (its new leader restores them from its replay)."""
+        for pid in list(self.pending):
+            by_group = self.pending[pid]
+            for group_id in [g for g in by_group if self.offsets.partition_of(g) == partition]:
+                del by_group[group_id]
+            if not by_group:
+                del self.pending[pid]
 
     def complete(self, producer_id: int, commit: bool, partition: int) -> None:
         """The transaction's marker landed on `__consumer_offsets` partition `partition`: apply (on

@@ -25,7 +25,7 @@ from gateway.broker import PartitionFields, RequestContext
 from gateway.handlers.k03_metadata import INTERNAL_TOPICS
 from gateway.handlers.registry import api
 from gateway.request_limits import Turns
-from gateway.transactions.verification import refusal
+from gateway.transactions.verification import refusal, verify
 from rdmalog.errors import (
     CORRUPT_MESSAGE,
     INVALID_RECORD,
@@ -143,7 +143,11 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
             if code:
                 answers.append({"index": index, "error_code": code})
                 continue
-        refused_txn = txn is not None and refusal(broker, txn, plog.topic, index, records)
+        refused_txn = txn is not None and (
+            refusal(broker, txn, plog.topic, index, records)
+            if replicas is None
+            else await verify(broker, txn, plog, records)  # the coordinator may be elsewhere
+        )
         if refused_txn:  # a transactional batch for a partition not in its transaction
             answers.append({"index": index, "error_code": refused_txn})
             continue

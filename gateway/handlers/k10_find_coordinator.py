@@ -1,5 +1,7 @@
 """FindCoordinator (key 10): this single broker coordinates every group and every transactional id
-(key type 1), creating `__consumer_offsets` or `__transaction_state` on first use as Kafka does."""
+(key type 1), creating `__consumer_offsets` or `__transaction_state` on first use as Kafka does. In
+a cluster the leader of the key's partition of that topic coordinates it (the topic created through
+ZooKeeper once its replication factor's brokers are live)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from gateway.groups.schema import OFFSETS_TOPIC, partition_for
 from gateway.groups.service import group_service
 from gateway.handlers.answers import answer_each
 from gateway.handlers.registry import api
+from gateway.transactions.schema import TRANSACTION_STATE_TOPIC
 from gateway.transactions.service import transaction_service
 from rdmalog import errors as E
 from rdmalog.security.authorizer import Operation, ResourceType
@@ -50,7 +53,9 @@ def _answer(ctx: RequestContext, key: str, key_type: int, unavailable: str | Non
     if unavailable is not None:
         return _refusal(key, E.COORDINATOR_NOT_AVAILABLE, unavailable)
     if broker.cluster is not None:
-        return _cluster_answer(ctx, key)
+        return _cluster_answer(
+            ctx, key, OFFSETS_TOPIC if key_type == KEY_GROUP else TRANSACTION_STATE_TOPIC
+        )
     host, port = broker.endpoint(ctx.listener)
     return {
         "key": key,
@@ -62,10 +67,11 @@ def _answer(ctx: RequestContext, key: str, key_type: int, unavailable: str | Non
     }
 
 
-def _cluster_answer(ctx: RequestContext, key: str) -> dict:
-    """Cluster mode: the leader of the group's `__consumer_offsets` partition coordinates it."""
+def _cluster_answer(ctx: RequestContext, key: str, topic: str) -> dict:
+    """Cluster mode: the leader of the key's partition of `topic` (`__consumer_offsets` for a
+    group, `__transaction_state` for a transactional id) coordinates it."""
     node = ctx.broker.cluster
-    tv = node.view.topic(OFFSETS_TOPIC)
+    tv = node.view.topic(topic)
     state = None if tv is None else tv.states.get(partition_for(key, len(tv.assignment.partitions)))
     live = node.view.live_brokers()
     if state is None or state.leader not in live:
@@ -84,25 +90,15 @@ def _cluster_answer(ctx: RequestContext, key: str) -> dict:
 async def _offsets_topic_problem(ctx: RequestContext) -> str | None:
     """Create `__consumer_offsets` when missing; why it cannot be, or None. In a cluster it is
     created through ZooKeeper (offsets.topic.replication.factor live brokers needed)."""
-    node = ctx.broker.cluster
-    if node is not None:
-        if node.view.topic(OFFSETS_TOPIC) is not None:
-            return None
-        from gateway.cluster.admin import auto_create
-
+    if ctx.broker.cluster is not None:
         cfg = ctx.broker.config
-        configs = {
-            "cleanup.policy": "compact",
-            "segment.bytes": str(cfg.get("offsets.topic.segment.bytes")),
-        }
-        await auto_create(
-            node,
+        return await _cluster_topic_problem(
+            ctx,
             OFFSETS_TOPIC,
             cfg.get("offsets.topic.num.partitions"),
             cfg.get("offsets.topic.replication.factor"),
-            configs,
+            {"segment.bytes": str(cfg.get("offsets.topic.segment.bytes"))},
         )
-        return f"{OFFSETS_TOPIC} is being created"
     if ctx.broker.topic(OFFSETS_TOPIC) is not None:
         return None
     # Kafka creates __consumer_offsets here. Its 50 partitions are tens to hundreds of ms of file
@@ -116,8 +112,36 @@ async def _offsets_topic_problem(ctx: RequestContext) -> str | None:
     return None
 
 
+async def _cluster_topic_problem(
+    ctx: RequestContext, topic: str, partitions: int, rf: int, configs: dict[str, str]
+) -> str | None:
+    """Cluster mode: create a coordinator's topic (compacted) through ZooKeeper when missing;
+    None once it exists, else why there is no coordinator yet."""
+    node = ctx.broker.cluster
+    if node.view.topic(topic) is not None:
+        return None
+    from gateway.cluster.admin import auto_create
+
+    await auto_create(node, topic, partitions, rf, {"cleanup.policy": "compact", **configs})
+    return f"{topic} is being created"
+
+
 async def _transaction_topic_problem(ctx: RequestContext) -> str | None:
-    """Create `__transaction_state` when missing; why it cannot be, or None."""
+    """Create `__transaction_state` when missing; why it cannot be, or None. In a cluster it is
+    created through ZooKeeper (transaction.state.log.replication.factor live brokers needed, its
+    min.insync.replicas from transaction.state.log.min.isr, as Kafka creates it)."""
+    if ctx.broker.cluster is not None:
+        cfg = ctx.broker.config
+        return await _cluster_topic_problem(
+            ctx,
+            TRANSACTION_STATE_TOPIC,
+            cfg.get("transaction.state.log.num.partitions"),
+            cfg.get("transaction.state.log.replication.factor"),
+            {
+                "segment.bytes": str(transaction_service(ctx.broker).config.segment_bytes),
+                "min.insync.replicas": str(cfg.get("transaction.state.log.min.isr")),
+            },
+        )
     try:
         await transaction_service(ctx.broker).ensure_topic()
     except Exception as exc:

@@ -16,6 +16,7 @@ from rdmalog.errors import (
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
     INVALID_REQUEST,
+    NOT_COORDINATOR,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     KafkaStorageError,
 )
@@ -63,6 +64,10 @@ async def _transactional(ctx: RequestContext, request: dict, txn: str) -> dict:
     fresh = None
     try:
         await service.ensure_topic()
+        if service.coordinator.coordinator_error is not None:  # a cluster: is it coordinated here?
+            code = service.coordinator.coordinator_error(txn)
+            if code:
+                return _refused(code)
         if service.coordinator.describe(txn) is None:
             fresh = await loop.run_in_executor(None, ctx.broker.allocate_producer_id)
     except KafkaStorageError:
@@ -80,7 +85,9 @@ async def _transactional(ctx: RequestContext, request: dict, txn: str) -> dict:
         )
     except TxnError as exc:
         return _refused(for_version(exc.code, ctx.api_version, FENCED_SINCE))
-    await service.durable()
+    failed = await service.durable(txn)
+    if failed:  # a cluster: the ISR did not take it
+        return _refused(failed if failed == NOT_COORDINATOR else COORDINATOR_NOT_AVAILABLE)
     return {"throttle_time": 0, "error_code": 0, "producer_id": pid, "producer_epoch": epoch}
 
 

@@ -32,6 +32,24 @@ def _results(topics: list[dict], code_of) -> list[dict]:
     ]
 
 
+def _exists(ctx: RequestContext, topic: str, partition: int) -> bool:
+    """Whether the partition exists (in a cluster: in ZooKeeper's view, led here or not)."""
+    node = ctx.broker.cluster
+    if node is not None:
+        return node.replicas.partition_count(topic) > partition >= 0
+    return not isinstance(ctx.broker.partition(topic, partition), int)
+
+
+def _failed(results: list[dict], failed: int) -> list[dict]:
+    """Every partition answered with `failed` (a state write the ISR did not take)."""
+    code = failed if failed == E.NOT_COORDINATOR else E.COORDINATOR_NOT_AVAILABLE
+    for t in results:
+        for p in t["results_by_partition"]:
+            if p["partition_error_code"] == E.NONE:
+                p["partition_error_code"] = code
+    return results
+
+
 def _add(ctx: RequestContext, txn: str, pid: int, epoch: int, topics: list[dict], verify: bool):
     """Add one transaction's partitions; its per-partition results."""
     if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
@@ -42,7 +60,7 @@ def _add(ctx: RequestContext, txn: str, pid: int, epoch: int, topics: list[dict]
         for p in t["partitions"]:
             if denied:
                 problems[(t["name"], p)] = E.TOPIC_AUTHORIZATION_FAILED
-            elif isinstance(ctx.broker.partition(t["name"], p), int):
+            elif not _exists(ctx, t["name"], p):
                 problems[(t["name"], p)] = E.UNKNOWN_TOPIC_OR_PARTITION
     if problems:
         return _results(topics, lambda n, p: problems.get((n, p), OPERATION_NOT_ATTEMPTED))
@@ -71,7 +89,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             topics,
             False,
         )
-        await service.durable()
+        failed = await service.durable(request["v3_and_below_transactional_id"])
+        if failed:
+            results = _failed(results, failed)
         return {"throttle_time": 0, "results_by_topic_v3_and_below": results}
     if not ctx.authorize(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
         return {
@@ -95,5 +115,8 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
                 ),
             }
         )
-    await service.durable()
+    failed = await service.durable()
+    if failed:
+        for a in answers:
+            _failed(a["topic_results"], failed)
     return {"throttle_time": 0, "error_code": E.NONE, "results_by_transaction": answers}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from gateway.broker import RequestContext
-from gateway.groups.schema import OFFSETS_TOPIC
+from gateway.groups.schema import OFFSETS_TOPIC, partition_for
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
 from gateway.transactions.coordinator import TxnError
@@ -29,13 +29,20 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         return {"throttle_time": 0, "error_code": E.GROUP_AUTHORIZATION_FAILED}
     groups = group_service(ctx.broker)
     service = transaction_service(ctx.broker)
-    try:
-        if ctx.broker.topic(OFFSETS_TOPIC) is None:  # file work: in the admin thread
-            await ctx.broker.in_admin_thread(groups.offsets.ensure)
-    except Exception as exc:
-        log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
-        return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE}
-    partition = (OFFSETS_TOPIC, groups.offsets.partition_of(group))
+    node = ctx.broker.cluster
+    if node is not None:  # a cluster: the topic comes through ZooKeeper (FindCoordinator)
+        count = node.replicas.partition_count(OFFSETS_TOPIC) or ctx.broker.config.get(
+            "offsets.topic.num.partitions"
+        )  # as Kafka, the configured count while the topic does not exist yet
+        partition = (OFFSETS_TOPIC, partition_for(group, count))
+    else:
+        try:
+            if ctx.broker.topic(OFFSETS_TOPIC) is None:  # file work: in the admin thread
+                await ctx.broker.in_admin_thread(groups.offsets.ensure)
+        except Exception as exc:
+            log.error("cannot create %s: %s", OFFSETS_TOPIC, exc)
+            return {"throttle_time": 0, "error_code": E.COORDINATOR_NOT_AVAILABLE}
+        partition = (OFFSETS_TOPIC, groups.offsets.partition_of(group))
     try:
         service.coordinator.add_partitions(
             txn, request["producer_id"], request["producer_epoch"], [partition]
@@ -43,5 +50,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         code = E.NONE
     except TxnError as exc:
         code = for_version(exc.code, ctx.api_version, FENCED_SINCE)
-    await service.durable()
+    failed = await service.durable(txn)
+    if failed and not code:
+        code = failed if failed == E.NOT_COORDINATOR else E.COORDINATOR_NOT_AVAILABLE
     return {"throttle_time": 0, "error_code": code}

@@ -1,5 +1,7 @@
 """EndTxn (key 26): commit or abort the producer's transaction; answered once the markers are on
-every partition of the transaction and its completion is in `__transaction_state`."""
+every partition of the transaction and its completion is in `__transaction_state` (in a cluster,
+where markers go to other brokers, once the prepare is replicated and the markers are written or
+a bounded wait passed: Kafka answers after the prepare alone)."""
 
 from __future__ import annotations
 
@@ -27,5 +29,11 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
         )
     except TxnError as exc:
         answer["error_code"] = for_version(exc.code, ctx.api_version, FENCED_SINCE)
-    await service.durable()
+    failed = await service.durable(txn)
+    if failed and not answer["error_code"]:
+        answer["error_code"] = (
+            failed if failed == E.NOT_COORDINATOR else E.COORDINATOR_NOT_AVAILABLE
+        )
+    elif not answer["error_code"]:
+        await service.ended(txn)  # a cluster: the markers are on every partition
     return answer

@@ -10,7 +10,6 @@ from gateway.groups.model import CommitEntry
 from gateway.groups.service import group_service
 from gateway.handlers.registry import api
 from gateway.transactions.model import for_version
-from gateway.transactions.service import transaction_service
 from rdmalog import errors as E
 from rdmalog.security.authorizer import Operation, ResourceType
 
@@ -56,7 +55,9 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             request.get("group_instance_id"),
             entries,
         )
-        await transaction_service(ctx.broker).durable()
+        failed = await groups.durable()
+        if failed:  # a cluster: the ISR did not take them
+            results = {tp: code or failed for tp, code in results.items()}
 
     def code(name: str, index: int) -> int:
         if denied_all is not None:

@@ -1,5 +1,7 @@
 """DescribeTransactions (key 65): the state of transactional ids (DESCRIBE on each), with the
-partitions of their ongoing transaction (those of topics the sender may describe)."""
+partitions of their ongoing transaction (those of topics the sender may describe). In a cluster an
+id coordinated by another broker is answered NOT_COORDINATOR (the admin client asks its
+coordinator, found with FindCoordinator)."""
 
 from __future__ import annotations
 
@@ -27,8 +29,11 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             "topics": [],
         }
         meta = coordinator.describe(txn)
+        elsewhere = coordinator.coordinator_error(txn) if coordinator.coordinator_error else 0
         if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn):
             answer["error_code"] = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif elsewhere:  # a cluster: another broker coordinates it
+            answer["error_code"] = elsewhere
         elif meta is None:
             answer["error_code"] = TRANSACTIONAL_ID_NOT_FOUND
         else:

@@ -80,6 +80,7 @@ HANDLERS: dict[int, str] = {
     50: "k50_describe_user_scram_credentials",
     51: "k51_alter_user_scram_credentials",
     60: "k60_describe_cluster",
+    61: "k61_describe_producers",
     65: "k65_describe_transactions",
     66: "k66_list_transactions",
 }

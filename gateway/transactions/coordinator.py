@@ -6,8 +6,11 @@ EndTxn, DescribeTransactions, ListTransactions), the periodic checks (timed-out 
 idle ids expired) and the metadata replayed from `__transaction_state`. Every change of an id's state
 is written to its `__transaction_state` partition before it is answered. Ending a transaction writes
 PrepareCommit/PrepareAbort, the markers on every partition of the transaction (`MarkerWriter`), then
-CompleteCommit/CompleteAbort; markers are written here and now, so an id is never left preparing
-except by a crash, after which the load finishes what was prepared.
+CompleteCommit/CompleteAbort. On one broker markers are written here and now, so an id is never left
+preparing except by a crash, after which the load finishes what was prepared. In a cluster
+(`defer_markers` set) the markers go to other brokers: the id stays preparing (requests on it get
+CONCURRENT_TRANSACTIONS, as Kafka answers) until `markers_written` completes it; `coordinator_error`
+refuses ids whose `__transaction_state` partition another broker leads (NOT_COORDINATOR).
 """
 
 from __future__ import annotations
@@ -71,6 +74,17 @@ class TransactionCoordinator:
         self.write_markers = write_markers
         self.now_ms = now_ms
         self.txns: dict[str, TxnMetadata] = {}
+        # cluster mode: the error for an id coordinated elsewhere (0 when here), and who sends
+        # a prepared transaction's markers (then `markers_written` completes it)
+        self.coordinator_error: Callable[[str], int] | None = None
+        self.defer_markers: Callable[[TxnMetadata, bool], None] | None = None
+
+    def _here(self, transactional_id: str) -> None:
+        """Raise NOT_COORDINATOR (or why not) for an id this broker does not coordinate."""
+        if self.coordinator_error is not None:
+            code = self.coordinator_error(transactional_id)
+            if code:
+                raise TxnError(code)
 
     # --- persistence -------------------------------------------------------------------------------
 
@@ -99,12 +113,31 @@ class TransactionCoordinator:
         """Rebuild every id from `__transaction_state`; transactions a crash left preparing are
         completed (their markers written again: a partition takes a repeated marker as a no-op)."""
         self.txns = self.topic.replay()
-        for meta in list(self.txns.values()):
+        self._resume(self.txns.values())
+        return len(self.txns)
+
+    def load_partition(self, partition: int) -> int:
+        """Cluster mode: take over the ids of one `__transaction_state` partition (this broker
+        leads it now); prepared transactions are resumed (their markers sent again)."""
+        found = self.topic.replay_partition(partition)
+        self.txns.update(found)
+        self._resume(found.values())
+        return len(found)
+
+    def unload(self, moved: Callable[[str], bool]) -> int:
+        """Forget the ids `moved(id)` selects (their partition led elsewhere now); nothing is
+        written. Returns how many went."""
+        gone = [t for t in self.txns if moved(t)]
+        for t in gone:
+            del self.txns[t]
+        return len(gone)
+
+    def _resume(self, metas: Iterable[TxnMetadata]) -> None:
+        for meta in list(metas):
             if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                 self._complete(meta, meta.state == TxnState.PREPARE_COMMIT)
             elif meta.state == TxnState.PREPARE_EPOCH_FENCE:
                 self._complete(meta, False)
-        return len(self.txns)
 
     # --- InitProducerId ----------------------------------------------------------------------------
 
@@ -127,6 +160,7 @@ class TransactionCoordinator:
                 INVALID_TRANSACTION_TIMEOUT,
                 f"transaction.timeout.ms {timeout_ms} is not in (0, {self.config.max_timeout_ms}]",
             )
+        self._here(transactional_id)
         meta = self.txns.get(transactional_id)
         if meta is None:
             pid = self.allocate_producer_id() if fresh_id is None else fresh_id
@@ -147,6 +181,13 @@ class TransactionCoordinator:
                     # (a timeout): the current epoch, no bump
                     return meta.producer_id, meta.producer_epoch
                 raise TxnError(E.PRODUCER_FENCED, f"epoch {producer_epoch} is not the latest")
+        if meta.state == TxnState.ONGOING and self.defer_markers is not None:
+            # abort at a bumped epoch (fencing its producer); its markers go to other brokers:
+            # the producer retries until the abort is complete (Kafka's answer)
+            with self._written(meta):
+                self._bump_epoch(meta)
+                self._end(meta, commit=False)
+            raise TxnError(CONCURRENT_TRANSACTIONS)
         with self._written(meta):
             if meta.state == TxnState.ONGOING:  # abort at a bumped epoch (fencing its producer)
                 self._bump_epoch(meta)
@@ -174,6 +215,7 @@ class TransactionCoordinator:
     # --- the transaction ---------------------------------------------------------------------------
 
     def _check_producer(self, transactional_id: str, producer_id: int, epoch: int) -> TxnMetadata:
+        self._here(transactional_id)
         meta = self.txns.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             raise TxnError(E.INVALID_PRODUCER_ID_MAPPING)
@@ -212,6 +254,7 @@ class TransactionCoordinator:
     def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
         """EndTxn: commit or abort the ongoing transaction (a retry of a completed end succeeds).
         Raises TxnError."""
+        self._here(transactional_id)
         meta = self.txns.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             raise TxnError(E.INVALID_PRODUCER_ID_MAPPING)
@@ -235,8 +278,30 @@ class TransactionCoordinator:
         self._complete(meta, commit)
 
     def _complete(self, meta: TxnMetadata, commit: bool) -> None:
-        """Write the markers of a prepared transaction, then its completion."""
+        """Write the markers of a prepared transaction, then its completion (in a cluster: have
+        them sent; `markers_written` completes it)."""
+        if self.defer_markers is not None:
+            self.defer_markers(meta, commit)
+            return
         self.write_markers(meta.producer_id, meta.producer_epoch, commit, sorted(meta.partitions))
+        self._completed(meta, commit)
+
+    def markers_written(self, transactional_id: str, producer_id: int, epoch: int) -> bool:
+        """Cluster mode: the markers of the id's prepared transaction (at this producer id and
+        epoch) are on every partition: write its completion. False when there was nothing to
+        complete (the id moved, or was completed already). Raises TxnError."""
+        meta = self.txns.get(transactional_id)
+        if (
+            meta is None
+            or meta.state not in PREPARING
+            or (meta.producer_id, meta.producer_epoch) != (producer_id, epoch)
+        ):
+            return False
+        with self._written(meta):
+            self._completed(meta, meta.state == TxnState.PREPARE_COMMIT)
+        return True
+
+    def _completed(self, meta: TxnMetadata, commit: bool) -> None:
         meta.state = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         meta.partitions = set()
         self._store(meta)

@@ -15,7 +15,8 @@ log = logging.getLogger(__name__)
 
 
 class PartitionMarkers:
-    """The coordinator's `MarkerWriter` on one broker (every partition is led here)."""
+    """The coordinator's `MarkerWriter` on one broker (every partition is led here), and the
+    partition leader's side of WriteTxnMarkers (`mark`)."""
 
     def __init__(self, broker: Any, coordinator_epoch: int = 0) -> None:
         self.broker = broker
@@ -30,15 +31,28 @@ class PartitionMarkers:
             if isinstance(plog, int):  # deleted meanwhile: nothing to mark, as Kafka skips it
                 log.info("marker for %s-%d skipped: the partition is gone", topic, partition)
                 continue
-            self.write(plog, producer_id, epoch, commit)
-            if topic == OFFSETS_TOPIC and self.broker.groups is not None:
-                self.broker.groups.txn_offsets.complete(producer_id, commit, partition)
+            self.mark(plog, producer_id, epoch, commit)
 
-    def write(self, plog: Any, producer_id: int, epoch: int, commit: bool) -> None:
-        """Append one marker to `plog` (WriteTxnMarkers uses it too)."""
-        batch = marker_batch(producer_id, epoch, commit, self.coordinator_epoch)
-        if plog.append(batch, allow_control=True).flush_needed:
+    def mark(
+        self,
+        plog: Any,
+        producer_id: int,
+        epoch: int,
+        commit: bool,
+        coordinator_epoch: int | None = None,
+    ) -> int:
+        """Append one marker to `plog` (a partition led here); on a `__consumer_offsets` partition
+        settle the transaction's offsets there. Returns the marker's offset."""
+        coordinator_epoch = (
+            self.coordinator_epoch if coordinator_epoch is None else coordinator_epoch
+        )
+        batch = marker_batch(producer_id, epoch, commit, coordinator_epoch)
+        result = plog.append(batch, allow_control=True)
+        if result.flush_needed:
             self.to_flush.add(plog)
+        if plog.topic == OFFSETS_TOPIC and self.broker.groups is not None:
+            self.broker.groups.txn_offsets.complete(producer_id, commit, plog.partition)
+        return result.last_offset
 
     def flush(self) -> None:
         """fsync the partitions the flush policy asked for (blocking: off the event loop)."""

@@ -1,10 +1,13 @@
 """`__transaction_state` in the store: where the coordinator writes each transactional id's metadata,
-and its replay at start-up (the last value of each id wins; a tombstone removes it)."""
+and its replay at start-up (the last value of each id wins; a tombstone removes it). In a cluster the
+topic comes through ZooKeeper (`create=False`) and a partition is replayed when this broker comes to
+lead it; `appended` says what the coordinator must see replicated before it answers."""
 
 from __future__ import annotations
 
 import logging
 
+from gateway.groups.offsets_topic import CoordinatorNotAvailableError
 from gateway.transactions.model import TxnMetadata
 from gateway.transactions.schema import (
     TRANSACTION_STATE_TOPIC,
@@ -26,15 +29,21 @@ READ_CHUNK = 1 << 20
 class TransactionStateTopic:
     """Writes transaction metadata records and reads them all back."""
 
-    def __init__(self, store: LogStore, num_partitions: int, segment_bytes: int) -> None:
+    def __init__(
+        self, store: LogStore, num_partitions: int, segment_bytes: int, create: bool = True
+    ) -> None:
         self.store = store
         self.num_partitions = num_partitions
         self.segment_bytes = segment_bytes
+        self.create = create  # False in cluster mode: the topic comes through ZooKeeper
         self.dirty: set[Log] = set()
+        self.appended: dict[Log, int] = {}  # log -> last offset written (cluster mode waits on it)
 
     def ensure(self) -> LogTopic:
         """The topic, created (compacted) when missing; an existing one keeps its partition count."""
         topic = self.store.topics.get(TRANSACTION_STATE_TOPIC)
+        if topic is None and not self.create:
+            raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC} has no replica here")
         if topic is None:
             configs = {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)}
             try:
@@ -61,8 +70,11 @@ class TransactionStateTopic:
             now_ms=timestamp_ms,
         )
         plog = self.log_of(meta.transactional_id)
-        if plog.append(batch).flush_needed:
+        result = plog.append(batch)
+        if result.flush_needed:
             self.dirty.add(plog)
+        if not self.create:
+            self.appended[plog] = result.last_offset
 
     def flush(self) -> None:
         """fsync the partitions the flush policy asked for (blocking: off the event loop)."""
@@ -78,25 +90,38 @@ class TransactionStateTopic:
             return found
         self.num_partitions = len(topic.partitions)
         for plog in list(topic.partitions):
-            end = plog.log_end_offset
-            offset = plog.log_start_offset
-            while offset < end:
-                chunk = plog.read(offset, READ_CHUNK, upper_bound=end)
-                if chunk is None:
-                    break
-                before = offset
-                for batch in iter_batches(chunk.read()):
-                    if batch.next_offset <= offset:
-                        continue
-                    offset = batch.next_offset
-                    if batch.is_control:
-                        continue
-                    for rec in decode_records(batch):
-                        _apply(found, rec.key, rec.value)
-                if offset == before:
-                    log.warning("%s: no progress replaying at offset %d", plog, offset)
-                    break
+            _replay_log(plog, found)
         return found
+
+    def replay_partition(self, partition: int) -> dict[str, TxnMetadata]:
+        """The metadata of the ids of one partition (a coordinator taking it over)."""
+        topic = self.store.topics.get(TRANSACTION_STATE_TOPIC)
+        found: dict[str, TxnMetadata] = {}
+        if topic is not None and 0 <= partition < len(topic.partitions):
+            self.num_partitions = len(topic.partitions)
+            _replay_log(topic.partitions[partition], found)
+        return found
+
+
+def _replay_log(plog: Log, found: dict[str, TxnMetadata]) -> None:
+    end = plog.log_end_offset
+    offset = plog.log_start_offset
+    while offset < end:
+        chunk = plog.read(offset, READ_CHUNK, upper_bound=end)
+        if chunk is None:
+            break
+        before = offset
+        for batch in iter_batches(chunk.read()):
+            if batch.next_offset <= offset:
+                continue
+            offset = batch.next_offset
+            if batch.is_control:
+                continue
+            for rec in decode_records(batch):
+                _apply(found, rec.key, rec.value)
+        if offset == before:
+            log.warning("%s: no progress replaying at offset %d", plog, offset)
+            break
 
 
 def _apply(found: dict[str, TxnMetadata], key: bytes | None, value: bytes | None) -> None:

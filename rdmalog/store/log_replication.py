@@ -8,9 +8,11 @@ in-sync replicas, and the log's high watermark listeners run then as they do in 
 
 Followers keep the leader's bytes: `append_replicated` validates each batch (sizes, magic, CRC-32C)
 and checks that its base offset follows the log end offset, but patches nothing, so segment files
-hold the same batches, byte for byte, as the leader's. Producer state and the leader epoch cache are
-updated from the batch headers, so a follower that becomes leader detects a retried batch as a
-duplicate and answers OffsetForLeaderEpoch as the old leader did.
+hold the same batches, byte for byte, as the leader's. Producer state, transactions (open ones and
+the aborted-transaction index) and the leader epoch cache are updated from the batch headers, so a
+follower that becomes leader detects a retried batch as a duplicate, stops read_committed consumers
+at the right last stable offset, tells them of aborted transactions and answers
+OffsetForLeaderEpoch as the old leader did.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from rdmalog.errors import CorruptRecordError, KafkaStorageError
 from rdmalog.store.append_result import AppendResult
 from rdmalog.store.producer_state import ProducerStateTable
 from rdmalog.store.records import CONTROL_BIT, validate_batches
+from rdmalog.store.transactions import TXN_FLAGS
+from rdmalog.store.transactions import on_append as track_transactions
 
 if TYPE_CHECKING:
     from rdmalog.store.log import PartitionLog
@@ -165,20 +169,27 @@ class ReplicatedLog:
     def _track_replicated(
         self: PartitionLog, mv: memoryview, infos: list, epochs: list[tuple[int, int]]
     ) -> None:
-        """Producer state and leader epochs from the appended batches' headers (under the lock)."""
+        """Producer state, open transactions and aborted ones (`.txnindex`), and leader epochs
+        from the appended batches' headers (under the lock)."""
         by_base = dict((b, e) for e, b in epochs)
         saved = False
+        txn_infos, txn_lasts = [], []
         for info in infos:
             base = _BASE_OFFSET.unpack_from(mv, info.position)[0]
             if base not in by_base:
                 continue
             last = base + info.last_offset_delta
+            if info.attributes & TXN_FLAGS:
+                txn_infos.append(info)
+                txn_lasts.append(last)
             if info.producer_id >= 0 and not info.attributes & CONTROL_BIT:
                 self.producer_state.update(
                     info.producer_id, info.producer_epoch, info.base_sequence, info.count,
                     base, last, info.max_timestamp,
                 )  # fmt: skip
             saved |= self.leader_epochs.assign(by_base[base], base)
+        if txn_infos:  # a follower that becomes leader knows the last stable offset
+            track_transactions(self, mv, txn_infos, txn_lasts)
         if saved:
             self.leader_epochs.save()
 

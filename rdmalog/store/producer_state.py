@@ -54,6 +54,7 @@ class ProducerEntry:
 
     epoch: int
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
+    coordinator_epoch: int = -1  # of the last transaction marker (DescribeProducers reports it)
 
     @property
     def last_seq(self) -> int:
@@ -222,7 +223,11 @@ class ProducerStateTable:
         body = {
             "end_offset": end_offset,
             "producers": {
-                str(pid): {"epoch": e.epoch, "batches": [list(b) for b in e.batches]}
+                str(pid): {
+                    "epoch": e.epoch,
+                    "batches": [list(b) for b in e.batches],
+                    "coordinator_epoch": e.coordinator_epoch,
+                }
                 for pid, e in self.producers.items()
             },
             "ongoing": {str(pid): first for pid, first in self.ongoing.items()},
@@ -238,7 +243,9 @@ class ProducerStateTable:
             body = json.loads(path.read_text())
             table = cls()
             for pid, e in body["producers"].items():
-                entry = table.producers[int(pid)] = ProducerEntry(int(e["epoch"]))
+                entry = table.producers[int(pid)] = ProducerEntry(
+                    int(e["epoch"]), coordinator_epoch=int(e.get("coordinator_epoch", -1))
+                )
                 entry.batches.extend(BatchMeta(*map(int, b)) for b in e["batches"])
             table.ongoing = {int(p): int(o) for p, o in body.get("ongoing", {}).items()}
             table.valid_to = int(body["end_offset"])

@@ -94,6 +94,24 @@ def marker_type(buf: memoryview | bytes, pos: int = 0) -> int:
         return -1
 
 
+def marker_coordinator_epoch(buf: memoryview | bytes, pos: int = 0) -> int:
+    """The coordinator epoch in the value of the control batch at `pos` (-1 when unreadable)."""
+    try:
+        at = RECORDS + pos
+        _, at = _read_varint(buf, at)  # record length
+        at += 1  # attributes
+        _, at = _read_varint(buf, at)  # timestamp delta
+        _, at = _read_varint(buf, at)  # offset delta
+        n, at = _read_varint(buf, at)  # key
+        at += max(n, 0)
+        n, at = _read_varint(buf, at)  # value: version int16, coordinator epoch int32
+        if n < 6 or at + 6 > len(buf):
+            return -1
+        return _MARKER_VALUE.unpack_from(buf, at)[1]
+    except Exception:
+        return -1
+
+
 class AbortedIndex:
     """The aborted transactions of one log: in memory (ordered by marker offset) and in the `.txnindex`
     of the segment holding each marker."""
@@ -209,6 +227,9 @@ def on_append(
         if attrs & CONTROL_BIT:
             _on_marker(plog, info.producer_id, info.producer_epoch, last,
                        marker_type(buf, info.position))  # fmt: skip
+            entry = state.producers.get(info.producer_id)
+            if entry is not None:  # what DescribeProducers reports
+                entry.coordinator_epoch = marker_coordinator_epoch(buf, info.position)
         else:
             state.begin_transaction(info.producer_id, last - info.last_offset_delta)
 

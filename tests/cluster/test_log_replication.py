@@ -149,3 +149,34 @@ def test_high_watermark_restarts_from_its_checkpoint(tmp_path: Path) -> None:
     again = PartitionLog(tmp_path / "t-0", "t", 0, cfg, replicated=True, high_watermark=3).open()
     assert (again.log_end_offset, again.high_watermark) == (5, 3)
     assert len(list(iter_batches(memoryview(again.read(0, 1 << 20).read())))) == 1
+
+
+def test_follower_tracks_transactions_from_replicated_batches(tmp_path: Path) -> None:
+    """A follower learns open transactions and ABORT markers from the leader's bytes (its
+    `.txnindex` too), so as leader it stops read_committed at the right last stable offset and
+    names the aborted transactions."""
+    from rdmalog.store.transactions import marker_batch
+
+    leader = _log(tmp_path / "leader")
+    follower = _log(tmp_path / "follower")
+    txn = {"producer_epoch": 0, "transactional": True, "now_ms": T0}
+    leader.append(_batch(1))  # 0
+    leader.append(
+        build_batch([Record(b"k", b"a", timestamp=T0)], producer_id=7, base_sequence=0, **txn)
+    )  # 1
+    leader.append(
+        build_batch([Record(b"k", b"b", timestamp=T0)], producer_id=8, base_sequence=0, **txn)
+    )  # 2
+    leader.append(marker_batch(7, 0, False, 5, timestamp_ms=T0), allow_control=True)  # 3: abort 7
+    follower.append_replicated(_log_bytes(leader))
+    follower.set_high_watermark(follower.log_end_offset)
+    assert follower.last_stable_offset == 2  # producer 8 still open
+    (aborted,) = follower.aborted_transactions(0, 4)
+    assert (aborted.producer_id, aborted.first_offset, aborted.last_offset) == (7, 1, 3)
+    assert follower.producer_state.producers[7].coordinator_epoch == 5
+    leader.append(marker_batch(8, 0, True, 5, timestamp_ms=T0), allow_control=True)  # 4
+    follower.append_replicated(_log_bytes(leader))
+    follower.set_high_watermark(follower.log_end_offset)
+    assert follower.last_stable_offset == 5 and len(follower.aborted_transactions(0, 5)) == 1
+    leader.close()
+    follower.close()

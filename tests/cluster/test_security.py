@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,7 @@ def _sasl_listener(_broker_id: int, port: int) -> dict[str, str]:
         "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:admin",
+        "transaction.state.log.num.partitions": "4",
     }
 
 
@@ -108,6 +110,54 @@ def test_replication_between_sasl_brokers(sasl_cluster: BrokerCluster) -> None:
     assert got == [b"s%d" % i for i in range(50)]
     # the followers kept up through their SASL logins: still all in sync, high watermark at 50
     assert set(c.wait_isr("secure", {1, 2, 3})["isr"]) == {1, 2, 3}
+
+
+def test_transactions_between_sasl_brokers(sasl_cluster: BrokerCluster) -> None:
+    """Markers travel over the SASL inter-broker listener (WriteTxnMarkers needs CLUSTER_ACTION:
+    the brokers' principal is a super user): a transactional producer commits and aborts across
+    partitions led by different brokers; a read_committed consumer sees the committed records."""
+    c = sasl_cluster
+    conf = _client_conf(c, ADMIN)
+    admin = AdminClient(conf)
+    admin.create_topics([NewTopic("secure-txn", 3, 3)], operation_timeout=30)["secure-txn"].result(
+        30
+    )
+    leaders = [
+        wait_for("a leader", lambda p=p: max(c.leader("secure-txn", p), 0)) for p in range(3)
+    ]
+    assert len(set(leaders)) > 1, leaders
+    producer = Producer({**conf, "transactional.id": "secure-txn-1"})
+    producer.init_transactions(60)
+    committed = []
+    for round_, commit in enumerate([True, False, True]):
+        producer.begin_transaction()
+        for i in range(6):
+            value = b"%d-%d" % (round_, i)
+            producer.produce("secure-txn", value, partition=i % 3)
+            committed += [value] if commit else []
+        assert producer.flush(30) == 0
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    consumer = Consumer(
+        {**conf, "group.id": "secure-txn-readers", "isolation.level": "read_committed",
+         "enable.auto.commit": False, "enable.partition.eof": True}
+    )  # fmt: skip
+    consumer.assign([TopicPartition("secure-txn", p, 0) for p in range(3)])
+    got, at_end = [], set()
+    deadline = time.monotonic() + 30
+    while len(at_end) < 3 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+            at_end.add(m.partition())
+            continue
+        got.append(m.value())
+    consumer.close()
+    assert len(at_end) == 3 and sorted(got) == sorted(committed)
 
 
 def _error_code(future) -> int:

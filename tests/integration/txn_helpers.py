@@ -76,7 +76,12 @@ def offsets(bootstrap: str, topic: str, isolation: int, partition: int = 0) -> i
 
 
 def describe(bootstrap: str, txn_id: str) -> dict:
-    with RawClient(bootstrap) as c:
+    """DescribeTransactions of `txn_id`, asked of its coordinator (FindCoordinator first: in a
+    cluster another broker answers NOT_COORDINATOR)."""
+    with RawClient(bootstrap.split(",")[0]) as c:
+        found = c.call(10, 3, {"key": txn_id, "key_type": 1})
+    at = f"{found['host']}:{found['port']}" if found["error_code"] == 0 else bootstrap.split(",")[0]
+    with RawClient(at) as c:
         return c.call(65, 0, {"transactional_ids": [txn_id]})["transaction_states"][0]
 
 
