@@ -9,6 +9,7 @@ setup(
         Extension(
             "rdmalog.rdma.transport._atomic64",
             ["rdmalog/rdma/transport/_atomic64.c"],
+            depends=["rdmalog/rdma/transport/_atomic64_api.h"],
             extra_compile_args=["-O2"],
             optional=False,
         ),
@@ -36,7 +37,7 @@ setup(
         Extension(  # optional: rdmalog/rdma/client/consumer.py falls back to Python without it
             "rdmalog.rdma.client._batch",
             ["rdmalog/rdma/client/_batch.c"],
-            depends=["rdmalog/store/crc32c.h"],
+            depends=["rdmalog/store/crc32c.h", "rdmalog/rdma/transport/_atomic64_api.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "../../store/crc32c.h" /* crc32c(), crc_init(): the batch CRC */
+#include "../transport/_atomic64_api.h" /* read_take's checked copy */
 
 #define BATCH_OVERHEAD 61
 
@@ -251,6 +252,71 @@ static inline uint64_t be64(const unsigned char *p) {
  * the same and more), at the first batch it does not finish: a partial one, one past the room,
  * an impossible length, a compressed or control batch, or records that do not decode (those of
  * that batch are taken back out of `out`, and the caller's decode raises again). */
+/* take()'s walk over buf[pos:end]: returns where it stopped (-1 with an exception set), with
+ * *offset and *room updated. */
+static Py_ssize_t walk(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, long long *offset,
+                       Py_ssize_t *room, PyObject *topic, PyObject *partition, PyTypeObject *tp,
+                       PyObject *out) {
+    while (end - pos >= BATCH_OVERHEAD && *room > 0) {
+        const unsigned char *h = buf + pos;
+        long long size = (long long)(int32_t)be32(h + LENGTH_AT) + 12;
+        if (size < BATCH_OVERHEAD || size > end - pos) break;
+        long long base = (long long)be64(h);
+        long long last = base + (int32_t)be32(h + LAST_DELTA_AT);
+        if (last >= *offset) {
+            int attributes = (int)(int16_t)((uint16_t)h[ATTRIBUTES_AT] << 8 | h[ATTRIBUTES_AT + 1]);
+            if (attributes & (CODEC_MASK | CONTROL_BIT)) break;
+            Py_ssize_t before = PyList_GET_SIZE(out);
+            cursor c = {h + BATCH_OVERHEAD, h + size};
+            Py_ssize_t n = decode_records(
+                c, base, (long long)be64(h + BASE_TS_AT), (long long)be64(h + MAX_TS_AT),
+                (attributes & TIMESTAMP_TYPE_BIT) != 0, (long)(int32_t)be32(h + COUNT_AT), *offset,
+                *room, topic, partition, tp, out);
+            if (n < 0) { /* this batch's records come out again; malformed ones are the
+                            caller's to report (its decode raises the same), others propagate */
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                int malformed = PyErr_GivenExceptionMatches(type, PyExc_ValueError);
+                if (PyList_SetSlice(out, before, PyList_GET_SIZE(out), NULL) < 0 || !malformed) {
+                    if (!PyErr_Occurred()) {
+                        PyErr_Restore(type, value, tb);
+                    } else {
+                        Py_XDECREF(type);
+                        Py_XDECREF(value);
+                        Py_XDECREF(tb);
+                    }
+                    return -1;
+                }
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(tb);
+                break;
+            }
+            *room -= n;
+            if (*room <= 0 && n > 0) {
+                PyObject *lastrec = PyList_GET_ITEM(out, PyList_GET_SIZE(out) - 1);
+                long long got = PyLong_AsLongLong(PyTuple_GET_ITEM(lastrec, 2));
+                if (got < last) { /* the batch's other records: the next poll */
+                    *offset = got + 1;
+                    break;
+                }
+            }
+            *offset = last + 1;
+        }
+        pos += size;
+    }
+    return pos;
+}
+
+static int record_args_ok(PyObject *rtype, PyObject *out) {
+    if (!record_type_ok(rtype)) return 0;
+    if (!PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "out must be a list");
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 9) {
         PyErr_SetString(PyExc_TypeError,
@@ -261,12 +327,7 @@ static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     long long offset = PyLong_AsLongLong(args[3]);
     Py_ssize_t room = PyLong_AsSsize_t(args[4]);
     if (PyErr_Occurred()) return NULL;
-    PyObject *topic = args[5], *partition = args[6], *rtype = args[7], *out = args[8];
-    if (!record_type_ok(rtype)) return NULL;
-    if (!PyList_Check(out)) {
-        PyErr_SetString(PyExc_TypeError, "out must be a list");
-        return NULL;
-    }
+    if (!record_args_ok(args[7], args[8])) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     if (pos < 0 || end < pos || end > view.len) {
@@ -274,68 +335,109 @@ static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_ValueError, "range outside the buffer");
         return NULL;
     }
-    const unsigned char *buf = (const unsigned char *)view.buf;
-    int failed = 0;
-    while (end - pos >= BATCH_OVERHEAD && room > 0) {
-        const unsigned char *h = buf + pos;
-        long long size = (long long)(int32_t)be32(h + LENGTH_AT) + 12;
-        if (size < BATCH_OVERHEAD || size > end - pos) break;
-        long long base = (long long)be64(h);
-        long long last = base + (int32_t)be32(h + LAST_DELTA_AT);
-        if (last >= offset) {
-            int attributes = (int)(int16_t)((uint16_t)h[ATTRIBUTES_AT] << 8 | h[ATTRIBUTES_AT + 1]);
-            if (attributes & (CODEC_MASK | CONTROL_BIT)) break;
-            Py_ssize_t before = PyList_GET_SIZE(out);
-            cursor c = {h + BATCH_OVERHEAD, h + size};
-            Py_ssize_t n = decode_records(
-                c, base, (long long)be64(h + BASE_TS_AT), (long long)be64(h + MAX_TS_AT),
-                (attributes & TIMESTAMP_TYPE_BIT) != 0, (long)(int32_t)be32(h + COUNT_AT), offset,
-                room, topic, partition, (PyTypeObject *)rtype, out);
-            if (n < 0) { /* this batch's records come out again; malformed ones are the
-                            caller's to report (its decode raises the same), others propagate */
-                PyObject *type, *value, *tb;
-                PyErr_Fetch(&type, &value, &tb);
-                int malformed = PyErr_GivenExceptionMatches(type, PyExc_ValueError);
-                if (PyList_SetSlice(out, before, PyList_GET_SIZE(out), NULL) < 0) {
-                    Py_XDECREF(type);
-                    Py_XDECREF(value);
-                    Py_XDECREF(tb);
-                    failed = 1;
-                } else if (malformed) {
-                    Py_XDECREF(type);
-                    Py_XDECREF(value);
-                    Py_XDECREF(tb);
-                } else {
-                    PyErr_Restore(type, value, tb);
-                    failed = 1;
-                }
-                break;
-            }
-            room -= n;
-            if (room <= 0 && n > 0) {
-                PyObject *lastrec = PyList_GET_ITEM(out, PyList_GET_SIZE(out) - 1);
-                long long got = PyLong_AsLongLong(PyTuple_GET_ITEM(lastrec, 2));
-                if (got < last) { /* the batch's other records: the next poll */
-                    offset = got + 1;
-                    break;
-                }
-            }
-            offset = last + 1;
-        }
-        pos += size;
-    }
+    pos = walk((const unsigned char *)view.buf, pos, end, &offset, &room, args[5], args[6],
+               (PyTypeObject *)args[7], args[8]);
     PyBuffer_Release(&view);
-    if (failed) return NULL;
-    PyObject *r = PyTuple_New(3), *items[3] = {PyLong_FromSsize_t(pos),
-                                               PyLong_FromLongLong(offset),
-                                               PyLong_FromSsize_t(room)};
-    if (!r || !items[0] || !items[1] || !items[2]) {
-        Py_XDECREF(r);
-        for (int i = 0; i < 3; i++) Py_XDECREF(items[i]);
+    if (pos < 0) return NULL;
+    return Py_BuildValue("(nLn)", pos, offset, room);
+}
+
+/* -- one READ and its records: the shm consumer's fetch in one call -------------------------- */
+
+static checked_copy_fn *copy_api; /* _atomic64's checked copy (NULL: read_take is unavailable) */
+
+/* read_take(plan, dst, fetch_size, pos, lrb, head, have, offset, room, topic, partition,
+ *           record_type, out) -> (pos, head, have, offset, room, more) | int | None
+ *
+ * The consumer's _fetch and _take for a shm READ of a region read before, in one call. `plan` is
+ * the queue pair's read_plan(): (table, entry_off, rkey, src, qp_num, remote_off of the file's
+ * byte 0). READs min(max(fetch_size, what a kept partial batch still needs), lrb - pos) bytes
+ * behind the kept bytes dst[head : head + have] (moved to the front first when there is no room
+ * behind them), then walks the whole batches as take() does. Returns the new state; `more` is
+ * True when whole batches are left at dst[head:] that take() did not finish (the caller's _take
+ * goes on from there). None: nothing was done (the buffer must grow); an int: the READ failed
+ * after the kept bytes were moved to the front (the int is their new head): the caller's general
+ * path tells why. */
+static PyObject *read_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "read_take(plan, dst, fetch_size, pos, lrb, head, have, "
+                                         "offset, room, topic, partition, record_type, out)");
         return NULL;
     }
-    for (int i = 0; i < 3; i++) PyTuple_SET_ITEM(r, i, items[i]);
-    return r;
+    if (copy_api == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "read_take: _atomic64's checked copy is not loaded");
+        return NULL;
+    }
+    PyObject *plan = args[0];
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 6) {
+        PyErr_SetString(PyExc_TypeError, "plan: (table, entry_off, rkey, src, qp_num, remote_off)");
+        return NULL;
+    }
+    Py_ssize_t eoff = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 1));
+    unsigned long long rkey = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(plan, 2));
+    unsigned long long qp = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(plan, 4));
+    Py_ssize_t roff0 = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 5));
+    Py_ssize_t fetch = PyLong_AsSsize_t(args[2]);
+    long long pos = PyLong_AsLongLong(args[3]), lrb = PyLong_AsLongLong(args[4]);
+    Py_ssize_t head = PyLong_AsSsize_t(args[5]), have = PyLong_AsSsize_t(args[6]);
+    long long offset = PyLong_AsLongLong(args[7]);
+    Py_ssize_t room = PyLong_AsSsize_t(args[8]);
+    if (PyErr_Occurred()) return NULL;
+    if (!record_args_ok(args[11], args[12])) return NULL;
+    Py_buffer v[3]; /* table, src, dst */
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(plan, 0), &v[0], PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(plan, 3), &v[1], PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&v[0]);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[1], &v[2], PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&v[0]);
+        PyBuffer_Release(&v[1]);
+        return NULL;
+    }
+    unsigned char *dst = (unsigned char *)v[2].buf;
+    Py_ssize_t dlen = v[2].len;
+    PyObject *result = NULL;
+    if (head < 0 || have < 0 || head + have > dlen || pos < 0 || lrb < pos || fetch < 1) {
+        PyErr_SetString(PyExc_ValueError, "read_take: state outside the buffer");
+        goto done;
+    }
+    long long want = fetch;
+    if (have >= 12) { /* the kept partial batch says how much it still needs */
+        long long need = (long long)(int32_t)be32(dst + head + LENGTH_AT) + 12 - have;
+        if (need > want) want = need;
+    }
+    long long n = lrb - pos < want ? lrb - pos : want;
+    if (have + n > dlen) {
+        result = Py_NewRef(Py_None); /* the buffer must grow: the caller's general path */
+        goto done;
+    }
+    if (head + have + n > dlen) { /* no room behind the kept bytes: move them first */
+        memmove(dst, dst + head, (size_t)have);
+        head = 0;
+    }
+    if (!(*copy_api)((const char *)v[0].buf, v[0].len, eoff, rkey, (char *)dst, dlen, head + have,
+                     (const char *)v[1].buf, v[1].len, roff0 + pos, n, qp, roff0 + pos)) {
+        result = PyLong_FromSsize_t(head);
+        goto done;
+    }
+    pos += n;
+    have += n;
+    Py_ssize_t end = head + have;
+    Py_ssize_t p = walk(dst, head, end, &offset, &room, args[9], args[10],
+                        (PyTypeObject *)args[11], args[12]);
+    if (p < 0) goto done;
+    int more = 0;
+    if (end - p >= BATCH_OVERHEAD) { /* a whole batch left there: the caller's _take decides */
+        long long size = (long long)(int32_t)be32(dst + p + LENGTH_AT) + 12;
+        more = size <= end - p;
+    }
+    Py_ssize_t new_head = more || p < end ? p : 0;
+    result = Py_BuildValue("(LnnLnO)", pos, new_head, end - p, offset, room,
+                           more ? Py_True : Py_False);
+done:
+    for (int i = 0; i < 3; i++) PyBuffer_Release(&v[i]);
+    return result;
 }
 
 /* -- encoding: the native producer's batches of uncompressed records -------------------------- */
@@ -571,6 +673,9 @@ static PyMethodDef methods[] = {
     {"take", (PyCFunction)(void (*)(void))take, METH_FASTCALL,
      "take(buf, pos, end, offset, room, topic, partition, record_type, out) -> (pos, offset, "
      "room): decode the whole uncompressed batches of buf[pos:end] into out"},
+    {"read_take", (PyCFunction)(void (*)(void))read_take, METH_FASTCALL,
+     "read_take(plan, dst, fetch_size, pos, lrb, head, have, offset, room, topic, partition, "
+     "record_type, out): a shm READ and its whole batches' records, in one call"},
     {"encode_plain", (PyCFunction)(void (*)(void))encode_plain, METH_FASTCALL,
      "encode_plain(records, now_ms) -> bytearray: build_batch of uncompressed records, in C"},
     {"decode_plain", decode_plain, METH_VARARGS,
@@ -589,5 +694,8 @@ PyMODINIT_FUNC PyInit__batch(void) {
     str_headers = PyUnicode_InternFromString("headers");
     str_timestamp = PyUnicode_InternFromString("timestamp");
     if (!str_key || !str_value || !str_headers || !str_timestamp) return NULL;
+    /* read_take's copy; without it (a build without _atomic64) read_take raises */
+    copy_api = (checked_copy_fn *)PyCapsule_Import(ATOMIC64_CAPSULE, 0);
+    if (!copy_api) PyErr_Clear();
     return PyModule_Create(&module);
 }
