@@ -35,7 +35,7 @@ class ConsumerBatch(NamedTuple):
 class _Assignment:
     __slots__ = (
         "topic", "partition", "offset", "region", "base", "pos", "lrb", "mutable", "slot",
-        "mr", "head", "have", "active", "more", "paused", "txns", "plan",
+        "mr", "head", "have", "active", "more", "paused", "txns", "plan", "chunk",
     )  # fmt: skip
 
     def __init__(self, topic: str, partition: int):
@@ -55,3 +55,6 @@ class _Assignment:
         # shm: the file's READ in one C call (qp.read_plan, made after its first READ; None:
         # the general path)
         self.plan: tuple | None = None
+        # the last read_take's records' bytes in mr (_batch.Chunk): detached (copied out if its
+        # records are alive) before mr is read into again
+        self.chunk = None

@@ -599,16 +599,19 @@ class Consumer(Endpoint):
             # shm, plain records: the READ and its records in one C call (_batch.read_take)
             r = _c_read_take(
                 plan, a.mr.buf, self.fetch_size, a.pos, a.lrb, a.head, a.have, a.offset, room,
-                a.topic, a.partition, ConsumerRecord, out,
+                a.topic, a.partition, ConsumerRecord, out, a.chunk,
             )  # fmt: skip
             if type(r) is tuple:
-                a.pos, a.head, a.have, a.offset, room, more = r
+                a.pos, a.head, a.have, a.offset, room, more, a.chunk = r
                 if more:  # a batch read_take leaves to the general loop (or no room left)
                     self._take(a, out, raw, room)
                 return
             if r is not None:  # the READ failed after the kept bytes moved to the front
                 a.head = r
             a.plan = None  # the general path below tells why (and plans again)
+        if a.chunk is not None:  # lazy records' bytes: out of the buffer before it is written
+            a.chunk.detach()
+            a.chunk = None
         buf = a.mr.buf
         want = self.fetch_size
         if a.have >= LOG_OVERHEAD:  # the kept partial batch says how much it still needs

@@ -700,8 +700,8 @@ class ShmDevice:
             owned, mr._owned = mr._owned, None
         if owned is not None:
             m, path = owned
-            mr.buf.release()
-            try:
+            try:  # exported (a consumer's lazy records, client/_lazy_records.c): the mapping
+                mr.buf.release()  # stays until they let go
                 m.close()
             except BufferError:
                 pass
