@@ -17,12 +17,14 @@
 
 #include "_lazy_records.h"
 
+/* The record NamedTuple (ConsumerRecord) lazy records pickle and copy as: the last chunk's. */
+static PyObject *record_type;
+
 /* -- Chunk ------------------------------------------------------------------------------------- */
 
 static void chunk_dealloc(Chunk *c) {
     if (c->attached) PyBuffer_Release(&c->view);
     Py_XDECREF(c->mem);
-    Py_XDECREF(c->rtype);
     PyObject_Free(c);
 }
 
@@ -32,7 +34,7 @@ Chunk *chunk_new(PyObject *buf, Py_ssize_t lo, PyObject *rtype) {
     c->mem = NULL;
     c->attached = 0;
     c->lo = c->hi = lo;
-    c->rtype = Py_NewRef(rtype);
+    if (record_type != rtype) Py_XSETREF(record_type, Py_NewRef(rtype));
     if (PyObject_GetBuffer(buf, &c->view, PyBUF_SIMPLE) < 0) {
         Py_DECREF(c);
         return NULL;
@@ -82,7 +84,7 @@ PyTypeObject ChunkType = {
 
 typedef struct {
     PyObject_HEAD
-    Chunk *chunk;
+    Chunk *chunk; /* NULL once key, value and headers are made */
     PyObject *topic, *partition;
     long long offset, timestamp;
     Py_ssize_t key_at, key_len, value_at, value_len, headers_at, headers_end; /* from chunk->base;
@@ -92,7 +94,7 @@ typedef struct {
 } LazyRecord;
 
 static void record_dealloc(LazyRecord *r) {
-    Py_DECREF(r->chunk);
+    Py_XDECREF(r->chunk);
     Py_DECREF(r->topic);
     Py_DECREF(r->partition);
     Py_XDECREF(r->key);
@@ -101,33 +103,46 @@ static void record_dealloc(LazyRecord *r) {
     PyObject_Free(r);
 }
 
-static PyObject *bytes_at(LazyRecord *r, PyObject **cache, Py_ssize_t at, Py_ssize_t len) {
-    if (*cache == NULL) {
+static int make_bytes(LazyRecord *r, PyObject **cache, Py_ssize_t at, Py_ssize_t len) {
+    if (*cache == NULL)
         *cache = len < 0 ? Py_NewRef(Py_None)
                          : PyBytes_FromStringAndSize((const char *)r->chunk->base + at, len);
-        if (*cache == NULL) return NULL;
+    return *cache ? 0 : -1;
+}
+
+/* The first read of a key, value or headers makes all three and lets go of the chunk: records an
+ * application has looked at before its next poll keep nothing of the read buffer, which is then
+ * not copied out (chunk_detach). A record's key and headers are mostly None and (), which cost
+ * no allocation. */
+static int materialize(LazyRecord *r) {
+    if (r->chunk == NULL) return 0;
+    if (make_bytes(r, &r->key, r->key_at, r->key_len) < 0 ||
+        make_bytes(r, &r->value, r->value_at, r->value_len) < 0)
+        return -1;
+    if (r->headers == NULL) { /* validated when the record was made */
+        cursor c = {r->chunk->base + r->headers_at, r->chunk->base + r->headers_end};
+        r->headers = headers(&c);
+        if (r->headers == NULL) return -1;
     }
-    return Py_NewRef(*cache);
+    Py_CLEAR(r->chunk);
+    return 0;
 }
 
 static PyObject *get_topic(LazyRecord *r, void *x) { return Py_NewRef(r->topic); }
 static PyObject *get_partition(LazyRecord *r, void *x) { return Py_NewRef(r->partition); }
 static PyObject *get_offset(LazyRecord *r, void *x) { return PyLong_FromLongLong(r->offset); }
 static PyObject *get_timestamp(LazyRecord *r, void *x) { return PyLong_FromLongLong(r->timestamp); }
-static PyObject *get_key(LazyRecord *r, void *x) { return bytes_at(r, &r->key, r->key_at, r->key_len); }
+static PyObject *get_key(LazyRecord *r, void *x) {
+    return materialize(r) < 0 ? NULL : Py_NewRef(r->key);
+}
 static PyObject *get_value(LazyRecord *r, void *x) {
-    return bytes_at(r, &r->value, r->value_at, r->value_len);
+    return materialize(r) < 0 ? NULL : Py_NewRef(r->value);
 }
 static PyObject *get_timestamp_type(LazyRecord *r, void *x) {
     return PyLong_FromLong(r->timestamp_type);
 }
 static PyObject *get_headers(LazyRecord *r, void *x) {
-    if (r->headers == NULL) { /* validated when the record was made */
-        cursor c = {r->chunk->base + r->headers_at, r->chunk->base + r->headers_end};
-        r->headers = headers(&c);
-        if (r->headers == NULL) return NULL;
-    }
-    return Py_NewRef(r->headers);
+    return materialize(r) < 0 ? NULL : Py_NewRef(r->headers);
 }
 
 typedef PyObject *(*getter_fn)(LazyRecord *, void *);
@@ -207,7 +222,7 @@ static PyObject *record_repr(LazyRecord *r) {
 /* pickle and copy: the record NamedTuple the consumer declares (ConsumerRecord) */
 static PyObject *record_reduce(LazyRecord *r, PyObject *unused) {
     PyObject *t = as_tuple(r);
-    return t ? Py_BuildValue("(ON)", r->chunk->rtype, t) : NULL;
+    return t ? Py_BuildValue("(ON)", record_type, t) : NULL;
 }
 
 static PyObject *record_asdict(LazyRecord *r, PyObject *unused) {

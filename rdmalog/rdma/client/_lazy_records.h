@@ -15,14 +15,14 @@ typedef struct {
     PyObject *mem;             /* detached: a bytes copy of [lo, hi) */
     Py_buffer view;            /* attached: the read buffer's export (keeps it mapped) */
     int attached;
-    PyObject *rtype; /* the record NamedTuple type: __reduce__ and copies turn into one */
 } Chunk;
 
 extern PyTypeObject ChunkType, LazyRecordType;
 
 /* Types ready and added to the module; -1 with an exception set. */
 int lazy_records_init(PyObject *module);
-/* A chunk over buffer `buf` (exported until detached) whose records start at `lo`. */
+/* A chunk over buffer `buf` (exported until detached) whose records start at `lo`; `rtype` is
+ * the record NamedTuple lazy records pickle and copy as. */
 Chunk *chunk_new(PyObject *buf, Py_ssize_t lo, PyObject *rtype);
 /* Copy the chunk's bytes out of the read buffer if records still use them; release the buffer. */
 int chunk_detach(Chunk *c);
