@@ -33,6 +33,7 @@ Chunk *chunk_new(PyObject *buf, Py_ssize_t lo, PyObject *rtype) {
     if (!c) return NULL;
     c->mem = NULL;
     c->attached = 0;
+    c->live = 0;
     c->lo = c->hi = lo;
     if (record_type != rtype) Py_XSETREF(record_type, Py_NewRef(rtype));
     if (PyObject_GetBuffer(buf, &c->view, PyBUF_SIMPLE) < 0) {
@@ -46,7 +47,7 @@ Chunk *chunk_new(PyObject *buf, Py_ssize_t lo, PyObject *rtype) {
 
 int chunk_detach(Chunk *c) {
     if (!c->attached) return 0;
-    if (Py_REFCNT(c) > 1) { /* records besides the consumer's own reference: copy their bytes */
+    if (c->live > 0) { /* records that may still read it: copy their bytes out */
         PyObject *mem = PyBytes_FromStringAndSize((const char *)c->base, c->hi - c->lo);
         if (!mem) return -1;
         c->mem = mem;
@@ -94,7 +95,10 @@ typedef struct {
 } LazyRecord;
 
 static void record_dealloc(LazyRecord *r) {
-    Py_XDECREF(r->chunk);
+    if (r->chunk != NULL) {
+        r->chunk->live--;
+        Py_DECREF(r->chunk);
+    }
     Py_DECREF(r->topic);
     Py_DECREF(r->partition);
     Py_XDECREF(r->key);
@@ -124,6 +128,7 @@ static int materialize(LazyRecord *r) {
         r->headers = headers(&c);
         if (r->headers == NULL) return -1;
     }
+    r->chunk->live--;
     Py_CLEAR(r->chunk);
     return 0;
 }
@@ -360,6 +365,7 @@ Py_ssize_t decode_lazy(cursor c, long long base, long long base_ts, long long ma
         LazyRecord *rec = PyObject_New(LazyRecord, &LazyRecordType);
         if (!rec) return -1;
         rec->chunk = (Chunk *)Py_NewRef(chunk);
+        chunk->live++;
         rec->topic = Py_NewRef(topic);
         rec->partition = Py_NewRef(partition);
         rec->offset = off;

@@ -15,6 +15,7 @@ typedef struct {
     PyObject *mem;             /* detached: a bytes copy of [lo, hi) */
     Py_buffer view;            /* attached: the read buffer's export (keeps it mapped) */
     int attached;
+    Py_ssize_t live; /* records that still read it (not yet made, not deallocated) */
 } Chunk;
 
 extern PyTypeObject ChunkType, LazyRecordType;
