@@ -5,8 +5,8 @@
  * made when first asked for, from the batch bytes in the consumer's read buffer: a poll makes one
  * small object per record and copies nothing per record. The bytes are shared through a Chunk
  * (one per READ): before the consumer reads into that buffer again, it detaches the chunk, which
- * copies the range out (one copy for the whole READ) if any of its records is still alive and
- * releases the buffer. So records stay valid and immutable for as long as they are held, and an
+ * copies the range out (one copy for the whole READ) if any of its records is alive and has not
+ * made its key, value and headers yet, and releases the buffer. So records stay valid and immutable for as long as they are held, and an
  * application that keeps one keeps its READ's bytes (up to the fetch size) until it lets go.
  * Records and chunks hold only strings, ints, bytes and tuples of them: never in a cycle, so they
  * stay off the cyclic garbage collector's lists.
