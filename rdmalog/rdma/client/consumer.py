@@ -76,8 +76,10 @@ def _commit_error(group: str | None, codes: dict[int, int]) -> OffsetCommitError
 
 
 class Consumer(Endpoint):
-    """`assign([(topic, partition)])`, `seek(...)`, `poll(timeout)` -> [ConsumerRecord];
-    `pause`/`resume` partitions; a context manager that closes.
+    """`assign([(topic, partition)])`, `seek(...)`, `poll(timeout)` -> [ConsumerRecord] (on shm,
+    uncompressed batches' records are `_batch.LazyRecord`s, which read as ConsumerRecords and make
+    their fields when first read: docs/rdma.md); `pause`/`resume` partitions; a context manager
+    that closes.
 
     With `group_id` (and the gateway's Kafka `bootstrap` address) positions can be committed to
     the group coordinator (`commit()`, `committed()`), and `assign` starts from them;
