@@ -9,6 +9,7 @@ setup(
         Extension(
             "rdmalog.rdma.transport._atomic64",
             ["rdmalog/rdma/transport/_atomic64.c"],
+            depends=["rdmalog/rdma/transport/_atomic64_api.h"],
             extra_compile_args=["-O2"],
             optional=False,
         ),
@@ -35,8 +36,13 @@ setup(
         ),
         Extension(  # optional: rdmalog/rdma/client/consumer.py falls back to Python without it
             "rdmalog.rdma.client._batch",
-            ["rdmalog/rdma/client/_batch.c"],
-            depends=["rdmalog/store/crc32c.h"],
+            ["rdmalog/rdma/client/_batch.c", "rdmalog/rdma/client/_lazy_records.c"],
+            depends=[
+                "rdmalog/store/crc32c.h",
+                "rdmalog/rdma/transport/_atomic64_api.h",
+                "rdmalog/rdma/client/_record_fields.h",
+                "rdmalog/rdma/client/_lazy_records.h",
+            ],
             extra_compile_args=["-O2"],
             optional=True,
         ),

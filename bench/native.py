@@ -8,7 +8,8 @@ are stated against ("of_copy"). Prints one JSON object per line {"transport", "m
 "unit", ...}:
 
   produce_latency_us_p50 / _p99   one 100-byte record, send -> commit ack ("mode": exclusive|shared)
-  consume_latency_us_p50 / _p99   poll() returning one preloaded (committed) 1 KiB record
+  consume_latency_us_p50 / _p99   poll() returning one preloaded (committed) 1 KiB record, and
+                                  reading its value
   empty_poll_us_p50, polls_per_s  poll() with nothing new (a slot look; Kafka: the client's queue)
   store_cpu_s_100_pollers         broker CPU seconds while 100 consumers poll an idle partition
   store_cpu_s_idle                the same broker's CPU over the same time with no pollers
@@ -29,6 +30,8 @@ are stated against ("of_copy"). Prints one JSON object per line {"transport", "m
   produce_gib_s_idempotent        the same bytes (a quarter as many) from an idempotent producer:
                                   stamped (CRC again), at most 5 in flight, committed one by one;
                                   produce_latency "mode": "idempotent" likewise
+  consume_gib_s_values            consume_gib_s with every record's value read (lazy records,
+                                  on shm, make it then: consume_gib_s does not pay for it)
   consume_batches_gib_s           the same batches through poll_batches() (undecoded, one copy)
   produce_gib_s_across_rolls      the same batches over 3 (quick) or 8 whole 128 MiB segments: the
                                   producer asks for each next head file as one fills (new memory
@@ -260,8 +263,9 @@ def bench_consume(b: Broker, transport: str, n: int) -> None:
         p.produce("lat", 0, REC_1K)  # committed (and so preloaded) before the clock starts
         t0 = time.perf_counter()
         got = c.poll(1.0)
+        value = got[0].value  # timed: a lazy record (shm) makes its value when first read
         lat.append((time.perf_counter() - t0) * 1e6)
-        assert len(got) == 1 and len(got[0].value) == 1024
+        assert len(got) == 1 and len(value) == 1024
     emit_latency(transport, "consume_latency", lat, record_bytes=1024)
     empty_polls(transport, lambda: c.poll(0))
     c.close()
@@ -436,6 +440,19 @@ def bench_throughput(b: Broker, transport: str, total_bytes: int) -> None:
         n += len(c.poll(1.0, max_records=100_000))
     dt = time.perf_counter() - t0
     emit_bandwidth(transport, "consume_gib_s", k * len(batch) / dt / 2**30, fetch_size=FETCH)
+    c.seek("tput", 0, start)  # again, every record's value read (a lazy record makes it then)
+    n = 0
+    t0 = time.perf_counter()
+    for _ in range(100_000):
+        if n >= want:
+            break
+        got = c.poll(1.0, max_records=100_000)
+        n += len(got)
+        for r in got:
+            r.value  # noqa: B018
+    dt = time.perf_counter() - t0
+    gib_s = k * len(batch) / dt / 2**30
+    emit_bandwidth(transport, "consume_gib_s_values", gib_s, fetch_size=FETCH, values="read")
     c.seek("tput", 0, start)
     n = 0
     t0 = time.perf_counter()

@@ -33,7 +33,7 @@ fi
 # packaging files, the C sources, the JVM reader's sources and the JS lock file); a later call with the same
 # inputs returns at once.
 stamp=".venv/.setup-${extras:-base}"
-inputs=$(cat pyproject.toml setup.py compat_tests/js/package-lock.json rdmalog/rdma/*/*.c rdmalog/store/*.c \
+inputs=$(cat pyproject.toml setup.py compat_tests/js/package-lock.json rdmalog/rdma/*/*.c rdmalog/rdma/*/*.h rdmalog/store/*.c \
     rdmalog/store/*.h $(find rdmalog/spark/java -type f -not -path '*/build/*' | sort) 2>/dev/null \
     | sha256sum | cut -d' ' -f1)
 if [[ -x .venv/bin/rdmalog && -f "$stamp" && "$(cat "$stamp")" == "$inputs" ]]; then

@@ -21,77 +21,11 @@
 #include <string.h>
 
 #include "../../store/crc32c.h" /* crc32c(), crc_init(): the batch CRC */
+#include "../transport/_atomic64_api.h" /* read_take's checked copy */
+#include "_record_fields.h"                /* cursor, varint, field, headers */
+#include "_lazy_records.h"                 /* read_take's records */
 
 #define BATCH_OVERHEAD 61
-
-typedef struct {
-    const unsigned char *p, *end;
-} cursor;
-
-static inline int varint(cursor *c, int64_t *out) {
-    uint64_t r = 0;
-    int shift = 0;
-    while (c->p < c->end) {
-        unsigned char b = *c->p++;
-        r |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80) {
-            *out = (int64_t)(r >> 1) ^ -(int64_t)(r & 1);
-            return 0;
-        }
-        shift += 7;
-        if (shift > 63) break;
-    }
-    PyErr_SetString(PyExc_ValueError, "bad varint in record");
-    return -1;
-}
-
-/* A length-prefixed byte string: new bytes, Py_None for length -1, NULL on error. */
-static PyObject *field(cursor *c) {
-    int64_t n;
-    if (varint(c, &n) < 0) return NULL;
-    if (n < 0) Py_RETURN_NONE;
-    if (n > c->end - c->p) {
-        PyErr_SetString(PyExc_ValueError, "record field extends past its record");
-        return NULL;
-    }
-    PyObject *b = PyBytes_FromStringAndSize((const char *)c->p, (Py_ssize_t)n);
-    c->p += n;
-    return b;
-}
-
-static PyObject *headers(cursor *c) {
-    int64_t n;
-    if (varint(c, &n) < 0) return NULL;
-    if (n < 0 || n > c->end - c->p) {
-        PyErr_SetString(PyExc_ValueError, "bad header count");
-        return NULL;
-    }
-    if (n == 0) return PyTuple_New(0); /* the shared empty tuple */
-    PyObject *list = PyTuple_New(n);
-    for (int64_t i = 0; list && i < n; i++) {
-        int64_t kn;
-        if (varint(c, &kn) < 0 || kn < -1 || kn > c->end - c->p) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad header key");
-            Py_CLEAR(list);
-            break;
-        }
-        PyObject *key = kn < 0 ? PyUnicode_FromString("")
-                               : PyUnicode_DecodeUTF8((const char *)c->p, kn, "replace");
-        if (kn > 0) c->p += kn;
-        PyObject *val = key ? field(c) : NULL;
-        PyObject *pair = val ? PyTuple_Pack(2, key, val) : NULL;
-        Py_XDECREF(key);
-        Py_XDECREF(val);
-        if (!pair) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyObject_GC_UnTrack(pair); /* a str and bytes: never part of a cycle */
-        PyTuple_SET_ITEM(list, i, pair);
-    }
-    if (list) PyObject_GC_UnTrack(list);
-    return list;
-}
 
 /* An 8-item instance of the record type, its items unset: made only once nothing else can fail.
  * Never GC-tracked (tp_alloc would track it, to be untracked at once) - up to 3.13, whose tuples
@@ -112,7 +46,7 @@ static PyObject *new_record(PyTypeObject *tp) {
 static Py_ssize_t decode_records(cursor c, long long base, long long base_ts, long long max_ts,
                                  int log_append, long count, long long min_offset,
                                  Py_ssize_t limit, PyObject *topic, PyObject *partition,
-                                 PyTypeObject *tp, PyObject *out) {
+                                 PyTypeObject *tp, PyObject *out, long long *last) {
     Py_ssize_t appended = 0;
     int ok = 1;
     PyObject *last_ts = NULL; /* the previous record's timestamp object, reused while it repeats */
@@ -180,6 +114,7 @@ static Py_ssize_t decode_records(cursor c, long long base, long long base_ts, lo
         int failed = PyList_Append(out, rec) < 0;
         Py_DECREF(rec);
         if (failed) { ok = 0; break; }
+        *last = off;
         appended++;
     }
     Py_XDECREF(last_ts);
@@ -216,8 +151,9 @@ static PyObject *decode_plain(PyObject *self, PyObject *args) {
     }
     const unsigned char *start = (const unsigned char *)view.buf;
     cursor c = {start + pos + BATCH_OVERHEAD, start + pos + size};
+    long long last;
     Py_ssize_t n = decode_records(c, base, base_ts, max_ts, log_append, count, min_offset, limit,
-                                  topic, partition, (PyTypeObject *)rtype, out);
+                                  topic, partition, (PyTypeObject *)rtype, out, &last);
     PyBuffer_Release(&view);
     if (n < 0) return NULL;
     Py_RETURN_NONE;
@@ -251,6 +187,74 @@ static inline uint64_t be64(const unsigned char *p) {
  * the same and more), at the first batch it does not finish: a partial one, one past the room,
  * an impossible length, a compressed or control batch, or records that do not decode (those of
  * that batch are taken back out of `out`, and the caller's decode raises again). */
+/* take()'s walk over buf[pos:end]: returns where it stopped (-1 with an exception set), with
+ * *offset and *room updated. With a chunk (read_take), lazy records over it instead of tuples. */
+static Py_ssize_t walk(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, long long *offset,
+                       Py_ssize_t *room, PyObject *topic, PyObject *partition, PyTypeObject *tp,
+                       PyObject *out, Chunk *chunk) {
+    while (end - pos >= BATCH_OVERHEAD && *room > 0) {
+        const unsigned char *h = buf + pos;
+        long long size = (long long)(int32_t)be32(h + LENGTH_AT) + 12;
+        if (size < BATCH_OVERHEAD || size > end - pos) break;
+        long long base = (long long)be64(h);
+        long long last = base + (int32_t)be32(h + LAST_DELTA_AT);
+        if (last >= *offset) {
+            int attributes = (int)(int16_t)((uint16_t)h[ATTRIBUTES_AT] << 8 | h[ATTRIBUTES_AT + 1]);
+            if (attributes & (CODEC_MASK | CONTROL_BIT)) break;
+            Py_ssize_t before = PyList_GET_SIZE(out);
+            cursor c = {h + BATCH_OVERHEAD, h + size};
+            long long got = last, base_ts = (long long)be64(h + BASE_TS_AT);
+            long long max_ts = (long long)be64(h + MAX_TS_AT);
+            int log_append = (attributes & TIMESTAMP_TYPE_BIT) != 0;
+            long count = (long)(int32_t)be32(h + COUNT_AT);
+            Py_ssize_t n =
+                chunk ? decode_lazy(c, base, base_ts, max_ts, log_append, count, *offset, *room,
+                                    topic, partition, chunk, out, &got)
+                      : decode_records(c, base, base_ts, max_ts, log_append, count, *offset,
+                                       *room, topic, partition, tp, out, &got);
+            if (n < 0) { /* this batch's records come out again; malformed ones are the
+                            caller's to report (its decode raises the same), others propagate */
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                int malformed = PyErr_GivenExceptionMatches(type, PyExc_ValueError);
+                if (PyList_SetSlice(out, before, PyList_GET_SIZE(out), NULL) < 0 || !malformed) {
+                    if (!PyErr_Occurred()) {
+                        PyErr_Restore(type, value, tb);
+                    } else {
+                        Py_XDECREF(type);
+                        Py_XDECREF(value);
+                        Py_XDECREF(tb);
+                    }
+                    return -1;
+                }
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(tb);
+                break;
+            }
+            *room -= n;
+            if (*room <= 0 && n > 0) {
+                if (got < last) { /* the batch's other records: the next poll */
+                    *offset = got + 1;
+                    break;
+                }
+            }
+            *offset = last + 1;
+        }
+        pos += size;
+    }
+    return pos;
+}
+
+static int record_args_ok(PyObject *rtype, PyObject *out) {
+    if (!record_type_ok(rtype)) return 0;
+    if (!PyList_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "out must be a list");
+        return 0;
+    }
+    return 1;
+}
+
 static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 9) {
         PyErr_SetString(PyExc_TypeError,
@@ -261,12 +265,7 @@ static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     long long offset = PyLong_AsLongLong(args[3]);
     Py_ssize_t room = PyLong_AsSsize_t(args[4]);
     if (PyErr_Occurred()) return NULL;
-    PyObject *topic = args[5], *partition = args[6], *rtype = args[7], *out = args[8];
-    if (!record_type_ok(rtype)) return NULL;
-    if (!PyList_Check(out)) {
-        PyErr_SetString(PyExc_TypeError, "out must be a list");
-        return NULL;
-    }
+    if (!record_args_ok(args[7], args[8])) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     if (pos < 0 || end < pos || end > view.len) {
@@ -274,68 +273,130 @@ static PyObject *take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_ValueError, "range outside the buffer");
         return NULL;
     }
-    const unsigned char *buf = (const unsigned char *)view.buf;
-    int failed = 0;
-    while (end - pos >= BATCH_OVERHEAD && room > 0) {
-        const unsigned char *h = buf + pos;
-        long long size = (long long)(int32_t)be32(h + LENGTH_AT) + 12;
-        if (size < BATCH_OVERHEAD || size > end - pos) break;
-        long long base = (long long)be64(h);
-        long long last = base + (int32_t)be32(h + LAST_DELTA_AT);
-        if (last >= offset) {
-            int attributes = (int)(int16_t)((uint16_t)h[ATTRIBUTES_AT] << 8 | h[ATTRIBUTES_AT + 1]);
-            if (attributes & (CODEC_MASK | CONTROL_BIT)) break;
-            Py_ssize_t before = PyList_GET_SIZE(out);
-            cursor c = {h + BATCH_OVERHEAD, h + size};
-            Py_ssize_t n = decode_records(
-                c, base, (long long)be64(h + BASE_TS_AT), (long long)be64(h + MAX_TS_AT),
-                (attributes & TIMESTAMP_TYPE_BIT) != 0, (long)(int32_t)be32(h + COUNT_AT), offset,
-                room, topic, partition, (PyTypeObject *)rtype, out);
-            if (n < 0) { /* this batch's records come out again; malformed ones are the
-                            caller's to report (its decode raises the same), others propagate */
-                PyObject *type, *value, *tb;
-                PyErr_Fetch(&type, &value, &tb);
-                int malformed = PyErr_GivenExceptionMatches(type, PyExc_ValueError);
-                if (PyList_SetSlice(out, before, PyList_GET_SIZE(out), NULL) < 0) {
-                    Py_XDECREF(type);
-                    Py_XDECREF(value);
-                    Py_XDECREF(tb);
-                    failed = 1;
-                } else if (malformed) {
-                    Py_XDECREF(type);
-                    Py_XDECREF(value);
-                    Py_XDECREF(tb);
-                } else {
-                    PyErr_Restore(type, value, tb);
-                    failed = 1;
-                }
-                break;
-            }
-            room -= n;
-            if (room <= 0 && n > 0) {
-                PyObject *lastrec = PyList_GET_ITEM(out, PyList_GET_SIZE(out) - 1);
-                long long got = PyLong_AsLongLong(PyTuple_GET_ITEM(lastrec, 2));
-                if (got < last) { /* the batch's other records: the next poll */
-                    offset = got + 1;
-                    break;
-                }
-            }
-            offset = last + 1;
-        }
-        pos += size;
-    }
+    pos = walk((const unsigned char *)view.buf, pos, end, &offset, &room, args[5], args[6],
+               (PyTypeObject *)args[7], args[8], NULL);
     PyBuffer_Release(&view);
-    if (failed) return NULL;
-    PyObject *r = PyTuple_New(3), *items[3] = {PyLong_FromSsize_t(pos),
-                                               PyLong_FromLongLong(offset),
-                                               PyLong_FromSsize_t(room)};
-    if (!r || !items[0] || !items[1] || !items[2]) {
-        Py_XDECREF(r);
-        for (int i = 0; i < 3; i++) Py_XDECREF(items[i]);
+    if (pos < 0) return NULL;
+    return Py_BuildValue("(nLn)", pos, offset, room);
+}
+
+/* -- one READ and its records: the shm consumer's fetch in one call -------------------------- */
+
+static checked_copy_fn *copy_api; /* _atomic64's checked copy (NULL: read_take is unavailable) */
+
+/* read_take(plan, dst, fetch_size, pos, lrb, head, have, offset, room, topic, partition,
+ *           record_type, out, chunk) -> (pos, head, have, offset, room, more, chunk) | int | None
+ *
+ * The consumer's _fetch and _take for a shm READ of a region read before, in one call. `plan` is
+ * the queue pair's read_plan(): (table, entry_off, rkey, src, qp_num, remote_off of the file's
+ * byte 0). READs min(max(fetch_size, what a kept partial batch still needs), lrb - pos) bytes
+ * behind the kept bytes dst[head : head + have] (moved to the front first when there is no room
+ * behind them), then walks the whole batches as take() does, into lazy records
+ * (_lazy_records.c) over a new chunk of dst. The previous READ's chunk (or None) is detached
+ * first: dst is written only after that. Returns the new state; `more` is
+ * True when whole batches are left at dst[head:] that take() did not finish (the caller's _take
+ * goes on from there). None: nothing was done (the buffer must grow); an int: the READ failed
+ * after the kept bytes were moved to the front (the int is their new head): the caller's general
+ * path tells why. The chunk returned (None when no record was made) is the next call's. */
+static PyObject *read_take(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 14) {
+        PyErr_SetString(PyExc_TypeError, "read_take(plan, dst, fetch_size, pos, lrb, head, have, "
+                                         "offset, room, topic, partition, record_type, out, chunk)");
         return NULL;
     }
-    for (int i = 0; i < 3; i++) PyTuple_SET_ITEM(r, i, items[i]);
-    return r;
+    if (args[13] != Py_None) {
+        if (!PyObject_TypeCheck(args[13], &ChunkType)) {
+            PyErr_SetString(PyExc_TypeError, "read_take: chunk must be a Chunk or None");
+            return NULL;
+        }
+        if (chunk_detach((Chunk *)args[13]) < 0) return NULL;
+    }
+    if (copy_api == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "read_take: _atomic64's checked copy is not loaded");
+        return NULL;
+    }
+    PyObject *plan = args[0];
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 6) {
+        PyErr_SetString(PyExc_TypeError, "plan: (table, entry_off, rkey, src, qp_num, remote_off)");
+        return NULL;
+    }
+    Py_ssize_t eoff = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 1));
+    unsigned long long rkey = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(plan, 2));
+    unsigned long long qp = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(plan, 4));
+    Py_ssize_t roff0 = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 5));
+    Py_ssize_t fetch = PyLong_AsSsize_t(args[2]);
+    long long pos = PyLong_AsLongLong(args[3]), lrb = PyLong_AsLongLong(args[4]);
+    Py_ssize_t head = PyLong_AsSsize_t(args[5]), have = PyLong_AsSsize_t(args[6]);
+    long long offset = PyLong_AsLongLong(args[7]);
+    Py_ssize_t room = PyLong_AsSsize_t(args[8]);
+    if (PyErr_Occurred()) return NULL;
+    if (!record_args_ok(args[11], args[12])) return NULL;
+    Py_buffer v[3]; /* table, src, dst */
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(plan, 0), &v[0], PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(plan, 3), &v[1], PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&v[0]);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[1], &v[2], PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&v[0]);
+        PyBuffer_Release(&v[1]);
+        return NULL;
+    }
+    unsigned char *dst = (unsigned char *)v[2].buf;
+    Py_ssize_t dlen = v[2].len;
+    PyObject *result = NULL;
+    if (head < 0 || have < 0 || head + have > dlen || pos < 0 || lrb < pos || fetch < 1) {
+        PyErr_SetString(PyExc_ValueError, "read_take: state outside the buffer");
+        goto done;
+    }
+    long long want = fetch;
+    if (have >= 12) { /* the kept partial batch says how much it still needs */
+        long long need = (long long)(int32_t)be32(dst + head + LENGTH_AT) + 12 - have;
+        if (need > want) want = need;
+    }
+    long long n = lrb - pos < want ? lrb - pos : want;
+    if (have + n > dlen) {
+        result = Py_NewRef(Py_None); /* the buffer must grow: the caller's general path */
+        goto done;
+    }
+    if (head + have + n > dlen) { /* no room behind the kept bytes: move them first */
+        memmove(dst, dst + head, (size_t)have);
+        head = 0;
+    }
+    if (!(*copy_api)((const char *)v[0].buf, v[0].len, eoff, rkey, (char *)dst, dlen, head + have,
+                     (const char *)v[1].buf, v[1].len, roff0 + pos, n, qp, roff0 + pos)) {
+        result = PyLong_FromSsize_t(head);
+        goto done;
+    }
+    pos += n;
+    have += n;
+    Py_ssize_t end = head + have;
+    Chunk *chunk = chunk_new(args[1], head, args[11]);
+    if (!chunk) goto done;
+    Py_ssize_t before = PyList_GET_SIZE(args[12]);
+    Py_ssize_t p = walk(dst, head, end, &offset, &room, args[9], args[10],
+                        (PyTypeObject *)args[11], args[12], chunk);
+    if (p < 0) {
+        Py_DECREF(chunk);
+        goto done;
+    }
+    chunk->hi = p;
+    PyObject *made = (PyObject *)chunk;
+    if (PyList_GET_SIZE(args[12]) == before) { /* no record: nothing to keep */
+        Py_DECREF(chunk);
+        made = Py_NewRef(Py_None);
+    }
+    int more = 0;
+    if (end - p >= BATCH_OVERHEAD) { /* a whole batch left there: the caller's _take decides */
+        long long size = (long long)(int32_t)be32(dst + p + LENGTH_AT) + 12;
+        more = size <= end - p;
+    }
+    Py_ssize_t new_head = more || p < end ? p : 0;
+    result = Py_BuildValue("(LnnLnON)", pos, new_head, end - p, offset, room,
+                           more ? Py_True : Py_False, made);
+done:
+    for (int i = 0; i < 3; i++) PyBuffer_Release(&v[i]);
+    return result;
 }
 
 /* -- encoding: the native producer's batches of uncompressed records -------------------------- */
@@ -571,6 +632,9 @@ static PyMethodDef methods[] = {
     {"take", (PyCFunction)(void (*)(void))take, METH_FASTCALL,
      "take(buf, pos, end, offset, room, topic, partition, record_type, out) -> (pos, offset, "
      "room): decode the whole uncompressed batches of buf[pos:end] into out"},
+    {"read_take", (PyCFunction)(void (*)(void))read_take, METH_FASTCALL,
+     "read_take(plan, dst, fetch_size, pos, lrb, head, have, offset, room, topic, partition, "
+     "record_type, out): a shm READ and its whole batches' records, in one call"},
     {"encode_plain", (PyCFunction)(void (*)(void))encode_plain, METH_FASTCALL,
      "encode_plain(records, now_ms) -> bytearray: build_batch of uncompressed records, in C"},
     {"decode_plain", decode_plain, METH_VARARGS,
@@ -589,5 +653,13 @@ PyMODINIT_FUNC PyInit__batch(void) {
     str_headers = PyUnicode_InternFromString("headers");
     str_timestamp = PyUnicode_InternFromString("timestamp");
     if (!str_key || !str_value || !str_headers || !str_timestamp) return NULL;
-    return PyModule_Create(&module);
+    /* read_take's copy; without it (a build without _atomic64) read_take raises */
+    PyObject *atomic64 = PyImport_ImportModule("rdmalog.rdma.transport._atomic64"); /* first:
+        PyCapsule_Import reaches it by attribute from the package, which imports it lazily */
+    copy_api = atomic64 ? (checked_copy_fn *)PyCapsule_Import(ATOMIC64_CAPSULE, 0) : NULL;
+    Py_XDECREF(atomic64);
+    if (!copy_api) PyErr_Clear();
+    PyObject *m = PyModule_Create(&module);
+    if (m && lazy_records_init(m) < 0) Py_CLEAR(m);
+    return m;
 }

@@ -17,10 +17,10 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple
 
 from rdmalog.errors import CorruptRecordError, KafkaError
 from rdmalog.rdma import commit_words
+from rdmalog.rdma.client.assignments import ConsumerBatch, ConsumerRecord, _Assignment
 from rdmalog.rdma.client.commit_results import PendingCommits
 from rdmalog.rdma.client.committed_reads import TXN_FLAGS, AbortedTransactions
 from rdmalog.rdma.client.endpoint import Endpoint, SaslCredentials
@@ -48,9 +48,10 @@ _SUCCESS = Status.SUCCESS
 
 try:  # the C decoder of uncompressed batches (setup.py builds it; optional)
     from rdmalog.rdma.client._batch import decode_plain as _c_decode_plain
+    from rdmalog.rdma.client._batch import read_take as _c_read_take
     from rdmalog.rdma.client._batch import take as _c_take
 except ImportError:  # pragma: no cover - a source tree without the extension built
-    _c_decode_plain = _c_take = None
+    _c_decode_plain = _c_read_take = _c_take = None
 
 EARLIEST, LATEST = -2, -1
 _RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}  # auto_offset_reset
@@ -74,54 +75,11 @@ def _commit_error(group: str | None, codes: dict[int, int]) -> OffsetCommitError
     return OffsetCommitError(f"group {group!r}: commit refused (Kafka error {code})", code)
 
 
-class ConsumerRecord(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int | None
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]  # read-only, as Kafka's are
-    timestamp_type: int = (
-        0  # Kafka's TimestampType: 0 CreateTime, 1 LogAppendTime (the batch's bit)
-    )
-
-
-class ConsumerBatch(NamedTuple):
-    """A whole record batch as stored (Kafka v2 bytes, offsets assigned): `poll_batches()`."""
-
-    topic: str
-    partition: int
-    base_offset: int
-    last_offset: int
-    data: bytes
-
-
-class _Assignment:
-    __slots__ = (
-        "topic", "partition", "offset", "region", "base", "pos", "lrb", "mutable", "slot",
-        "mr", "head", "have", "active", "more", "paused", "txns",
-    )  # fmt: skip
-
-    def __init__(self, topic: str, partition: int):
-        self.topic, self.partition = topic, partition
-        self.offset = 0
-        self.region: RemoteRegion | None = None
-        self.base = -1
-        self.pos = self.lrb = 0
-        self.mutable = False
-        self.slot = -1
-        self.mr = None  # local buffer: kept bytes (a partial batch, batches not yet returned)
-        self.head = self.have = 0  # the kept bytes are mr.buf[head : head + have]
-        self.active = False
-        self.more = False  # whole batches kept: a poll stopped at max_records in front of them
-        self.paused = False
-        self.txns: AbortedTransactions | None = None  # read_committed: what is aborted
-
-
 class Consumer(Endpoint):
-    """`assign([(topic, partition)])`, `seek(...)`, `poll(timeout)` -> [ConsumerRecord];
-    `pause`/`resume` partitions; a context manager that closes.
+    """`assign([(topic, partition)])`, `seek(...)`, `poll(timeout)` -> [ConsumerRecord] (on shm,
+    uncompressed batches' records are `_batch.LazyRecord`s, which read as ConsumerRecords and make
+    their fields when first read: docs/rdma.md); `pause`/`resume` partitions; a context manager
+    that closes.
 
     With `group_id` (and the gateway's Kafka `bootstrap` address) positions can be committed to
     the group coordinator (`commit()`, `committed()`), and `assign` starts from them;
@@ -451,7 +409,7 @@ class Consumer(Endpoint):
         a.base, a.pos, a.lrb = r["base_offset"], r["start"], r["lrb"]
         a.mutable, a.slot, a.more = r["mutable"], r["slot"], False
         a.head = a.have = 0
-        a.active = True
+        a.active, a.plan = True, None
         self._active = self._quiet = None
         if a.mr is None:
             a.mr = self.device.alloc_mr(max(4 * self.fetch_size, 1 << 16), Access.LOCAL_WRITE)
@@ -638,6 +596,24 @@ class Consumer(Endpoint):
             a.more = False
             self._take(a, out, raw, room)
             return
+        plan = a.plan
+        if plan is not None and not (raw or self.check_crcs or a.txns or self.qp.closed):
+            # shm, plain records: the READ and its records in one C call (_batch.read_take)
+            r = _c_read_take(
+                plan, a.mr.buf, self.fetch_size, a.pos, a.lrb, a.head, a.have, a.offset, room,
+                a.topic, a.partition, ConsumerRecord, out, a.chunk,
+            )  # fmt: skip
+            if type(r) is tuple:
+                a.pos, a.head, a.have, a.offset, room, more, a.chunk = r
+                if more:  # a batch read_take leaves to the general loop (or no room left)
+                    self._take(a, out, raw, room)
+                return
+            if r is not None:  # the READ failed after the kept bytes moved to the front
+                a.head = r
+            a.plan = None  # the general path below tells why (and plans again)
+        if a.chunk is not None:  # lazy records' bytes: out of the buffer before it is written
+            a.chunk.detach()
+            a.chunk = None
         buf = a.mr.buf
         want = self.fetch_size
         if a.have >= LOG_OVERHEAD:  # the kept partial batch says how much it still needs
@@ -659,6 +635,8 @@ class Consumer(Endpoint):
             return
         a.pos += n
         a.have += n
+        if a.plan is None and _c_read_take is not None:  # shm: READs from now on in one call
+            a.plan = self.qp.read_plan(a.region.addr, a.region.rkey)
         self._take(a, out, raw, room)
 
     def _take(self, a: _Assignment, out: list, raw: bool, room: int) -> None:

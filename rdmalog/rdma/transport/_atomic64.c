@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "_atomic64_api.h"
+
 static uint64_t *word_at(Py_buffer *view, Py_ssize_t off) {
     if (off < 0 || off + 8 > view->len) {
         PyErr_SetString(PyExc_IndexError, "atomic word out of bounds");
@@ -268,6 +270,40 @@ static PyObject *sync_words(PyObject *self, PyObject *const *args, Py_ssize_t na
  * does), a window entry is bound to queue pair qp and holds [remote_off, remote_off + n), both
  * ranges lie in their buffers, and the copy did not fault. False for any of those; the caller's
  * general path tells them apart. */
+/* The check and copy of copy_checked on raw memory: also what other extensions call through the
+ * capsule `_copy_checked` (the native consumer's one-call READ, client/_batch.c). 1: copied, 0:
+ * a check failed or the copy faulted. Takes the GIL as held (a large copy releases it). */
+static int checked_copy(const char *table, Py_ssize_t table_len, Py_ssize_t eoff, uint64_t rkey,
+                        char *dst, Py_ssize_t dst_len, Py_ssize_t doff, const char *src,
+                        Py_ssize_t src_len, Py_ssize_t soff, Py_ssize_t n, uint64_t qp,
+                        Py_ssize_t roff) {
+    const uint64_t *w = eoff >= 0 && eoff + MR_ENTRY <= table_len &&
+                                !(((uintptr_t)table + eoff) & 7)
+                            ? (const uint64_t *)(table + eoff)
+                            : NULL;
+    int window_ok = 0;
+    if (w && rkey && __atomic_load_n(w, __ATOMIC_ACQUIRE) == rkey) {
+        uint64_t bound = __atomic_load_n(w + E_QP / 8, __ATOMIC_ACQUIRE);
+        uint64_t lo = __atomic_load_n(w + E_START / 8, __ATOMIC_ACQUIRE);
+        uint64_t hi = __atomic_load_n(w + E_END / 8, __ATOMIC_ACQUIRE);
+        window_ok = bound == 0 || (bound == qp && roff >= 0 && n >= 0 && (uint64_t)roff >= lo &&
+                                   (uint64_t)(roff + n) <= hi);
+    }
+    if (!(window_ok && n >= 0 && doff >= 0 && soff >= 0 && doff + n <= dst_len &&
+          soff + n <= src_len))
+        return 0;
+    if (!bus_installed) install_bus();
+    int ok;
+    if (n >= 65536) { /* as copy(): a large copy lets other threads run */
+        Py_BEGIN_ALLOW_THREADS
+        ok = do_copy(dst + doff, src + soff, (size_t)n);
+        Py_END_ALLOW_THREADS
+    } else {
+        ok = do_copy(dst + doff, src + soff, (size_t)n);
+    }
+    return ok;
+}
+
 static PyObject *copy_checked(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 10) {
         PyErr_SetString(PyExc_TypeError, "copy_checked(table, entry_off, rkey, dst, dst_off, src, "
@@ -284,31 +320,8 @@ static PyObject *copy_checked(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_buffer v[3];
     static const int writable[3] = {0, 1, 0};
     if (get_buffers(objs, v, writable, 3) < 0) return NULL;
-    int ok = 0;
-    uint64_t *w = eoff >= 0 && eoff + MR_ENTRY <= v[0].len && !(((uintptr_t)v[0].buf + eoff) & 7)
-                      ? (uint64_t *)((char *)v[0].buf + eoff)
-                      : NULL;
-    int window_ok = 0;
-    if (w && rkey && __atomic_load_n(w, __ATOMIC_ACQUIRE) == rkey) {
-        uint64_t bound = __atomic_load_n(w + E_QP / 8, __ATOMIC_ACQUIRE);
-        uint64_t lo = __atomic_load_n(w + E_START / 8, __ATOMIC_ACQUIRE);
-        uint64_t hi = __atomic_load_n(w + E_END / 8, __ATOMIC_ACQUIRE);
-        window_ok = bound == 0 || (bound == qp && roff >= 0 && n >= 0 && (uint64_t)roff >= lo &&
-                                   (uint64_t)(roff + n) <= hi);
-    }
-    if (window_ok && n >= 0 && doff >= 0 && soff >= 0 && doff + n <= v[1].len &&
-        soff + n <= v[2].len) {
-        if (!bus_installed) install_bus();
-        char *d = (char *)v[1].buf + doff;
-        const char *s = (const char *)v[2].buf + soff;
-        if (n >= 65536) { /* as copy(): a large copy lets other threads run */
-            Py_BEGIN_ALLOW_THREADS
-            ok = do_copy(d, s, (size_t)n);
-            Py_END_ALLOW_THREADS
-        } else {
-            ok = do_copy(d, s, (size_t)n);
-        }
-    }
+    int ok = checked_copy((const char *)v[0].buf, v[0].len, eoff, rkey, (char *)v[1].buf, v[1].len,
+                          doff, (const char *)v[2].buf, v[2].len, soff, n, qp, roff);
     release_all(v, 3);
     return PyBool_FromLong(ok);
 }
@@ -532,4 +545,14 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_atomic64",
                                     "64-bit atomics on shared mappings", -1, methods};
 
-PyMODINIT_FUNC PyInit__atomic64(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__atomic64(void) {
+    PyObject *m = PyModule_Create(&module);
+    static checked_copy_fn api = checked_copy; /* see _atomic64_api.h */
+    PyObject *cap = m ? PyCapsule_New((void *)&api, ATOMIC64_CAPSULE, NULL) : NULL;
+    if (!cap || PyModule_AddObject(m, "_copy_checked", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_XDECREF(m);
+        return NULL;
+    }
+    return m;
+}

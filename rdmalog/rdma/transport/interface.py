@@ -222,6 +222,13 @@ class QueuePair(Protocol):
         no completion within 10 s: RETRY_EXC_ERR."""
         ...
 
+    def read_plan(self, remote_addr: int, rkey: int) -> tuple | None:
+        """Where memory is shared (shm), for a region READ before: what one C call needs to READ
+        it again with every check a READ makes (client/_batch.c's read_take: the peer's region
+        table, the entry, rkey, the mapping, this queue pair's number, remote_addr's offset in
+        the mapping). None elsewhere, or while the region is not mapped (READ it first)."""
+        ...
+
     def map_remote(self, remote_addr: int, rkey: int, length: int) -> memoryview | None:
         """A live read-only view of the peer's region, where memory is shared (shm): reading it
         is a READ that completes at once. None where it is not (verbs, tcp): READ instead."""

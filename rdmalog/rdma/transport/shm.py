@@ -477,6 +477,13 @@ class ShmQP:
             return _WR_FLUSH_ERR if roff < 0 else _REM_ACCESS_ERR
         return _SUCCESS if copy(mr.buf, offset, view, roff, length) else _REM_ACCESS_ERR
 
+    def read_plan(self, remote_addr: int, rkey: int) -> tuple | None:
+        peer = self._peer
+        r = peer.regions.get(rkey) if peer is not None and not self.closed else None
+        if r is None or not r[1] & _RR or remote_addr >> ADDR_SHIFT != r[5]:
+            return None
+        return (peer.table, r[2], rkey, r[0], self.qp_num, remote_addr & _OFF_MASK)
+
     def map_remote(self, remote_addr: int, rkey: int, length: int) -> memoryview | None:
         """A live read-only view of peer memory: reading it is a READ that completes at once."""
         view, roff = self._remote(remote_addr, rkey, length, _RR, "READ")
@@ -693,8 +700,8 @@ class ShmDevice:
             owned, mr._owned = mr._owned, None
         if owned is not None:
             m, path = owned
-            mr.buf.release()
-            try:
+            try:  # exported (a consumer's lazy records, client/_lazy_records.c): the mapping
+                mr.buf.release()  # stays until they let go
                 m.close()
             except BufferError:
                 pass

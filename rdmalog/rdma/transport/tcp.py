@@ -371,6 +371,9 @@ class TcpQP:
             self._pump(block=True, timeout=1.0)
         return self._sync_status
 
+    def read_plan(self, remote_addr: int, rkey: int) -> None:
+        return None  # no shared memory here: every READ is the engine's
+
     def map_remote(self, remote_addr: int, rkey: int, length: int) -> None:
         return None  # no shared memory here: every look is a READ
 

@@ -383,6 +383,9 @@ class VerbsQP:
             return wc.status
         return Status.RETRY_EXC_ERR
 
+    def read_plan(self, remote_addr: int, rkey: int) -> None:
+        return None  # the RNIC READs
+
     def map_remote(self, remote_addr: int, rkey: int, length: int) -> None:
         return None
 
