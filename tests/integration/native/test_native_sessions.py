@@ -54,11 +54,11 @@ def test_closed_and_reconnected_clients_give_back_their_descriptors(broker):
             assert consume(c, 1)[-1].value == b"v"
 
     clients(0)  # what stays for the process (imports, the service's own sessions) is there
-    assert wait_for(lambda: svc.stats()["qps"] == 0)
+    assert wait_for(lambda: svc.stats()["qps"] == 0, timeout=30)
     before = _open_fds()
     for _ in range(3):
         clients(3)
-    assert wait_for(lambda: _open_fds() <= before)  # the broker's side closes a little later
+    assert wait_for(lambda: _open_fds() <= before, timeout=30)  # the broker closes a little later
 
 
 def test_reassigning_partitions_gives_their_buffers_back(broker):
