@@ -24,13 +24,14 @@ setup(
         Extension(  # optional: rdmalog/store/records.py falls back to Python without it
             "rdmalog.store._records",
             ["rdmalog/store/_records.c"],
-            depends=["rdmalog/store/crc32c.h"],
+            depends=["rdmalog/store/crc32c.h", "rdmalog/store/record_scan.h"],
             extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(  # the record checks of every produced batch (records.check_records)
             "rdmalog.store._record_scan",
             ["rdmalog/store/_record_scan.c"],
+            depends=["rdmalog/store/record_scan.h"],
             extra_compile_args=["-O2"],
             optional=False,
         ),

@@ -12,10 +12,11 @@ gets one topic of that many partitions, then, each step in its own client proces
    from exec to answering Metadata, and descriptors and RSS after the restart.
 
 Brokers alternate at every partition count (rdmalog, Tansu, rdmalog, ...) so both see the same
-machine drift. Usage:
+machine drift; `baseline` is rdmalog of another commit (RDMALOG_BASELINE_BIN, see brokers.py), for
+before/after comparisons in one run. Usage:
 
     python bench/partitions.py [--partitions 1,10,100,1000,3000] [--records 300000] [--rounds 2]
-                               [--brokers rdmalog,tansu] [--out docs/performance.md]
+                               [--brokers rdmalog,tansu[,baseline]] [--out docs/performance.md]
                                [--plot docs/partitions_cpu.png]
 """
 
@@ -289,7 +290,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    styles = {"rdmalog": "tab:blue", "tansu": "tab:orange"}
+    styles = {"rdmalog": "tab:blue", "baseline": "tab:gray", "tansu": "tab:orange"}
     for broker, color in styles.items():
         mine = sorted((r for r in rows if r["broker"] == broker), key=lambda r: r["partitions"])
         for what, marker, style in (("produce", "o", "-"), ("consume", "s", "--")):

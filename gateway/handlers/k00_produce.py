@@ -38,7 +38,14 @@ from rdmalog.errors import (
 from rdmalog.security.authorizer import Operation, ResourceType
 from rdmalog.store.compression import Codec
 from rdmalog.store.legacy_format import is_legacy, up_convert
-from rdmalog.store.records import BATCH_OVERHEAD, MAGIC, MAGIC_POS, RecordBatch
+from rdmalog.store.records import (
+    ATTRIBUTES,
+    BATCH_OVERHEAD,
+    CODEC_MASK,
+    MAGIC,
+    MAGIC_POS,
+    read_header,
+)
 
 log = logging.getLogger("gateway.produce")
 
@@ -80,18 +87,18 @@ def _refusal(version: int, records: memoryview) -> tuple[int, str] | None:
         )
     if len(records) < BATCH_OVERHEAD:
         return None
-    batch = RecordBatch(records)
-    if batch.base_offset != 0:
+    base_offset, size = read_header(records)
+    if base_offset != 0:
         return INVALID_RECORD, (
-            f"The baseOffset of the record batch should be 0, but it is {batch.base_offset}"
+            f"The baseOffset of the record batch should be 0, but it is {base_offset}"
         )
     if version >= 3:
-        if version < 7 and batch.codec == Codec.ZSTD:
+        if version < 7 and records[ATTRIBUTES + 1] & CODEC_MASK == Codec.ZSTD:
             return UNSUPPORTED_COMPRESSION_TYPE, (
                 f"Produce requests with version {version} are not allowed to use ZStandard "
                 "compression"
             )
-        if batch.size < len(records):
+        if size < len(records):
             return INVALID_RECORD, (
                 f"Produce requests with version {version} are only allowed to contain exactly "
                 "one record batch per partition"

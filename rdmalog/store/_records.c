@@ -3,6 +3,9 @@
  * flags), without a Python call per batch. It returns the list of `info_type` (BatchInfo) tuples
  * when every batch is good, and None when any is not: the Python function then runs its own loop,
  * which raises the precise Kafka error (bad input is rare; the error text has one home).
+ * `validate_client` adds the record checks of `records.check_records` for plain (uncompressed)
+ * client batches, with the same scanner (record_scan.h), so a produce request's batches are checked
+ * in one call.
  * Optional: records.py falls back to Python without it, and tests compare the two.
  */
 #define PY_SSIZE_T_CLEAN
@@ -11,6 +14,7 @@
 #include <string.h>
 
 #include "crc32c.h"
+#include "record_scan.h"
 
 #define BATCH_OVERHEAD 61
 #define LOG_OVERHEAD 12
@@ -19,6 +23,7 @@
 #define MAX_CODEC 4 /* zstd */
 #define TRANSACTIONAL_BIT 0x10
 #define CONTROL_BIT 0x20
+#define TIMESTAMP_TYPE_BIT 0x08
 
 static inline uint64_t be(const unsigned char *p, int n) {
     uint64_t v = 0;
@@ -28,7 +33,7 @@ static inline uint64_t be(const unsigned char *p, int n) {
 
 /* One BatchInfo: a tuple subclass filled as tuple.__new__ fills one (its nine numbers, then
  * stale_max_timestamp False: the record checks, in Python, set it). */
-static PyObject *info_new(PyTypeObject *type, const long long v[9]) {
+static PyObject *info_new(PyTypeObject *type, const long long v[9], int stale) {
     PyObject *t = type->tp_alloc(type, 10);
     if (!t) return NULL;
     for (int i = 0; i < 9; i++) {
@@ -39,8 +44,9 @@ static PyObject *info_new(PyTypeObject *type, const long long v[9]) {
         }
         PyTuple_SET_ITEM(t, i, x);
     }
-    Py_INCREF(Py_False);
-    PyTuple_SET_ITEM(t, 9, Py_False);
+    PyObject *b = stale ? Py_True : Py_False;
+    Py_INCREF(b);
+    PyTuple_SET_ITEM(t, 9, b);
     return t;
 }
 
@@ -84,7 +90,105 @@ static PyObject *validate(PyObject *self, PyObject *const *args, Py_ssize_t narg
                             (pid >= 0 && seq < 0 && !(attrs & CONTROL_BIT))))
             goto bad;
         long long f[9] = {pos, size, lod, max_ts, count, attrs, pid, epoch, seq};
-        PyObject *info = info_new(info_type, f);
+        PyObject *info = info_new(info_type, f, 0);
+        if (!info) goto fail;
+        int r = PyList_Append(out, info);
+        Py_DECREF(info);
+        if (r < 0) goto fail;
+        pos += size;
+    }
+    PyBuffer_Release(&v);
+    return out;
+bad:
+    PyBuffer_Release(&v);
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&v);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* validate_client(buf, max_batch_size, allow_control, info_type, min_ts, max_ts, flags,
+ * log_append_time): `validate` of a client's batches (from_client) plus, for each data batch, the
+ * record checks of `records.check_records` (flags: the scanner's CHECK_TIMESTAMPS and
+ * KEYS_REQUIRED; min_ts/max_ts the CreateTime bounds; log_append_time: the topic stamps
+ * LogAppendTime). The infos carry the records' max timestamp and whether the header's is stale.
+ * None when any batch or record fails a check (Python then names the error), NotImplemented when
+ * a batch is compressed (its records are checked as they decompress, in Python). */
+static PyObject *validate_client(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8 || !PyType_Check(args[3]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[3], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "validate_client(buf, max_batch_size, allow_control, info_type, min_ts, "
+                        "max_ts, flags, log_append_time)");
+        return NULL;
+    }
+    Py_ssize_t max_size = PyLong_AsSsize_t(args[1]);
+    if (max_size == -1 && PyErr_Occurred()) return NULL;
+    int allow_control = PyObject_IsTrue(args[2]);
+    if (allow_control < 0) return NULL;
+    PyTypeObject *info_type = (PyTypeObject *)args[3];
+    long long min_ts = PyLong_AsLongLong(args[4]);
+    if (min_ts == -1 && PyErr_Occurred()) return NULL;
+    long long max_allowed = PyLong_AsLongLong(args[5]);
+    if (max_allowed == -1 && PyErr_Occurred()) return NULL;
+    long flags = PyLong_AsLong(args[6]);
+    if (flags == -1 && PyErr_Occurred()) return NULL;
+    int log_append_time = PyObject_IsTrue(args[7]);
+    if (log_append_time < 0) return NULL;
+    flags &= CHECK_TIMESTAMPS | KEYS_REQUIRED;
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[0], &v, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *buf = (const unsigned char *)v.buf;
+    Py_ssize_t end = v.len, pos = 0;
+    RecordScan scanner;
+    PyObject *out = PyList_New(0);
+    if (!out) goto fail;
+    if (end == 0) goto bad;
+    while (pos < end) {
+        if (end - pos < BATCH_OVERHEAD) goto bad;
+        const unsigned char *h = buf + pos;
+        int32_t length = (int32_t)be(h + 8, 4);
+        Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
+        if (length < MIN_BATCH_LENGTH || size > end - pos) goto bad;
+        if (h[16] != 2) goto bad; /* magic */
+        if (max_size >= 0 && size > max_size) goto bad;
+        if (crc32c(h + 21, (size_t)(size - 21)) != (uint32_t)be(h + 17, 4)) goto bad;
+        int16_t attrs = (int16_t)be(h + 21, 2);
+        int32_t lod = (int32_t)be(h + 23, 4), count = (int32_t)be(h + 57, 4);
+        int64_t base_ts = (int64_t)be(h + 27, 8), max_ts = (int64_t)be(h + 35, 8);
+        int64_t pid = (int64_t)be(h + 43, 8);
+        int16_t epoch = (int16_t)be(h + 51, 2);
+        int32_t seq = (int32_t)be(h + 53, 4);
+        if ((attrs & CODEC_MASK) > MAX_CODEC) goto bad;
+        if (lod < 0 || count < 0 || count != (int64_t)lod + 1) goto bad;
+        if (((attrs & CONTROL_BIT) && !allow_control) || ((attrs & TRANSACTIONAL_BIT) && pid < 0) ||
+            (pid >= 0 && seq < 0 && !(attrs & CONTROL_BIT)))
+            goto bad;
+        int stale = 0;
+        if (!(attrs & CONTROL_BIT)) {
+            if (attrs & CODEC_MASK) {
+                PyBuffer_Release(&v);
+                Py_DECREF(out);
+                Py_RETURN_NOTIMPLEMENTED;
+            }
+            int stamped = (attrs & TIMESTAMP_TYPE_BIT) != 0;
+            /* Kafka refuses a producer's LogAppendTime unless a CreateTime topic range-checks it */
+            if (stamped && (log_append_time || max_ts == -1)) goto bad;
+            scan_start(&scanner, count, stamped ? max_ts : base_ts, min_ts, max_allowed,
+                       (int)flags | (stamped ? FIXED_TIMESTAMP : 0), 0);
+            scanner.errors = NULL;
+            if (scan(&scanner, h + BATCH_OVERHEAD, h + size) < 0) {
+                PyErr_Clear(); /* a malformed record: Python names it */
+                goto bad;
+            }
+            if (!scan_complete(&scanner) || scanner.error_count) goto bad;
+            stale = scanner.max_ts != max_ts || stamped;
+            max_ts = scanner.max_ts;
+        }
+        long long f[9] = {pos, size, lod, max_ts, count, attrs, pid, epoch, seq};
+        PyObject *info = info_new(info_type, f, stale);
         if (!info) goto fail;
         int r = PyList_Append(out, info);
         Py_DECREF(info);
@@ -119,6 +223,10 @@ static PyMethodDef methods[] = {
     {"validate", (PyCFunction)(void (*)(void))validate, METH_FASTCALL,
      "validate(buf, max_batch_size (-1: none), from_client, allow_control, info_type) -> list of "
      "info_type, or None when a batch is not valid (records.validate_batches says why)"},
+    {"validate_client", (PyCFunction)(void (*)(void))validate_client, METH_FASTCALL,
+     "validate_client(buf, max_batch_size, allow_control, info_type, min_ts, max_ts, flags, "
+     "log_append_time) -> validate's infos with the record checks of plain batches made, None "
+     "when a check fails, NotImplemented when a batch is compressed"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -330,6 +330,8 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
             base = nxt = self.log_end_offset
             batches = []
             top_ts = -1
+            attrs = 0  # every batch's attributes or'ed: transactional ones are rare
+            producers = False
             for info in infos:
                 pos = info.position
                 set_base_offset(mv, pos, nxt)
@@ -342,7 +344,10 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
                     set_create_time(mv, pos, info.size, max_ts)
                 last = nxt + info.last_offset_delta
                 batches.append((pos, info.size, last, max_ts))
-                top_ts = max(top_ts, max_ts)
+                if max_ts > top_ts:
+                    top_ts = max_ts
+                attrs |= info.attributes
+                producers = producers or info.producer_id >= 0
                 nxt = last + 1
             try:
                 if in_place:
@@ -353,14 +358,14 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
             except OSError as e:  # disk full, I/O error: Kafka's KAFKA_STORAGE_ERROR
                 raise storage_error(e, self.dir, f"appending to {self.name}") from e
             self.log_end_offset = nxt
-            for info, (_, _, last, max_ts) in zip(infos, batches, strict=True):
+            for info, (_, _, last, max_ts) in zip(infos, batches, strict=True) if producers else ():
                 if info.producer_id >= 0 and not info.attributes & CONTROL_BIT:
                     self.producer_state.update(
                         info.producer_id, info.producer_epoch, info.base_sequence,
                         info.last_offset_delta + 1,  # sequences span offsets (cleaned batches)
                         last - info.last_offset_delta, last, max_ts,
                     )  # fmt: skip
-            if any(info.attributes & TXN_FLAGS for info in infos):
+            if attrs & TXN_FLAGS:
                 track_transactions(self, mv, infos, [b[2] for b in batches])
             if self.leader_epochs.assign(leader_epoch, base):
                 self._save_epochs()

@@ -53,6 +53,8 @@ class ReplicatedLog:
             self._append_listeners.remove(cb)
 
     def _appended(self: PartitionLog) -> None:
+        if not self._append_listeners:  # the common case: no follower or reader waits
+            return
         for cb in list(self._append_listeners):
             try:
                 cb(self)

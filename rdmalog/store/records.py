@@ -42,8 +42,9 @@ from rdmalog.store.compression import Codec, compress, decompress, decompress_ch
 
 try:  # validate_batches' loop in C (setup.py builds it; optional)
     from rdmalog.store._records import validate as _c_validate
+    from rdmalog.store._records import validate_client as _c_validate_client
 except ImportError:  # pragma: no cover - a source tree without the extension built
-    _c_validate = None
+    _c_validate = _c_validate_client = None
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = HEADER.size  # 61
@@ -123,6 +124,16 @@ def validate_batches(
     `rules`, every record of a client's data batch is checked too (see `check_records`) and the
     infos carry the batches' max timestamps computed from their records.
     """
+    if rules is not None and from_client and _c_validate_client is not None:
+        # a produce request's batches, headers and plain records, in one C call; None: a bad
+        # batch or record (said below); NotImplemented: compressed records, checked as they inflate
+        low, high, flags = _record_bounds(rules)
+        infos = _c_validate_client(
+            buf, -1 if max_batch_size is None else max_batch_size, allow_control, BatchInfo,
+            low, high, flags, rules.log_append_time,
+        )  # fmt: skip
+        if infos is not None and infos is not NotImplemented:
+            return infos
     if _c_validate is not None:  # the header checks in one C call; None: a bad batch, said below
         infos = _c_validate(
             buf, -1 if max_batch_size is None else max_batch_size, from_client, allow_control,
@@ -202,6 +213,16 @@ def _validate_batches(
     return out
 
 
+def _record_bounds(rules: RecordRules) -> tuple[int, int, int]:
+    """(lowest, highest) CreateTime a record may carry under `rules`, and the RecordScan flags."""
+    flags = KEYS_REQUIRED if rules.keys_required else 0
+    low = max(rules.now - rules.before_max_ms, -_LONG_MAX - 1)
+    high = min(rules.now + rules.after_max_ms, _LONG_MAX)
+    if not rules.log_append_time and (low > -_LONG_MAX - 1 or high < _LONG_MAX):
+        flags |= CHECK_TIMESTAMPS
+    return low, high, flags
+
+
 def check_records(buf: memoryview, pos: int, size: int, rules: RecordRules) -> int:
     """Kafka's record-level checks of the client batch at `pos` (its header already checked):
     every record whole, offset deltas 0..count-1, no null key on a compacted topic, CreateTime
@@ -211,14 +232,10 @@ def check_records(buf: memoryview, pos: int, size: int, rules: RecordRules) -> i
     `record_errors`, as Kafka's LogValidator does."""
     (_, _, _, _, _, attrs, _, base_ts, header_max, _, _, _, count) = HEADER.unpack_from(buf, pos)
     stamped = bool(attrs & TIMESTAMP_TYPE_BIT)  # LogAppendTime: every record has maxTimestamp
-    flags = KEYS_REQUIRED if rules.keys_required else 0
+    low, high, flags = _record_bounds(rules)
     if stamped:
         flags |= FIXED_TIMESTAMP
         base_ts = header_max
-    low = max(rules.now - rules.before_max_ms, -_LONG_MAX - 1)
-    high = min(rules.now + rules.after_max_ms, _LONG_MAX)
-    if not rules.log_append_time and (low > -_LONG_MAX - 1 or high < _LONG_MAX):
-        flags |= CHECK_TIMESTAMPS
     scan = RecordScan(count, base_ts, low, high, flags, MAX_RECORD_ERRORS)
     body = buf[pos + RECORDS : pos + size]
     codec = attrs & CODEC_MASK
@@ -277,8 +294,9 @@ def batch_is_valid(buf: memoryview | bytes, pos: int, end: int) -> int:
     return size
 
 
-def set_base_offset(buf: memoryview | bytearray, pos: int, offset: int) -> None:
-    _Q.pack_into(buf, pos + BASE_OFFSET, offset)
+# set_base_offset(buf, pos, offset): baseOffset is a batch's first field (BASE_OFFSET 0), so the
+# struct's own pack_into is the setter, without a Python call on the append path
+set_base_offset = _Q.pack_into
 
 
 def set_leader_epoch(buf: memoryview | bytearray, pos: int, epoch: int) -> None:

@@ -78,15 +78,16 @@ class FileHandle:
     """An open segment file (read-write) shared by its segment and FileSlices; closed when the last
     reference goes, so a retention deletion never closes a file under a pending sendfile."""
 
-    __slots__ = ("file", "__weakref__")
+    __slots__ = ("file", "fd", "__weakref__")
 
     def __init__(self, path: Path, create: bool = False) -> None:
         fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
         # "rb": what loop.sock_sendfile wants; the descriptor is read-write for the segment's pwrites
         self.file = open(fd, "rb", buffering=0)  # closed in __del__: lifetime is this object's
+        self.fd = fd  # valid while this object lives (the append path reads it once a write)
 
     def fileno(self) -> int:
-        return self.file.fileno()
+        return self.fd
 
     def __del__(self) -> None:
         f = getattr(self, "file", None)
@@ -320,7 +321,7 @@ class LogSegment:
                 step = max(2 * self.capacity, EXTEND_STEP)
                 self._extend(max(pos0 + n, min(step, self.segment_bytes)))
         h = self._open()
-        written = os.pwrite(h.fileno(), buf, pos0)
+        written = os.pwrite(h.fd, buf, pos0)
         if written != n:
             # a regular file takes less than asked only when its file system is full
             raise OSError(errno.ENOSPC, f"short write: {written} of {n} bytes", str(self.path))

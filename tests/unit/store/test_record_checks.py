@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rdmalog.errors import InvalidRecordError, InvalidTimestampError
+from rdmalog.errors import InvalidRecordError, InvalidTimestampError, KafkaError
+from rdmalog.store import records as records_module
 from rdmalog.store._record_scan import CHECK_TIMESTAMPS, KEYS_REQUIRED, RecordScan
 from rdmalog.store.compression import Codec, compress
 from rdmalog.store.records import (
@@ -20,6 +21,7 @@ from rdmalog.store.records import (
     HEADER,
     MAX_TIMESTAMP,
     RECORDS,
+    BatchInfo,
     Record,
     RecordBatch,
     RecordRules,
@@ -265,3 +267,55 @@ def test_whole_batch_validation_refuses_a_corrupted_record_with_a_good_crc() -> 
 def test_max_timestamp_header_field_position() -> None:
     buf = raw_batch([(b"k", 0, 4)], max_ts=123)
     assert int.from_bytes(buf[MAX_TIMESTAMP : MAX_TIMESTAMP + 8], "big") == 123
+
+
+@pytest.mark.skipif(
+    records_module._c_validate_client is None, reason="the C extension is not built"
+)
+def test_the_one_call_c_check_agrees_with_the_python_one() -> None:
+    """validate_batches takes validate_client's infos for a produce request's plain batches (headers
+    and records in one C call): it must pass exactly what the Python checks pass, with the same
+    infos (max timestamp from the records, stale flag), and leave compressed batches to Python."""
+    rng = random.Random(5)
+    cases: list[tuple[bytes, dict]] = []
+    for _ in range(400):
+        n = rng.randrange(1, 12)
+        recs = [
+            (rng.choice([b"k", None]) if rng.random() < 0.2 else b"k", i, rng.randrange(-5, 9))
+            for i in range(n)
+        ]
+        if rng.random() < 0.1:  # an offset delta out of place
+            k, _, td = recs[-1]
+            recs[-1] = (k, n + 1, td)
+        buf = raw_batch(
+            recs,
+            count=n + rng.choice([0, 0, 0, 0, 1, -1]),
+            max_ts=rng.choice([None, None, T0 - 1, -1]),
+            attrs=rng.choice([0, 0, 0, 0x08]),
+        )
+        if rng.random() < 0.3:  # a byte of the records changed, the CRC made right again
+            buf[rng.randrange(BATCH_OVERHEAD, len(buf))] = rng.randrange(256)
+            set_crc(buf, 0, len(buf))
+        kw = rng.choice(
+            [{}, {"keys_required": True}, {"log_append_time": True},
+             {"before_max_ms": 3, "after_max_ms": 4}, {"now": T0 + 2 * HOUR, "before_max_ms": HOUR}]
+        )  # fmt: skip
+        cases.append((bytes(buf) * rng.choice([1, 1, 2]), kw))
+    cases.append((bytes(raw_batch([(b"k", 0, 0)], codec=Codec.GZIP)), {}))
+    passed = 0
+    for raw, kw in cases:
+        r = rules(**kw)
+        try:
+            want = records_module._validate_batches(memoryview(raw), None, True, False, r)
+        except (InvalidRecordError, InvalidTimestampError, KafkaError):
+            want = None
+        low, high, flags = records_module._record_bounds(r)
+        got = records_module._c_validate_client(
+            memoryview(raw), -1, False, BatchInfo, low, high, flags, r.log_append_time
+        )
+        if got is NotImplemented:  # compressed: Python checks its records as they inflate
+            assert RecordBatch(raw).codec != Codec.NONE
+            continue
+        assert got == want, (raw[:80], kw)
+        passed += got is not None
+    assert 50 < passed < len(cases) - 50  # both outcomes were exercised
