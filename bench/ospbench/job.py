@@ -110,6 +110,8 @@ def kafka_classpath() -> list[str]:
     it names a kafka-clients jar itself."""
     jars = [p.strip() for p in os.environ["SPARK_KAFKA_JARS"].split(",") if p.strip()]
     if not any("kafka-clients" in Path(p).name for p in jars):
+        # run as a script, this folder is on sys.path, not the checkout holding compat_tests
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from compat_tests import java
 
         jars += [p for p in java.jars() if Path(p).name.startswith(("kafka-clients", "commons-"))]
