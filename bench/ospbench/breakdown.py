@@ -16,6 +16,10 @@ over the run's batches that read rows. Phases, in the order a batch runs them:
   other stages (the per-lane window, the collect), and the driver's own time (foreachBatch: the
   Arrow collect to pandas, the Python callback);
 - commitOffsets (the commit log), and the batch's total (triggerExecution).
+
+On a loaded machine a task's wall time is mostly waiting for a core; the source stage's CPU time
+(per row read) compares sources without that. It counts the executor JVM's threads only: a
+Python source's Python worker is not in it.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ PHASES = [
     ("deserialize_ms", "- source task: deserialize"),
     ("run_ms", "- source task: run (read, Python worker + Arrow for a Python source, parse)"),
     ("source_stage_ms", "- source stage, in all"),
+    ("cpu_ms", "- source stage: CPU time of its tasks, summed"),
+    ("cpu_us_per_row", "- source stage: CPU us per row read (load-independent)"),
     ("other_stages_ms", "- other stages (window, collect)"),
     ("driver_ms", "- driver (collect to pandas, foreachBatch callback)"),
     ("commitOffsets", "commitOffsets (commit log)"),
@@ -84,6 +90,7 @@ def batches(eventlog: Path) -> list[dict]:
                     "launch": e["Task Info"]["Launch Time"],
                     "deserialize": e["Task Metrics"]["Executor Deserialize Time"],
                     "run": e["Task Metrics"]["Executor Run Time"],
+                    "cpu": e["Task Metrics"]["Executor CPU Time"] / 1e6,
                 }
             )
     by_batch: dict[int, list[dict]] = defaultdict(list)
@@ -124,6 +131,8 @@ def batches(eventlog: Path) -> list[dict]:
                 "launch_ms": min(t["launch"] for t in first_tasks) - stage["submitted"],
                 "deserialize_ms": max(t["deserialize"] for t in first_tasks),
                 "run_ms": max(t["run"] for t in first_tasks),
+                "cpu_ms": sum(t["cpu"] for t in first_tasks),
+                "cpu_us_per_row": 1000.0 * sum(t["cpu"] for t in first_tasks) / read,
             }
         out.append(row)
     return out

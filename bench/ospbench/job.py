@@ -65,6 +65,8 @@ def unavailable(source: str, control: str | None, mode: str = "microbatch") -> s
         return f"{mode}: Python data sources offer micro-batches only"
     if source == "kafka" and not os.environ.get("SPARK_KAFKA_JARS"):
         return "spark-sql-kafka needs env SPARK_KAFKA_JARS (comma-separated connector jars)"
+    if source == "kafka" and mode == "realtime" and not kafka_real_time():
+        return "real-time mode: this spark-sql-kafka build has no SupportsRealTimeMode"
     if source.startswith("rdmalog"):
         try:
             import rdmalog.spark  # noqa: F401
@@ -87,11 +89,29 @@ def unavailable(source: str, control: str | None, mode: str = "microbatch") -> s
     return None
 
 
+def kafka_real_time() -> bool:
+    """Whether the spark-sql-kafka jar in SPARK_KAFKA_JARS offers real-time mode (its micro-batch
+    stream implements SupportsRealTimeMode, as the connectors of newer Spark releases do)."""
+    import zipfile
+
+    stream = "org/apache/spark/sql/kafka010/KafkaMicroBatchStream.class"
+    for jar in os.environ["SPARK_KAFKA_JARS"].split(","):
+        try:
+            with zipfile.ZipFile(jar.strip()) as z:
+                if stream in z.namelist():
+                    return b"SupportsRealTimeMode" in z.read(stream)
+        except (OSError, zipfile.BadZipFile):
+            continue
+    return False
+
+
 def kafka_classpath() -> list[str]:
     """SPARK_KAFKA_JARS, plus kafka-clients and commons-pool2 from compat_tests/java/jars unless
     it names a kafka-clients jar itself."""
     jars = [p.strip() for p in os.environ["SPARK_KAFKA_JARS"].split(",") if p.strip()]
     if not any("kafka-clients" in Path(p).name for p in jars):
+        # run as a script, this folder is on sys.path, not the checkout holding compat_tests
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from compat_tests import java
 
         jars += [p for p in java.jars() if Path(p).name.startswith(("kafka-clients", "commons-"))]
