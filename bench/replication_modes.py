@@ -12,8 +12,8 @@ A B C) so machine drift cancels, and the median round is reported. Per mode:
   watermark covers them (the ISR holds them), and `leader_cpu_s_per_gib`: the leader's CPU time
   over that run per GiB.
 
-Then the batching curve, in-process (a follower's RdmaService and a leader's push link, as
-tests/integration/native/test_push_link.py): 64-byte entries, one batch each, appended at RATE a
+Then the batching curve, in-process (a follower's RdmaService and a leader's push link,
+compat_tests/push_pair.py): 64-byte entries, one batch each, appended at RATE a
 second (an open loop), for `replica.push.batch.max.bytes` from 0 (one batch per write) up, with
 the entry latency (append to acknowledgement), the goodput and the entries each write carried.
 
@@ -162,7 +162,7 @@ def run_cluster_modes(transport: str, repeat: int, quick: bool) -> list[dict]:
 
 def batching_curve(transport: str, seconds: float) -> list[dict]:
     """64-byte entries through a push link with each batch.max, in-process."""
-    from tests.integration.native.test_push_link import Follower, Leader
+    from compat_tests.push_pair import Follower, Leader
 
     rows = []
     for batch_max in BATCH_MAX:

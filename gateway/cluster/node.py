@@ -133,6 +133,10 @@ class ClusterNode:
         # push replication, the follower's side: its leader writes the replica's head as a
         # native producer would, granted by this service; a role change revokes that first
         rdma.serve_replicas(replicas.accept_push, replicas.replica_pushed)
+        # acks=all native producers are answered once the ISR holds their batches
+        rdma.replicated_acks(
+            replicas.when_replicated, lambda topic, p: replicas.check_produce(topic, p, -1)
+        )
         replicas.add_role_listener(rdma.revoke_produce)
         if self.replica_transport() == "push":
             self._push_from_here()

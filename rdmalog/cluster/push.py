@@ -39,7 +39,15 @@ from typing import Any
 from rdmalog.rdma.client.endpoint import Endpoint, SaslCredentials
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport.interface import Access, Opcode, RemoteRegion, Status, TransportError
-from rdmalog.rdma.wire import ACK, ACK_SIZE, ACKS_PER_SEND, AckStatus, imm_encode
+from rdmalog.rdma.wire import (
+    ACK,
+    ACK_SIZE,
+    ACKS_PER_SEND,
+    REPLICA_HW,
+    REPLICA_HW_MAGIC,
+    AckStatus,
+    imm_encode,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +63,10 @@ ACK_BUF = ACKS_PER_SEND * ACK_SIZE
 MAX_OUTSTANDING_BYTES = 2 << 20
 MAX_FAILURES = 3  # refused writes in a row (no progress between) before going back to pull
 RETRY_S = 1.0  # a link that failed is not tried again before this
+# High watermark SENDs between two acknowledgements of the follower (each takes one of its posted
+# receives until its completion thread has seen it; an acknowledgement says it has): more are
+# skipped, the follower's next fetch carries the high watermark then.
+HW_SENDS = 64
 
 
 @dataclass
@@ -78,6 +90,7 @@ class Pushed:
     inflight: int = 0
     failures: int = 0
     acked: int = -1
+    hw_sent: int = -1  # the last high watermark sent to the follower
     retired: list = field(default_factory=list)  # (mr, writes still unanswered) of old sources
 
     @property
@@ -121,6 +134,8 @@ class FollowerLink(Endpoint):
         self.acks = self.device.alloc_mr(ACK_RECVS * ACK_BUF, Access.LOCAL_WRITE)
         for i in range(ACK_RECVS):
             self.qp.post_recv(i, self.acks, i * ACK_BUF, ACK_BUF)
+        self.hw_buf = self.device.alloc_mr(HW_SENDS * REPLICA_HW.size, Access.LOCAL_WRITE)
+        self._hw_slot = self._hw_unacked = 0
         self.down: str | None = None
         self.thread = threading.Thread(target=self._run, name=f"push-to-{follower_id}", daemon=True)
         self.thread.start()
@@ -151,6 +166,27 @@ class FollowerLink(Endpoint):
             pp = self.parts.get(key)
             if pp is not None and pp.state == "pushing" and pp.log is plog:
                 self._pump(pp)
+
+    def high_watermark(self, plog: Any, hw: int) -> None:
+        """The leader's high watermark of a pushed partition advanced (on the committing or the
+        replica manager's thread): SEND it to the follower now, so its high watermark (what its
+        consumers and a failover see) follows at once, not at its next fetch."""
+        key = (plog.topic, plog.partition)
+        with self.lock:
+            pp = self.parts.get(key)
+            if pp is None or pp.state != "pushing" or pp.log is not plog or hw <= pp.hw_sent:
+                return
+            if self._hw_unacked >= HW_SENDS:
+                return
+            off = self._hw_slot * REPLICA_HW.size
+            REPLICA_HW.pack_into(self.hw_buf.buf, off, REPLICA_HW_MAGIC, pp.file_id, hw)
+            try:
+                self.qp.post_send(0, self.hw_buf, off, REPLICA_HW.size, signaled=False)
+            except TransportError:
+                return  # the link's thread sees the queue pair fail
+            self._hw_slot = (self._hw_slot + 1) % HW_SENDS
+            self._hw_unacked += 1
+            pp.hw_sent = hw
 
     def close(self) -> None:
         self._stop.set()
@@ -390,6 +426,7 @@ class FollowerLink(Endpoint):
         if wc.opcode == Opcode.RECV:
             if wc.status != Status.SUCCESS:
                 raise TransportError(f"the queue pair failed: {wc.status.name}")
+            self._hw_unacked = 0  # the follower has seen every high watermark sent before
             off = wc.wr_id * ACK_BUF
             n = wc.byte_len - wc.byte_len % ACK_SIZE
             for fid, order, status, _base, last, _ in ACK.iter_unpack(self.acks.buf[off : off + n]):
@@ -530,6 +567,11 @@ class PushReplication:
         """The leader's log grew (any thread): push it."""
         for link in list(self.links.values()):
             link.kick(plog)
+
+    def high_watermark(self, plog: Any, hw: int) -> None:
+        """The leader's high watermark of `plog` advanced: tell the followers it is pushed to."""
+        for link in list(self.links.values()):
+            link.high_watermark(plog, hw)
 
     def stop_leading(self, topic: str, partition: int) -> None:
         for link in list(self.links.values()):

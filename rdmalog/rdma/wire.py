@@ -51,6 +51,9 @@ class AckStatus(enum.IntEnum):
     FULL = 2  # the file is full: it was rolled; ask for access to the new head
     ABORTED = 3  # a predecessor never arrived: not committed; access revoked
     REVOKED = 4  # the grant is gone (rolled by someone else, revoked after an error)
+    NOT_REPLICATED = 5  # acks=all: committed by the leader, but the ISR did not take it in time
+    # (base_offset carries the Kafka error code: REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    # NOT_LEADER_OR_FOLLOWER); the grant stays
 
 
 ACK = struct.Struct("<HHIqqq")  # file_id, order, status, base_offset, last_offset, next_position
@@ -65,3 +68,10 @@ LRB_MASK = POSITION_MASK
 
 def slot_word(lrb: int, mutable: bool) -> int:
     return (lrb & LRB_MASK) | SLOT_VALID | (SLOT_MUTABLE if mutable else 0)
+
+
+# A leader's high watermark for a partition it pushes, a SEND to the follower's RDMA service on
+# the link's queue pair (push replication): magic, the replica grant's file id, the offset. Its
+# length (16) tells it from a hello (8).
+REPLICA_HW = struct.Struct("<IIq")
+REPLICA_HW_MAGIC = 0x48574D31  # "HWM1"

@@ -36,7 +36,7 @@ def test_native_consumers_read_only_replicated_records(rdma_cluster: BrokerClust
     c.wait_isr("native", {1, 2, 3})
     leader = c.leader("native")
     followers = sorted(set(c.brokers) - {leader})
-    producer = Producer(c.rdma_control[leader], "shm")
+    producer = Producer(c.rdma_control[leader], "shm", acks=1)  # answered while followers freeze
     consumer = Consumer(c.rdma_control[leader], "shm")
     consumer.assign([("native", 0)])
     try:

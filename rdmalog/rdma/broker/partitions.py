@@ -262,6 +262,11 @@ class Partitions:
         # `replica_pushed(topic, partition, held)` tells the follower's fetcher to stand aside
         self.replica_check: Callable[[str, int, int, int], bool] | None = None
         self.replica_pushed: Callable[[str, int, bool], None] | None = None
+        # cluster mode, acks=all native producers (replicated_acks.py): `replicated_wait` calls
+        # back once the high watermark covers a batch; `isr_check(topic, partition)` is 0 when
+        # enough replicas are in sync to take an acks=all produce (else NOT_ENOUGH_REPLICAS)
+        self.replicated_wait: Callable[..., None] | None = None
+        self.isr_check: Callable[[str, int], int] | None = None
 
     def get(self, topic: str, partition: int, replica: bool = False) -> PartState:
         """The partition's state (raises the store's error for an unknown one, and in a cluster

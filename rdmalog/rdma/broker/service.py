@@ -33,10 +33,11 @@ from rdmalog.rdma.broker.ordered_commits import Arrival, OrderedCommits
 from rdmalog.rdma.broker.partitions import Partitions, ProduceFile, datapath_counters
 from rdmalog.rdma.broker.prefault import Prefaulter
 from rdmalog.rdma.broker.queue_pairs import RECV_DEPTH, QueuePairs
+from rdmalog.rdma.broker.replicated_acks import ACKS_ALL, held_reply
 from rdmalog.rdma.control import ControlServer, Session
 from rdmalog.rdma.transport.devices import open_device
 from rdmalog.rdma.transport.interface import Opcode, Status, TransportError
-from rdmalog.rdma.wire import AckStatus, imm_decode
+from rdmalog.rdma.wire import REPLICA_HW, REPLICA_HW_MAGIC, AckStatus, imm_decode
 from rdmalog.security.authorizer import Authorizer
 from rdmalog.security.sasl import Credentials
 
@@ -45,6 +46,7 @@ from rdmalog.security.sasl import Credentials
 _SUCCESS = Status.SUCCESS
 _RECV = Opcode.RECV
 _REVOKED = AckStatus.REVOKED
+_HW_SIZE = REPLICA_HW.size
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +198,13 @@ class RdmaService:
         self.partitions.replica_check = check
         self.partitions.replica_pushed = pushed
 
+    def replicated_acks(self, wait, isr_check) -> None:
+        """Cluster mode: native producers with acks=all are answered once `wait(topic, partition,
+        last_offset, timeout_s, done)` calls `done(code)` (replicated_acks.py), and refused at
+        their grant while `isr_check(topic, partition)` says too few replicas are in sync."""
+        self.partitions.replicated_wait = wait
+        self.partitions.isr_check = isr_check
+
     def try_append(self, topic: str, partition: int, buf, leader_epoch: int | None = None):
         """A plain append when no RDMA producer holds the head; None: call `append` off the loop."""
         return self.ordering.try_append(topic, partition, buf, leader_epoch)
@@ -274,8 +283,11 @@ class RdmaService:
                 self.queue_pairs.drop(cqp)
                 self.control.end(cqp.owner)
             return None
-        if wc.opcode == _RECV:  # hello: bind this QP to the control session
-            self.queue_pairs.hello(cqp, wc.wr_id)
+        if wc.opcode == _RECV:
+            if wc.byte_len == _HW_SIZE and cqp.owner is not None:
+                self._replica_hw(cqp, wc.wr_id)  # a pushing leader's high watermark
+            else:  # hello: bind this QP to the control session
+                self.queue_pairs.hello(cqp, wc.wr_id)
             return None
         cqp.repost(wc.wr_id)
         file_id, order = imm_decode(wc.imm_data)
@@ -283,7 +295,24 @@ class RdmaService:
         if f is None or cqp.session not in f.sessions:
             cqp.ack(file_id, order, _REVOKED, -1, -1, 0)
             return None
+        wait = self.partitions.replicated_wait
+        if wait is not None and f.replica_of is None:  # cluster mode: acks=all waits for the ISR
+            acks = cqp.owner.state.get("acks")
+            if acks is not None and acks[0] == ACKS_ALL:
+                return f, order, wc.byte_len, held_reply(cqp, file_id, f.part.log, acks[1], wait)
         return f, order, wc.byte_len, cqp.reply(file_id)
+
+    def _replica_hw(self, cqp, wr_id: int) -> None:
+        """The leader pushing to this follower sent its high watermark (push replication): it
+        becomes this replica's (capped at its log end), if the grant named is that leader's, held
+        by this session and still current."""
+        magic, file_id, hw = REPLICA_HW.unpack_from(cqp.mr.buf, wr_id * 64)
+        cqp.repost(wr_id)
+        f = self.files.get(file_id)
+        if magic != REPLICA_HW_MAGIC or f is None or f.replica_of is None or f.revoked:
+            return
+        if cqp.session in f.sessions and (f.current is None or f.current()):
+            f.part.log.set_high_watermark(hw)
 
     def _session_closed(self, s: Session) -> None:
         self.grants.release_session(s)
