@@ -75,6 +75,26 @@ def latency_us(bootstrap: str, topic: str, count: int) -> tuple[float, float]:
     return 1e6 * out[len(out) // 2], 1e6 * out[min(len(out) - 1, int(len(out) * 0.99))]
 
 
+def native_latency_us(c: BrokerCluster, transport: str, topic: str, count: int) -> tuple:
+    """A native producer (acks=all, the default) sending one 1 KiB record at a time: (p50, p99)."""
+    from rdmalog.rdma import Producer as NativeProducer
+
+    native = NativeProducer(c.rdma_control[1], transport)
+    value = b"x" * 1024
+    out = []
+    try:
+        for _ in range(20):
+            native.send(topic, 0, value).wait(30)
+        for _ in range(count):
+            t = time.perf_counter()
+            native.send(topic, 0, value).wait(30)
+            out.append(time.perf_counter() - t)
+    finally:
+        native.close()
+    out.sort()
+    return 1e6 * out[len(out) // 2], 1e6 * out[min(len(out) - 1, int(len(out) * 0.99))]
+
+
 def replicated_bandwidth(c: BrokerCluster, transport: str, topic: str, batches: int) -> tuple:
     """(GiB/s, leader CPU s/GiB): native 64 KiB batches until the high watermark covers them."""
     from rdmalog.rdma import Producer as NativeProducer
@@ -139,10 +159,13 @@ def run_cluster_modes(transport: str, repeat: int, quick: bool) -> list[dict]:
                     c = cs["push" if mode == "none" else mode]
                     topic = "rf1" if mode == "none" else "rf3"
                     p50, p99 = latency_us(c.bootstrap, topic, lat_n)
+                    n50, n99 = native_latency_us(c, transport, topic, lat_n)
                     gib_s, cpu = replicated_bandwidth(c, transport, topic, batches)
                     for metric, value in (
                         ("acks_all_latency_us_p50", p50),
                         ("acks_all_latency_us_p99", p99),
+                        ("native_acks_all_latency_us_p50", n50),
+                        ("native_acks_all_latency_us_p99", n99),
                         ("replicated_produce_gib_s", gib_s),
                         ("leader_cpu_s_per_gib", cpu),
                     ):
@@ -154,6 +177,7 @@ def run_cluster_modes(transport: str, repeat: int, quick: bool) -> list[dict]:
                 c.stop()
             zk.stop()
     units = {"acks_all_latency_us_p50": "us", "acks_all_latency_us_p99": "us",
+             "native_acks_all_latency_us_p50": "us", "native_acks_all_latency_us_p99": "us",
              "replicated_produce_gib_s": "GiB/s", "leader_cpu_s_per_gib": "s/GiB"}  # fmt: skip
     for (mode, metric), values in samples.items():
         rows.append(emit(transport, mode, metric, statistics.median(values), units[metric]))

@@ -207,10 +207,14 @@ def test_pushed_followers_high_watermark_follows_at_once(
         3,
         {"replica.fetch.wait.max.ms": "10000", "replica.lag.time.max.ms": "30000"},
         rdma=transport,
+        # broker 3 is frozen below: its ZooKeeper session must outlast that, or the controller
+        # takes it out of the ISR (and the high watermark moves for that reason)
+        per_broker=lambda b, _port: {"zookeeper.session.timeout.ms": "30000"} if b == 3 else {},
     ).start()
     c.transport = transport
     try:
         leader, (heir, frozen) = _pushed_topic(c, "hw", "2")
+        assert (leader, heir, frozen) == (1, 2, 3)
         p = Producer(c.rdma_control[leader], transport)
         try:
             for i in range(50):
