@@ -162,7 +162,7 @@ class ClusterNode:
         replicas.push = PushReplication(
             self.broker_id,
             rdma_of,
-            lambda *ack: replicas.call_soon(replicas.push_acked, *ack),  # from the links' threads
+            replicas.push_acked,  # on the links' threads: no hop to the loop (see isr.py)
             lambda *gone: replicas.call_soon(replicas.push_pulled, *gone),
             batch_max=cfg.get("replica.push.batch.max.bytes"),
             stall_s=cfg.get("replica.lag.time.max.ms") / 1000,

@@ -73,9 +73,12 @@ class IsrMixin:
         """acks=all: wait until the high watermark passes `last_offset`; the produce's error code."""
         fut = self.loop.create_future()
 
-        def done(code: int) -> None:  # on the loop (see when_replicated)
+        def settle(code: int) -> None:
             if not fut.done():
                 fut.set_result(code)
+
+        def done(code: int) -> None:  # on any thread (a push link's acknowledgement)
+            self.call_soon(settle, code)
 
         self.when_replicated(topic, p, last_offset, math.inf, done)
         try:
@@ -174,16 +177,18 @@ class IsrMixin:
     def _progress(self, rep: Replica, replica_id: int, prog: FollowerProgress, fetch_offset: int):
         """A follower's log end offset, from its fetch or its acknowledgement of a push: Kafka's
         caught-up rule, the ISR and the high watermark."""
-        leo = rep.log.log_end_offset
-        now = monotonic_ms()
-        if fetch_offset >= leo:
-            prog.last_caught_up_ms = now
-        elif fetch_offset >= prog.leader_leo_at_last_fetch:
-            prog.last_caught_up_ms = max(prog.last_caught_up_ms, prog.last_fetch_ms)
-        prog.leader_leo_at_last_fetch = leo
-        prog.last_fetch_ms = now
-        prog.leo = fetch_offset
-        self._maybe_expand_isr(rep, replica_id)
+        with rep.hw_lock:
+            leo = rep.log.log_end_offset
+            now = monotonic_ms()
+            if fetch_offset >= leo:
+                prog.last_caught_up_ms = now
+            elif fetch_offset >= prog.leader_leo_at_last_fetch:
+                prog.last_caught_up_ms = max(prog.last_caught_up_ms, prog.last_fetch_ms)
+            prog.leader_leo_at_last_fetch = leo
+            prog.last_fetch_ms = now
+            prog.leo = max(prog.leo, fetch_offset) if replica_id in rep.pushed else fetch_offset
+        if replica_id not in rep.isr and rep.isr_pending is None:
+            self.call_soon(self._maybe_expand_isr, rep, replica_id)  # writes ZooKeeper: the loop's
         self._maybe_advance_hw(rep)
 
     # --- push replication (push.py) ---------------------------------------------------------------
@@ -194,7 +199,9 @@ class IsrMixin:
         return rep is not None and replica_id in rep.pushed
 
     def push_acked(self, topic: str, p: int, replica_id: int, epoch: int, leo: int) -> None:
-        """A follower committed pushed writes up to `leo` (on the loop): as a fetch from there."""
+        """A follower committed pushed writes up to `leo` (on its push link's thread: the high
+        watermark advances and acks=all producers are answered from there, no hop to the loop):
+        as a fetch from there."""
         rep = self.replicas.get((topic, p))
         if rep is None or rep.role != LEADER or rep.leader_epoch != epoch or self.fenced:
             return
@@ -235,19 +242,19 @@ class IsrMixin:
         if rep.role != LEADER:
             return
         plog = rep.log
-        hw = plog.log_end_offset
-        for r in set(rep.isr) | set(rep.isr_pending or ()):
-            if r == self.broker_id:
-                continue
-            prog = rep.followers.get(r)
-            if prog is None or prog.leo < 0:
-                hw = -1
-                break
-            hw = min(hw, prog.leo)
-        if hw > plog.high_watermark:
-            plog.set_high_watermark(hw)
-            if rep.pushed and self.push is not None:  # pushed followers learn it at once
-                self.push.high_watermark(plog, hw)
+        with rep.hw_lock:  # (any thread: see Replica.hw_lock)
+            hw = plog.log_end_offset
+            for r in set(rep.isr) | set(rep.isr_pending or ()):
+                if r == self.broker_id:
+                    continue
+                prog = rep.followers.get(r)
+                if prog is None or prog.leo < 0:
+                    hw = -1
+                    break
+                hw = min(hw, prog.leo)
+            advanced = hw > plog.high_watermark and plog.set_high_watermark(hw)
+        if advanced and rep.pushed and self.push is not None:  # pushed followers learn it now
+            self.push.high_watermark(plog, hw)
         self._complete_waiters(rep)
 
     def _maybe_expand_isr(self, rep: Replica, r: int) -> None:
@@ -314,7 +321,8 @@ class IsrMixin:
         """Write a new ISR with the state's version; apply it once ZooKeeper has it."""
         if rep.state is None:
             return
-        rep.isr_pending = isr
+        with rep.hw_lock:
+            rep.isr_pending = isr
         s = rep.state
         new = Z.PartitionState(self.broker_id, rep.leader_epoch, isr, s.controller_epoch, s.version)
         fut = self.loop.run_in_executor(
@@ -323,9 +331,17 @@ class IsrMixin:
         fut.add_done_callback(lambda f: self._isr_written(rep, new, f))
 
     def _isr_written(self, rep: Replica, new: Z.PartitionState, fut: asyncio.Future) -> None:
-        if rep.isr_pending == new.isr:
-            rep.isr_pending = None
         exc = fut.exception()
+        written = None if exc is not None else fut.result()
+        applied = (
+            written is not None and rep.role == LEADER and rep.leader_epoch == written.leader_epoch
+        )
+        with rep.hw_lock:  # the new ISR in place before the pending one goes (an addition
+            before = rep.isr  # counts all along for the high watermark on any thread)
+            if applied:
+                rep.isr = written.isr
+            if rep.isr_pending == new.isr:
+                rep.isr_pending = None
         if isinstance(exc, StaleStateError):
             log.info("%s-%d: ISR change refused (the state moved on); rereading", *rep.key)
             self._refresh_state(rep)
@@ -336,11 +352,9 @@ class IsrMixin:
             )
             self._maybe_advance_hw(rep)
             return
-        written = fut.result()
-        if rep.role == LEADER and rep.leader_epoch == written.leader_epoch:
+        if applied:
             if rep.state is None or rep.state.version < written.version:
                 rep.state = written
-            before, rep.isr = rep.isr, written.isr
             log.info("%s-%d: ISR now %s", rep.topic, rep.partition, list(written.isr))
             if self.on_isr_change is not None and set(before) != set(written.isr):
                 shrunk = len(written.isr) < len(before)

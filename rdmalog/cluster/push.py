@@ -129,6 +129,7 @@ class FollowerLink(Endpoint):
         self.outstanding: deque[tuple[int, int, int, float, int]] = deque()  # ..., bytes
         self.outstanding_bytes = 0
         self._wr = 0
+        self._acked: list[tuple[Pushed, int]] = []  # acknowledgements to report (on_ack)
         self._work: deque[Callable[[], None]] = deque()
         self._stop = threading.Event()
         self.acks = self.device.alloc_mr(ACK_RECVS * ACK_BUF, Access.LOCAL_WRITE)
@@ -207,6 +208,9 @@ class FollowerLink(Endpoint):
                     for pp in list(self.parts.values()):
                         if pp.state == "pushing":
                             self._pump(pp)
+                    acked, self._acked = self._acked, []
+                for pp, leo in acked:  # outside the lock: the high watermark it moves is sent
+                    self.on_ack(pp, leo)  # on the links, this one's included
                 self._after_pump()
                 self._check_stall()
                 if not wcs and not self.ctl.alive():
@@ -459,7 +463,7 @@ class FollowerLink(Endpoint):
         if status == AckStatus.OK:
             pp.failures = 0
             pp.acked = last + 1
-            self.on_ack(pp, last + 1)
+            self._acked.append((pp, last + 1))  # reported once the lock is released
             return
         if pp.state == "pushing" or pp.state == "rolling":
             pp.failures += 1

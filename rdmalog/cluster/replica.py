@@ -58,6 +58,10 @@ class Replica:
     # added from any thread (native producers' commits), so changed under `wait_lock`
     waiters: list[tuple[int, float, Callable[[int], None]]] = field(default_factory=list)
     wait_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # followers' progress and the high watermark: changed on the loop and by push links' threads
+    # (their acknowledgements, no hop to the loop), so under `hw_lock` (reentrant: progress then
+    # the advance it brings); the ISR as the high watermark counts it changes under it too
+    hw_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     pushed: set[int] = field(default_factory=set)  # leader: followers it pushes to (push.py)
     push_grant: bool = False  # follower: its leader holds this replica's head (the fetcher waits)
 

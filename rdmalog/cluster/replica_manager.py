@@ -442,12 +442,20 @@ class ReplicaManager(IsrMixin):
             self._append_listened.add(id(plog))
 
     def _on_append(self, plog: Any) -> None:
-        """The log grew (produce, the coordinator, an RDMA commit on any thread): the high watermark
-        may move (at once with no follower in the ISR) and followers' long polls wake; pushed
-        followers get the new batches at once, from this thread."""
+        """The log grew (produce, the coordinator, an RDMA commit on any thread, maybe under the
+        log's lock): pushed followers get the new batches at once, from this thread; on the loop,
+        the high watermark moves (at once with no follower in the ISR) and followers' long polls
+        wake. (Not here: the high watermark's lock is taken before the log's, never under it.)"""
         rep = self._by_log.get(id(plog))
-        if self.push is not None and rep is not None and rep.pushed and rep.role == LEADER:
-            self.push.appended(plog)
+        alone = False  # a leader with no other ISR member: the high watermark moves now
+        if rep is not None and rep.role == LEADER:
+            if self.push is not None and rep.pushed:
+                self.push.appended(plog)
+            me = self.broker_id
+            alone = all(r == me for r in rep.isr) and all(r == me for r in rep.isr_pending or ())
+        if not alone and id(plog) not in self._append_waiters:
+            return  # nothing for the loop to do: no wake-up (a pushed follower's commits, a
+            # leader's whose followers answer through push_acked)
         if threading.get_ident() == self._loop_thread:
             self._appended(plog)
         elif not self.loop.is_closed():
