@@ -61,8 +61,18 @@ def _pushed_topic(c: BrokerCluster, topic: str, min_isr: str) -> tuple[int, list
     leader = c.leader(topic)
     followers = sorted(set(c.brokers) - {leader})
     warm = Producer(c.rdma_control[leader], c.transport, acks=1)
+
+    def warmed() -> bool:  # the leader may apply the state a moment after ZooKeeper has it
+        try:
+            warm.send(topic, 0, b"warm").wait(30)
+            return True
+        except Exception as exc:
+            if "NotLeaderOrFollower" not in str(exc):
+                raise
+            return False
+
     try:
-        warm.send(topic, 0, b"warm").wait(30)
+        wait_for(f"{leader} leads {topic}", warmed, timeout=30, every=0.2)
     finally:
         warm.close()
     wait_for(
@@ -74,6 +84,19 @@ def _pushed_topic(c: BrokerCluster, topic: str, min_isr: str) -> tuple[int, list
 def _signal(c: BrokerCluster, brokers: list[int], sig: int) -> None:
     for b in brokers:
         c.broker(b).proc.send_signal(sig)
+    if sig == signal.SIGSTOP:  # delivered asynchronously: wait until every thread is stopped
+        for b in brokers:
+            wait_for(f"broker {b} stopped", lambda b=b: _stopped(c.broker(b).proc.pid), 10, 0.01)
+
+
+def _stopped(pid: int) -> bool:
+    states = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return bool(states) and all(s in "tT" for s in states)
 
 
 def test_native_acks_all_waits_for_the_isr(acks_cluster: BrokerCluster) -> None:
@@ -223,7 +246,7 @@ def test_pushed_followers_high_watermark_follows_at_once(
         finally:
             p.close()
         time.sleep(0.5)
-        c.broker(frozen).proc.send_signal(signal.SIGSTOP)
+        _signal(c, [frozen], signal.SIGSTOP)
         try:
             c.broker(leader).stop(signal.SIGKILL)
             wait_for("the heir leads", lambda: c.leader("hw") == heir, timeout=30)
