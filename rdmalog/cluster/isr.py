@@ -253,9 +253,9 @@ class IsrMixin:
                     break
                 hw = min(hw, prog.leo)
             advanced = hw > plog.high_watermark and plog.set_high_watermark(hw)
+        self._complete_waiters(rep)  # first: producers wait for it, followers' HW can follow
         if advanced and rep.pushed and self.push is not None:  # pushed followers learn it now
             self.push.high_watermark(plog, hw)
-        self._complete_waiters(rep)
 
     def _maybe_expand_isr(self, rep: Replica, r: int) -> None:
         if r in rep.isr or rep.isr_pending is not None:
