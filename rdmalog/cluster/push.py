@@ -39,15 +39,7 @@ from typing import Any
 from rdmalog.rdma.client.endpoint import Endpoint, SaslCredentials
 from rdmalog.rdma.control import ControlError
 from rdmalog.rdma.transport.interface import Access, Opcode, RemoteRegion, Status, TransportError
-from rdmalog.rdma.wire import (
-    ACK,
-    ACK_SIZE,
-    ACKS_PER_SEND,
-    REPLICA_HW,
-    REPLICA_HW_MAGIC,
-    AckStatus,
-    imm_encode,
-)
+from rdmalog.rdma.wire import ACK, ACK_SIZE, ACKS_PER_SEND, AckStatus, imm_encode
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +55,8 @@ ACK_BUF = ACKS_PER_SEND * ACK_SIZE
 MAX_OUTSTANDING_BYTES = 2 << 20
 MAX_FAILURES = 3  # refused writes in a row (no progress between) before going back to pull
 RETRY_S = 1.0  # a link that failed is not tried again before this
-# High watermark SENDs between two acknowledgements of the follower (each takes one of its posted
-# receives until its completion thread has seen it; an acknowledgement says it has): more are
-# skipped, the follower's next fetch carries the high watermark then.
-HW_SENDS = 64
+HW_SLOTS = 64  # the leader's high watermark values being written, in turn (a WRITE's source)
+_HW = struct.Struct("<q")
 
 
 @dataclass
@@ -90,7 +80,8 @@ class Pushed:
     inflight: int = 0
     failures: int = 0
     acked: int = -1
-    hw_sent: int = -1  # the last high watermark sent to the follower
+    hw_sent: int = -1  # the last high watermark written to the follower
+    hw_word: RemoteRegion | None = None  # the follower's word for it (the grant's)
     retired: list = field(default_factory=list)  # (mr, writes still unanswered) of old sources
 
     @property
@@ -135,8 +126,8 @@ class FollowerLink(Endpoint):
         self.acks = self.device.alloc_mr(ACK_RECVS * ACK_BUF, Access.LOCAL_WRITE)
         for i in range(ACK_RECVS):
             self.qp.post_recv(i, self.acks, i * ACK_BUF, ACK_BUF)
-        self.hw_buf = self.device.alloc_mr(HW_SENDS * REPLICA_HW.size, Access.LOCAL_WRITE)
-        self._hw_slot = self._hw_unacked = 0
+        self.hw_buf = self.device.alloc_mr(HW_SLOTS * _HW.size, Access.LOCAL_WRITE)
+        self._hw_slot = 0
         self.down: str | None = None
         self.thread = threading.Thread(target=self._run, name=f"push-to-{follower_id}", daemon=True)
         self.thread.start()
@@ -169,24 +160,27 @@ class FollowerLink(Endpoint):
                 self._pump(pp)
 
     def high_watermark(self, plog: Any, hw: int) -> None:
-        """The leader's high watermark of a pushed partition advanced (on the committing or the
-        replica manager's thread): SEND it to the follower now, so its high watermark (what its
-        consumers and a failover see) follows at once, not at its next fetch."""
+        """The leader's high watermark of a pushed partition advanced (any thread): WRITE it into
+        the follower's word for the grant, one-sided (nothing runs on the follower for it; on
+        shm not even a wake-up). The follower takes it when its role changes (a failover
+        serves what was replicated at once), its fetches every replica.fetch.wait.max.ms."""
         key = (plog.topic, plog.partition)
         with self.lock:
             pp = self.parts.get(key)
             if pp is None or pp.state != "pushing" or pp.log is not plog or hw <= pp.hw_sent:
                 return
-            if self._hw_unacked >= HW_SENDS:
+            if pp.hw_word is None:
                 return
-            off = self._hw_slot * REPLICA_HW.size
-            REPLICA_HW.pack_into(self.hw_buf.buf, off, REPLICA_HW_MAGIC, pp.file_id, hw)
+            off = self._hw_slot * _HW.size
+            _HW.pack_into(self.hw_buf.buf, off, hw)
             try:
-                self.qp.post_send(0, self.hw_buf, off, REPLICA_HW.size, signaled=False)
+                self.qp.post_write(
+                    0, self.hw_buf, off, _HW.size, pp.hw_word.addr, pp.hw_word.rkey,
+                    signaled=False,
+                )  # fmt: skip
             except TransportError:
                 return  # the link's thread sees the queue pair fail
-            self._hw_slot = (self._hw_slot + 1) % HW_SENDS
-            self._hw_unacked += 1
+            self._hw_slot = (self._hw_slot + 1) % HW_SLOTS
             pp.hw_sent = hw
 
     def close(self) -> None:
@@ -287,6 +281,8 @@ class FollowerLink(Endpoint):
         pp.file_id = r["file_id"]
         pp.region = RemoteRegion.from_dict(r["region"])
         pp.capacity, pp.position, pp.order = r["length"], r["position"], r["order"]
+        pp.hw_word = RemoteRegion.from_dict(r["word"]) if r.get("word") else None
+        pp.hw_sent = -1  # a new grant, a new word
         self.by_file[pp.file_id] = pp
 
     def _roll(self, pp: Pushed) -> None:
@@ -430,7 +426,6 @@ class FollowerLink(Endpoint):
         if wc.opcode == Opcode.RECV:
             if wc.status != Status.SUCCESS:
                 raise TransportError(f"the queue pair failed: {wc.status.name}")
-            self._hw_unacked = 0  # the follower has seen every high watermark sent before
             off = wc.wr_id * ACK_BUF
             n = wc.byte_len - wc.byte_len % ACK_SIZE
             for fid, order, status, _base, last, _ in ACK.iter_unpack(self.acks.buf[off : off + n]):

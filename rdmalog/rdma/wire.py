@@ -68,10 +68,3 @@ LRB_MASK = POSITION_MASK
 
 def slot_word(lrb: int, mutable: bool) -> int:
     return (lrb & LRB_MASK) | SLOT_VALID | (SLOT_MUTABLE if mutable else 0)
-
-
-# A leader's high watermark for a partition it pushes, a SEND to the follower's RDMA service on
-# the link's queue pair (push replication): magic, the replica grant's file id, the offset. Its
-# length (16) tells it from a hello (8).
-REPLICA_HW = struct.Struct("<IIq")
-REPLICA_HW_MAGIC = 0x48574D31  # "HWM1"

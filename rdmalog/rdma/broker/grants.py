@@ -261,6 +261,9 @@ class Grants:
                         8, Access.LOCAL_WRITE | Access.REMOTE_ATOMIC | Access.REMOTE_READ
                     )
                     store(word.buf, 0, word_encode(0, position))
+                elif leader is not None:  # the leader's high watermark, written one-sidedly
+                    word = self.device.alloc_mr(8, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+                    store(word.buf, 0, 0)
                 f = ProduceFile(
                     self._new_file_id(), ps, head, position, mode, mr, word, self.counters
                 )

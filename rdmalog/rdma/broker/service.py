@@ -37,7 +37,7 @@ from rdmalog.rdma.broker.replicated_acks import ACKS_ALL, held_reply
 from rdmalog.rdma.control import ControlServer, Session
 from rdmalog.rdma.transport.devices import open_device
 from rdmalog.rdma.transport.interface import Opcode, Status, TransportError
-from rdmalog.rdma.wire import REPLICA_HW, REPLICA_HW_MAGIC, AckStatus, imm_decode
+from rdmalog.rdma.wire import AckStatus, imm_decode
 from rdmalog.security.authorizer import Authorizer
 from rdmalog.security.sasl import Credentials
 
@@ -46,7 +46,6 @@ from rdmalog.security.sasl import Credentials
 _SUCCESS = Status.SUCCESS
 _RECV = Opcode.RECV
 _REVOKED = AckStatus.REVOKED
-_HW_SIZE = REPLICA_HW.size
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +186,10 @@ class RdmaService:
         with self.lock:
             ps = self.parts.get((topic, partition))
             f = None if ps is None else ps.produce
+        if ps is not None:  # a pushed replica takes what its leader last said was replicated
+            hw = max(ps.replica_hw, 0 if f is None else f.replica_hw())
+            if hw > 0:  # (capped at this log's end; never backwards) before it may lead itself
+                ps.log.set_high_watermark(hw)
         if f is not None and not f.revoked:
             with f.lock:
                 self.ordering.revoke(f)
@@ -283,11 +286,8 @@ class RdmaService:
                 self.queue_pairs.drop(cqp)
                 self.control.end(cqp.owner)
             return None
-        if wc.opcode == _RECV:
-            if wc.byte_len == _HW_SIZE and cqp.owner is not None:
-                self._replica_hw(cqp, wc.wr_id)  # a pushing leader's high watermark
-            else:  # hello: bind this QP to the control session
-                self.queue_pairs.hello(cqp, wc.wr_id)
+        if wc.opcode == _RECV:  # hello: bind this QP to the control session
+            self.queue_pairs.hello(cqp, wc.wr_id)
             return None
         cqp.repost(wc.wr_id)
         file_id, order = imm_decode(wc.imm_data)
@@ -301,18 +301,6 @@ class RdmaService:
             if acks is not None and acks[0] == ACKS_ALL:
                 return f, order, wc.byte_len, held_reply(cqp, file_id, f.part.log, acks[1], wait)
         return f, order, wc.byte_len, cqp.reply(file_id)
-
-    def _replica_hw(self, cqp, wr_id: int) -> None:
-        """The leader pushing to this follower sent its high watermark (push replication): it
-        becomes this replica's (capped at its log end), if the grant named is that leader's, held
-        by this session and still current."""
-        magic, file_id, hw = REPLICA_HW.unpack_from(cqp.mr.buf, wr_id * 64)
-        cqp.repost(wr_id)
-        f = self.files.get(file_id)
-        if magic != REPLICA_HW_MAGIC or f is None or f.replica_of is None or f.revoked:
-            return
-        if cqp.session in f.sessions and (f.current is None or f.current()):
-            f.part.log.set_high_watermark(hw)
 
     def _session_closed(self, s: Session) -> None:
         self.grants.release_session(s)
