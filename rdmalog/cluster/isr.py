@@ -99,6 +99,8 @@ class IsrMixin:
             done(NOT_LEADER_OR_FOLLOWER)
             return
         need = last_offset + 1
+        if rep.role == LEADER and rep.log.high_watermark < need and self._alone(rep):
+            self._maybe_advance_hw(rep)  # no follower to wait for: not via the loop either
         with rep.wait_lock:  # the high watermark read under it: an advance cannot slip between
             if rep.role != LEADER or self.fenced:
                 code = NOT_LEADER_OR_FOLLOWER
@@ -256,6 +258,12 @@ class IsrMixin:
         self._complete_waiters(rep)  # first: producers wait for it, followers' HW can follow
         if advanced and rep.pushed and self.push is not None:  # pushed followers learn it now
             self.push.high_watermark(plog, hw)
+
+    def _alone(self, rep: Replica) -> bool:
+        """No member but this broker in the ISR (nor in an addition being written): the high
+        watermark is the log end offset."""
+        me = self.broker_id
+        return all(r == me for r in rep.isr) and all(r == me for r in rep.isr_pending or ())
 
     def _maybe_expand_isr(self, rep: Replica, r: int) -> None:
         if r in rep.isr or rep.isr_pending is not None:

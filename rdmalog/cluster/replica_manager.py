@@ -451,8 +451,7 @@ class ReplicaManager(IsrMixin):
         if rep is not None and rep.role == LEADER:
             if self.push is not None and rep.pushed:
                 self.push.appended(plog)
-            me = self.broker_id
-            alone = all(r == me for r in rep.isr) and all(r == me for r in rep.isr_pending or ())
+            alone = self._alone(rep)
         if not alone and id(plog) not in self._append_waiters:
             return  # nothing for the loop to do: no wake-up (a pushed follower's commits, a
             # leader's whose followers answer through push_acked)
