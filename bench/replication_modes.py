@@ -7,13 +7,14 @@ one with `push` (both serving the transport to native clients); rounds alternate
 A B C) so machine drift cancels, and the median round is reported. Per mode:
 
 - `acks_all_latency_us_p50/p99`: one 1 KiB record at a time, confluent-kafka (acks=all, linger.ms=0)
-  through the gateway;
+  through the gateway; `native_acks_all_latency_us_p50/p99`: the same from a native producer
+  (acks=all, its default: answered once the ISR holds the record);
 - `replicated_produce_gib_s`: 64 KiB batches from a native producer, timed until the leader's high
   watermark covers them (the ISR holds them), and `leader_cpu_s_per_gib`: the leader's CPU time
   over that run per GiB.
 
-Then the batching curve, in-process (a follower's RdmaService and a leader's push link, as
-tests/integration/native/test_push_link.py): 64-byte entries, one batch each, appended at RATE a
+Then the batching curve, in-process (a follower's RdmaService and a leader's push link,
+compat_tests/push_pair.py): 64-byte entries, one batch each, appended at RATE a
 second (an open loop), for `replica.push.batch.max.bytes` from 0 (one batch per write) up, with
 the entry latency (append to acknowledgement), the goodput and the entries each write carried.
 
@@ -71,6 +72,26 @@ def latency_us(bootstrap: str, topic: str, count: int) -> tuple[float, float]:
         p.produce(topic, value)
         p.flush(30)
         out.append(time.perf_counter() - t)
+    out.sort()
+    return 1e6 * out[len(out) // 2], 1e6 * out[min(len(out) - 1, int(len(out) * 0.99))]
+
+
+def native_latency_us(c: BrokerCluster, transport: str, topic: str, count: int) -> tuple:
+    """A native producer (acks=all, the default) sending one 1 KiB record at a time: (p50, p99)."""
+    from rdmalog.rdma import Producer as NativeProducer
+
+    native = NativeProducer(c.rdma_control[1], transport)
+    value = b"x" * 1024
+    out = []
+    try:
+        for _ in range(20):
+            native.send(topic, 0, value).wait(30)
+        for _ in range(count):
+            t = time.perf_counter()
+            native.send(topic, 0, value).wait(30)
+            out.append(time.perf_counter() - t)
+    finally:
+        native.close()
     out.sort()
     return 1e6 * out[len(out) // 2], 1e6 * out[min(len(out) - 1, int(len(out) * 0.99))]
 
@@ -139,10 +160,13 @@ def run_cluster_modes(transport: str, repeat: int, quick: bool) -> list[dict]:
                     c = cs["push" if mode == "none" else mode]
                     topic = "rf1" if mode == "none" else "rf3"
                     p50, p99 = latency_us(c.bootstrap, topic, lat_n)
+                    n50, n99 = native_latency_us(c, transport, topic, lat_n)
                     gib_s, cpu = replicated_bandwidth(c, transport, topic, batches)
                     for metric, value in (
                         ("acks_all_latency_us_p50", p50),
                         ("acks_all_latency_us_p99", p99),
+                        ("native_acks_all_latency_us_p50", n50),
+                        ("native_acks_all_latency_us_p99", n99),
                         ("replicated_produce_gib_s", gib_s),
                         ("leader_cpu_s_per_gib", cpu),
                     ):
@@ -154,6 +178,7 @@ def run_cluster_modes(transport: str, repeat: int, quick: bool) -> list[dict]:
                 c.stop()
             zk.stop()
     units = {"acks_all_latency_us_p50": "us", "acks_all_latency_us_p99": "us",
+             "native_acks_all_latency_us_p50": "us", "native_acks_all_latency_us_p99": "us",
              "replicated_produce_gib_s": "GiB/s", "leader_cpu_s_per_gib": "s/GiB"}  # fmt: skip
     for (mode, metric), values in samples.items():
         rows.append(emit(transport, mode, metric, statistics.median(values), units[metric]))
@@ -162,7 +187,7 @@ def run_cluster_modes(transport: str, repeat: int, quick: bool) -> list[dict]:
 
 def batching_curve(transport: str, seconds: float) -> list[dict]:
     """64-byte entries through a push link with each batch.max, in-process."""
-    from tests.integration.native.test_push_link import Follower, Leader
+    from compat_tests.push_pair import Follower, Leader
 
     rows = []
     for batch_max in BATCH_MAX:
@@ -241,24 +266,31 @@ def render(rows: list[dict], command: str) -> str:
         "by side with one ZooKeeper on this 2-core host, shared with other sessions' work "
         "(numbers move with load); rounds alternate the modes; medians.",
         "",
-        "| transport | mode | acks=all p50 us | p99 us | replicated GiB/s (64 KiB, native) "
-        "| leader CPU s/GiB |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| transport | mode | acks=all p50 us | p99 us | native acks=all p50 us | p99 us "
+        "| replicated GiB/s (64 KiB, native) | leader CPU s/GiB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for t in transports:
         for m in MODES:
             v = [by.get((t, m, k, None)) for k in ("acks_all_latency_us_p50",
-                 "acks_all_latency_us_p99", "replicated_produce_gib_s", "leader_cpu_s_per_gib")]  # fmt: skip
+                 "acks_all_latency_us_p99", "native_acks_all_latency_us_p50",
+                 "native_acks_all_latency_us_p99", "replicated_produce_gib_s",
+                 "leader_cpu_s_per_gib")]  # fmt: skip
             if None in v:
                 continue
-            lines.append(f"| {t} | {m} | {v[0]:.0f} | {v[1]:.0f} | {v[2]:.3f} | {v[3]:.1f} |")
-    lines += ["", "| transport | push p50 / pull p50 (target <= 0.33) | push GiB/s / none GiB/s "
-              "(target >= 0.7) |", "| --- | --- | --- |"]  # fmt: skip
+            lines.append(f"| {t} | {m} | {v[0]:.0f} | {v[1]:.0f} | {v[2]:.0f} | {v[3]:.0f} "
+                         f"| {v[4]:.3f} | {v[5]:.1f} |")  # fmt: skip
+    lines += ["", "| transport | push p50 / pull p50 (target <= 0.33) | native: push p50 / pull p50 "
+              "| push GiB/s / none GiB/s (target >= 0.7) |", "| --- | --- | --- | --- |"]  # fmt: skip
     for t in transports:
         try:
             lat = (
                 by[(t, "push", "acks_all_latency_us_p50", None)]
                 / by[(t, "pull", "acks_all_latency_us_p50", None)]
+            )
+            native = (
+                by[(t, "push", "native_acks_all_latency_us_p50", None)]
+                / by[(t, "pull", "native_acks_all_latency_us_p50", None)]
             )
             bw = (
                 by[(t, "push", "replicated_produce_gib_s", None)]
@@ -266,7 +298,7 @@ def render(rows: list[dict], command: str) -> str:
             )
         except KeyError:
             continue
-        lines.append(f"| {t} | {lat:.2f} | {bw:.2f} |")
+        lines.append(f"| {t} | {lat:.2f} | {native:.2f} | {bw:.2f} |")
     lines += ["", f"Batching: 64-byte entries (one batch each) offered at {RATE:,} a second to an "
               "in-process link; `replica.push.batch.max.bytes`, 0 = one batch per write:", "",
               "| transport | batch max bytes | entry latency p50 us | goodput MiB/s "

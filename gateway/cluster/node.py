@@ -133,6 +133,10 @@ class ClusterNode:
         # push replication, the follower's side: its leader writes the replica's head as a
         # native producer would, granted by this service; a role change revokes that first
         rdma.serve_replicas(replicas.accept_push, replicas.replica_pushed)
+        # acks=all native producers are answered once the ISR holds their batches
+        rdma.replicated_acks(
+            replicas.when_replicated, lambda topic, p: replicas.check_produce(topic, p, -1)
+        )
         replicas.add_role_listener(rdma.revoke_produce)
         if self.replica_transport() == "push":
             self._push_from_here()
@@ -158,7 +162,7 @@ class ClusterNode:
         replicas.push = PushReplication(
             self.broker_id,
             rdma_of,
-            lambda *ack: replicas.call_soon(replicas.push_acked, *ack),  # from the links' threads
+            replicas.push_acked,  # on the links' threads: no hop to the loop (see isr.py)
             lambda *gone: replicas.call_soon(replicas.push_pulled, *gone),
             batch_max=cfg.get("replica.push.batch.max.bytes"),
             stall_s=cfg.get("replica.lag.time.max.ms") / 1000,

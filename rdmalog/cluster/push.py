@@ -55,6 +55,8 @@ ACK_BUF = ACKS_PER_SEND * ACK_SIZE
 MAX_OUTSTANDING_BYTES = 2 << 20
 MAX_FAILURES = 3  # refused writes in a row (no progress between) before going back to pull
 RETRY_S = 1.0  # a link that failed is not tried again before this
+HW_SLOTS = 64  # the leader's high watermark values being written, in turn (a WRITE's source)
+_HW = struct.Struct("<q")
 
 
 @dataclass
@@ -78,6 +80,8 @@ class Pushed:
     inflight: int = 0
     failures: int = 0
     acked: int = -1
+    hw_sent: int = -1  # the last high watermark written to the follower
+    hw_word: RemoteRegion | None = None  # the follower's word for it (the grant's)
     retired: list = field(default_factory=list)  # (mr, writes still unanswered) of old sources
 
     @property
@@ -116,11 +120,14 @@ class FollowerLink(Endpoint):
         self.outstanding: deque[tuple[int, int, int, float, int]] = deque()  # ..., bytes
         self.outstanding_bytes = 0
         self._wr = 0
+        self._acked: list[tuple[Pushed, int]] = []  # acknowledgements to report (on_ack)
         self._work: deque[Callable[[], None]] = deque()
         self._stop = threading.Event()
         self.acks = self.device.alloc_mr(ACK_RECVS * ACK_BUF, Access.LOCAL_WRITE)
         for i in range(ACK_RECVS):
             self.qp.post_recv(i, self.acks, i * ACK_BUF, ACK_BUF)
+        self.hw_buf = self.device.alloc_mr(HW_SLOTS * _HW.size, Access.LOCAL_WRITE)
+        self._hw_slot = 0
         self.down: str | None = None
         self.thread = threading.Thread(target=self._run, name=f"push-to-{follower_id}", daemon=True)
         self.thread.start()
@@ -152,6 +159,30 @@ class FollowerLink(Endpoint):
             if pp is not None and pp.state == "pushing" and pp.log is plog:
                 self._pump(pp)
 
+    def high_watermark(self, plog: Any, hw: int) -> None:
+        """The leader's high watermark of a pushed partition advanced (any thread): WRITE it into
+        the follower's word for the grant, one-sided (nothing runs on the follower for it; on
+        shm not even a wake-up). The follower takes it when its role changes (a failover
+        serves what was replicated at once), its fetches every replica.fetch.wait.max.ms."""
+        key = (plog.topic, plog.partition)
+        with self.lock:
+            pp = self.parts.get(key)
+            if pp is None or pp.state != "pushing" or pp.log is not plog or hw <= pp.hw_sent:
+                return
+            if pp.hw_word is None:
+                return
+            off = self._hw_slot * _HW.size
+            _HW.pack_into(self.hw_buf.buf, off, hw)
+            try:
+                self.qp.post_write(
+                    0, self.hw_buf, off, _HW.size, pp.hw_word.addr, pp.hw_word.rkey,
+                    signaled=False,
+                )  # fmt: skip
+            except TransportError:
+                return  # the link's thread sees the queue pair fail
+            self._hw_slot = (self._hw_slot + 1) % HW_SLOTS
+            pp.hw_sent = hw
+
     def close(self) -> None:
         self._stop.set()
         if self.thread is not threading.current_thread():
@@ -171,6 +202,9 @@ class FollowerLink(Endpoint):
                     for pp in list(self.parts.values()):
                         if pp.state == "pushing":
                             self._pump(pp)
+                    acked, self._acked = self._acked, []
+                for pp, leo in acked:  # outside the lock: the high watermark it moves is sent
+                    self.on_ack(pp, leo)  # on the links, this one's included
                 self._after_pump()
                 self._check_stall()
                 if not wcs and not self.ctl.alive():
@@ -247,6 +281,8 @@ class FollowerLink(Endpoint):
         pp.file_id = r["file_id"]
         pp.region = RemoteRegion.from_dict(r["region"])
         pp.capacity, pp.position, pp.order = r["length"], r["position"], r["order"]
+        pp.hw_word = RemoteRegion.from_dict(r["word"]) if r.get("word") else None
+        pp.hw_sent = -1  # a new grant, a new word
         self.by_file[pp.file_id] = pp
 
     def _roll(self, pp: Pushed) -> None:
@@ -422,7 +458,7 @@ class FollowerLink(Endpoint):
         if status == AckStatus.OK:
             pp.failures = 0
             pp.acked = last + 1
-            self.on_ack(pp, last + 1)
+            self._acked.append((pp, last + 1))  # reported once the lock is released
             return
         if pp.state == "pushing" or pp.state == "rolling":
             pp.failures += 1
@@ -530,6 +566,11 @@ class PushReplication:
         """The leader's log grew (any thread): push it."""
         for link in list(self.links.values()):
             link.kick(plog)
+
+    def high_watermark(self, plog: Any, hw: int) -> None:
+        """The leader's high watermark of `plog` advanced: tell the followers it is pushed to."""
+        for link in list(self.links.values()):
+            link.high_watermark(plog, hw)
 
     def stop_leading(self, topic: str, partition: int) -> None:
         for link in list(self.links.values()):

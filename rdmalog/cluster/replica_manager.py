@@ -7,18 +7,8 @@ replicas follow it. A broker leads only under a state the controller wrote after
 registered (state mzxid > registration czxid): after a restart or a lost session it waits for the
 controller to confirm it, as a Kafka broker ignores LeaderAndIsr of an older broker epoch.
 
-As leader, per partition: each follower's log end offset (the offset of its last fetch) and the
-last time it was caught up (Kafka's rule: it fetched up to the leader's log end offset as of its
-previous fetch); high watermark = the minimum log end offset over the ISR (a member whose offset is
-not known yet holds it back); an ISR change is a conditional write of the state znode (its
-version), applied here only once ZooKeeper took it: a follower caught up for
-`replica.lag.time.max.ms` is removed, one that reached the high watermark (and the start of the
-current leader epoch) is added back; while an addition is being written the high watermark counts
-it already (Kafka's maximal ISR), so neither change can acknowledge what the written ISR lacks.
-
-acks=all: a produce is answered once the high watermark passes its last offset; with fewer than
-`min.insync.replicas` in the ISR it is refused before the append (NOT_ENOUGH_REPLICAS) or answered
-NOT_ENOUGH_REPLICAS_AFTER_APPEND. A broker whose ZooKeeper session expired is fenced at once: its
+As leader, per partition, the followers' progress, the ISR, the high watermark and the acks=all
+waits are `isr.py`'s (a mixin of this class). A broker whose ZooKeeper session expired is fenced at once: its
 waiting producers get NOT_LEADER_OR_FOLLOWER and it serves nothing until it has registered again
 and read the states anew.
 """
@@ -29,77 +19,32 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from rdmalog.cluster import znodes as Z
-from rdmalog.cluster.registry import Registry, StaleStateError
+from rdmalog.cluster.isr import IsrMixin
+from rdmalog.cluster.registry import Registry
+from rdmalog.cluster.replica import (
+    FENCED_LEADER_EPOCH,
+    FOLLOWER,
+    LEADER,
+    NONE,
+    NOT_LEADER_OR_FOLLOWER,
+    OFFLINE,
+    UNKNOWN_LEADER_EPOCH,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    FollowerProgress,
+    Replica,
+    monotonic_ms,
+)
 from rdmalog.cluster.view import ClusterWatcher, Event
 from rdmalog.config import TOPIC_DEFS
-from rdmalog.errors import InvalidConfigError
 
 log = logging.getLogger(__name__)
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-NOT_ENOUGH_REPLICAS = 19
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
-OFFSET_OUT_OF_RANGE = 1
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
 
-LEADER, FOLLOWER, OFFLINE = "leader", "follower", "offline"
-
-
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
-@dataclass
-class FollowerProgress:
-    """What a leader knows of one follower (Kafka's replica state)."""
-
-    leo: int = -1  # the offset of its last fetch (-1: not fetched in this leader epoch yet)
-    last_caught_up_ms: int = 0
-    last_fetch_ms: int = 0
-    leader_leo_at_last_fetch: int = -1
-
-
-@dataclass
-class Replica:
-    """This broker's replica of one partition."""
-
-    topic: str
-    partition: int
-    log: Any  # PartitionLog
-    role: str = OFFLINE
-    leader_id: int = -1
-    leader_epoch: int = -1
-    state: Z.PartitionState | None = None
-    isr: tuple[int, ...] = ()
-    replicas: list[int] = field(default_factory=list)
-    followers: dict[int, FollowerProgress] = field(default_factory=dict)
-    isr_pending: tuple[int, ...] | None = None  # an ISR change being written to ZooKeeper
-    waiters: list[tuple[int, asyncio.Future]] = field(default_factory=list)
-    pushed: set[int] = field(default_factory=set)  # leader: followers it pushes to (push.py)
-    push_grant: bool = False  # follower: its leader holds this replica's head (the fetcher waits)
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.topic, self.partition
-
-    def min_isr(self) -> int:
-        try:
-            return int(self.log.config.get("min.insync.replicas"))
-        except (InvalidConfigError, TypeError, ValueError):
-            return 1
-
-
-class ReplicaManager:
+class ReplicaManager(IsrMixin):
     """Roles, ISR, high watermarks and acks=all waits of one broker's replicas."""
 
     def __init__(
@@ -129,6 +74,7 @@ class ReplicaManager:
         self._pending: set[Event] = set()
         self._worker: asyncio.Task | None = None
         self._isr_task: asyncio.Task | None = None
+        self._expiry_task: asyncio.Task | None = None
         self._append_waiters: dict[int, set[asyncio.Future]] = {}
         # called with (shrunk, expanded) partition counts when a written ISR change is applied
         self.on_isr_change: Callable[[int, int], None] | None = None
@@ -151,6 +97,7 @@ class ReplicaManager:
         await self._sync_all()
         self._worker = self.loop.create_task(self._work())
         self._isr_task = self.loop.create_task(self._isr_maintenance())
+        self._expiry_task = self.loop.create_task(self._expire_waiters())
 
     async def registered(self, broker_epoch: int) -> None:
         """This broker's registration exists (epoch = its czxid): roles may now include leading."""
@@ -162,7 +109,7 @@ class ReplicaManager:
     async def stop(self) -> None:
         self.stopped = True
         self.watcher.unsubscribe(self._on_event)
-        for task in (self._worker, self._isr_task):
+        for task in (self._worker, self._isr_task, self._expiry_task):
             if task is not None:
                 task.cancel()
         for rep in self.replicas.values():
@@ -480,274 +427,12 @@ class ReplicaManager:
                 return UNKNOWN_LEADER_EPOCH
         return NONE
 
-    def check_produce(self, topic: str, p: int, acks: int) -> int:
-        """Whether a produce to topic-p may be appended here (acks=-1: enough replicas in sync)."""
-        code = self.leader_error(topic, p)
-        if code or acks != -1:
-            return code
-        rep = self.replicas[(topic, p)]
-        # the smaller of what this leader applied and what its watch saw last (a shrink the
-        # controller wrote may not be reconciled yet): a refusal errs on the safe side
-        state = self.view.state(topic, p)
-        in_sync = len(rep.isr) if state is None else min(len(rep.isr), len(state.isr))
-        return NOT_ENOUGH_REPLICAS if in_sync < rep.min_isr() else NONE
-
-    async def wait_replicated(self, topic: str, p: int, last_offset: int, timeout_s: float) -> int:
-        """acks=all: wait until the high watermark passes `last_offset`; the produce's error code."""
-        rep = self.replicas.get((topic, p))
-        if rep is None or rep.role != LEADER or self.fenced:
-            return NOT_LEADER_OR_FOLLOWER
-        need = last_offset + 1
-        if rep.log.high_watermark >= need:
-            return NONE if len(rep.isr) >= rep.min_isr() else NOT_ENOUGH_REPLICAS_AFTER_APPEND
-        fut = self.loop.create_future()
-        rep.waiters.append((need, fut))
-        try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            return REQUEST_TIMED_OUT
-
-    def _complete_waiters(self, rep: Replica) -> None:
-        if not rep.waiters:
-            return
-        hw = rep.log.high_watermark
-        enough = len(rep.isr) >= rep.min_isr()
-        keep = []
-        for need, fut in rep.waiters:
-            if fut.done():
-                continue
-            if hw >= need:
-                fut.set_result(NONE if enough else NOT_ENOUGH_REPLICAS_AFTER_APPEND)
-            else:
-                keep.append((need, fut))
-        rep.waiters = keep
-
-    def _fail_waiters(self, rep: Replica, code: int) -> None:
-        for _, fut in rep.waiters:
-            if not fut.done():
-                fut.set_result(code)
-        rep.waiters = []
-
-    # --- followers' fetches (on the leader) -----------------------------------------------------------
-
-    def follower_fetch(
-        self, topic: str, p: int, replica_id: int, fetch_offset: int, current_epoch: int
-    ) -> int:
-        """A follower fetched from `fetch_offset`: record its progress, maybe grow the ISR and move
-        the high watermark. Returns the partition's error code (0: read on from fetch_offset)."""
-        code = self.leader_error(topic, p, current_epoch)
-        if code:
-            return code
-        rep = self.replicas[(topic, p)]
-        prog = rep.followers.get(replica_id)
-        if prog is None:
-            if replica_id not in rep.replicas:
-                return NOT_LEADER_OR_FOLLOWER
-            prog = rep.followers[replica_id] = FollowerProgress()
-        leo = rep.log.log_end_offset
-        if fetch_offset > leo:
-            return OFFSET_OUT_OF_RANGE  # it holds what this leader has not: it must truncate
-        if replica_id in rep.pushed:  # its fetches only fetch the high watermark: its offset
-            fetch_offset = max(fetch_offset, prog.leo)  # may be older than its last push ack
-        elif fetch_offset >= leo and self.push is not None and not self.fenced:
-            if self.push.caught_up(rep.log, rep.leader_epoch, replica_id):
-                rep.pushed.add(replica_id)  # caught up: pushed from now on
-        self._progress(rep, replica_id, prog, fetch_offset)
-        return NONE
-
-    def _progress(self, rep: Replica, replica_id: int, prog: FollowerProgress, fetch_offset: int):
-        """A follower's log end offset, from its fetch or its acknowledgement of a push: Kafka's
-        caught-up rule, the ISR and the high watermark."""
-        leo = rep.log.log_end_offset
-        now = monotonic_ms()
-        if fetch_offset >= leo:
-            prog.last_caught_up_ms = now
-        elif fetch_offset >= prog.leader_leo_at_last_fetch:
-            prog.last_caught_up_ms = max(prog.last_caught_up_ms, prog.last_fetch_ms)
-        prog.leader_leo_at_last_fetch = leo
-        prog.last_fetch_ms = now
-        prog.leo = fetch_offset
-        self._maybe_expand_isr(rep, replica_id)
-        self._maybe_advance_hw(rep)
-
-    # --- push replication (push.py) -------------------------------------------------------------------
-
-    def pushing(self, topic: str, p: int, replica_id: int) -> bool:
-        """Leader: whether topic-p is pushed to `replica_id` (its fetches then carry no records)."""
-        rep = self.replicas.get((topic, p))
-        return rep is not None and replica_id in rep.pushed
-
-    def push_acked(self, topic: str, p: int, replica_id: int, epoch: int, leo: int) -> None:
-        """A follower committed pushed writes up to `leo` (on the loop): as a fetch from there."""
-        rep = self.replicas.get((topic, p))
-        if rep is None or rep.role != LEADER or rep.leader_epoch != epoch or self.fenced:
-            return
-        if replica_id not in rep.pushed or leo > rep.log.log_end_offset:
-            return
-        prog = rep.followers.setdefault(replica_id, FollowerProgress())
-        self._progress(rep, replica_id, prog, max(leo, prog.leo))
-
-    def push_pulled(self, topic: str, p: int, replica_id: int) -> None:
-        """Pushing topic-p (p -1: every partition) to `replica_id` stopped (on the loop): the
-        follower's fetches carry records again."""
-        for rep in self.replicas.values():
-            if p < 0 or rep.key == (topic, p):
-                rep.pushed.discard(replica_id)
-
-    def accept_push(self, topic: str, p: int, leader: int, epoch: int) -> bool:
-        """Follower (the RDMA service's thread): whether `leader` may write this replica's head
-        in `epoch`: this broker follows it in that epoch and has truncated for it (KIP-101)."""
-        rep = self.replicas.get((topic, p))
-        if rep is None or self.fenced or rep.role != FOLLOWER or rep.leader_id != leader:
-            return False
-        truncated = self.fetchers is None or self.fetchers.truncated(rep, leader, epoch)
-        return rep.leader_epoch == epoch and truncated
-
-    def replica_pushed(self, topic: str, p: int, held: bool) -> None:
-        """Follower (any thread, maybe under the log's lock): its leader's grant of the replica's
-        head started or ended; the fetcher pulls only while none is held."""
-        rep = self.replicas.get((topic, p))
-        if rep is None:
-            return
-        rep.push_grant = held
-        if not held and self.fetchers is not None:
-            self.call_soon(self.fetchers.wake, rep)
-
     def call_soon(self, fn: Callable, *args: Any) -> None:
         """`fn(*args)` on the loop (now when called there)."""
         if threading.get_ident() == self._loop_thread:
             fn(*args)
         elif not self.loop.is_closed():
             self.loop.call_soon_threadsafe(fn, *args)
-
-    def _maybe_advance_hw(self, rep: Replica) -> None:
-        if rep.role != LEADER:
-            return
-        plog = rep.log
-        hw = plog.log_end_offset
-        for r in set(rep.isr) | set(rep.isr_pending or ()):
-            if r == self.broker_id:
-                continue
-            prog = rep.followers.get(r)
-            if prog is None or prog.leo < 0:
-                hw = -1
-                break
-            hw = min(hw, prog.leo)
-        if hw > plog.high_watermark:
-            plog.set_high_watermark(hw)
-        self._complete_waiters(rep)
-
-    def _maybe_expand_isr(self, rep: Replica, r: int) -> None:
-        if r in rep.isr or rep.isr_pending is not None:
-            return
-        if r not in self.view.brokers or r in self.view.shutting_down:
-            return
-        prog = rep.followers[r]
-        plog = rep.log
-        epoch_start = plog.leader_epochs.entries[-1][1] if plog.leader_epochs.entries else 0
-        if prog.leo >= plog.high_watermark and prog.leo >= epoch_start:
-            self._change_isr(rep, (*rep.isr, r))
-
-    async def _isr_maintenance(self) -> None:
-        period = max(self.lag_time_max_ms / 2, 50) / 1000
-        while True:
-            await asyncio.sleep(period)
-            if self.fenced:
-                continue
-            now = monotonic_ms()
-            for rep in list(self.replicas.values()):
-                if rep.role != LEADER or rep.isr_pending is not None:
-                    continue
-                lagging = [
-                    r
-                    for r in rep.isr
-                    if r != self.broker_id
-                    and now
-                    - rep.followers.setdefault(
-                        r, FollowerProgress(last_caught_up_ms=now)
-                    ).last_caught_up_ms
-                    > self.lag_time_max_ms
-                ]
-                if lagging:
-                    log.info(
-                        "%s-%d: followers %s have not caught up for %d ms: leaving the ISR",
-                        rep.topic, rep.partition, lagging, self.lag_time_max_ms,
-                    )  # fmt: skip
-                    self._change_isr(rep, tuple(r for r in rep.isr if r not in lagging))
-
-    def replication_state(self) -> tuple[int, int, int]:
-        """(under-replicated partitions led here, partitions of the cluster without a live
-        leader, partitions led here): what Kafka's ReplicaManager and controller gauges report;
-        the offline count only on the controller (as Kafka's, so a sum over brokers is right)."""
-        under = leaders = 0
-        for rep in list(self.replicas.values()):
-            if rep.role == LEADER:
-                leaders += 1
-                if len(rep.isr) < len(rep.replicas):
-                    under += 1
-        with self.view.lock:
-            if self.view.controller_id != self.broker_id:
-                return under, 0, leaders
-            live = self.view.brokers
-            offline = sum(
-                1
-                for topic in self.view.topics.values()
-                for state in topic.states.values()
-                if state.leader < 0 or state.leader not in live
-            )
-        return under, offline, leaders
-
-    def _change_isr(self, rep: Replica, isr: tuple[int, ...]) -> None:
-        """Write a new ISR with the state's version; apply it once ZooKeeper has it."""
-        if rep.state is None:
-            return
-        rep.isr_pending = isr
-        s = rep.state
-        new = Z.PartitionState(self.broker_id, rep.leader_epoch, isr, s.controller_epoch, s.version)
-        fut = self.loop.run_in_executor(
-            self._zk, self.registry.set_isr, rep.topic, rep.partition, new
-        )
-        fut.add_done_callback(lambda f: self._isr_written(rep, new, f))
-
-    def _isr_written(self, rep: Replica, new: Z.PartitionState, fut: asyncio.Future) -> None:
-        if rep.isr_pending == new.isr:
-            rep.isr_pending = None
-        exc = fut.exception()
-        if isinstance(exc, StaleStateError):
-            log.info("%s-%d: ISR change refused (the state moved on); rereading", *rep.key)
-            self._refresh_state(rep)
-            return
-        if exc is not None:
-            log.warning(
-                "%s-%d: ISR change not written (%r); will retry", rep.topic, rep.partition, exc
-            )
-            self._maybe_advance_hw(rep)
-            return
-        written = fut.result()
-        if rep.role == LEADER and rep.leader_epoch == written.leader_epoch:
-            if rep.state is None or rep.state.version < written.version:
-                rep.state = written
-            before, rep.isr = rep.isr, written.isr
-            log.info("%s-%d: ISR now %s", rep.topic, rep.partition, list(written.isr))
-            if self.on_isr_change is not None and set(before) != set(written.isr):
-                shrunk = len(written.isr) < len(before)
-                self.on_isr_change(int(shrunk), int(not shrunk))
-            self._maybe_advance_hw(rep)
-
-    def _refresh_state(self, rep: Replica) -> None:
-        def read() -> None:
-            state = self.registry.partition_state(rep.topic, rep.partition)
-            if state is None:
-                return
-            with self.view.lock:
-                tv = self.view.topics.get(rep.topic)
-                if tv is not None:
-                    current = tv.states.get(rep.partition)
-                    if current is None or current.version < state.version:
-                        tv.states[rep.partition] = state
-            self._on_event(Event("state", rep.topic, rep.partition))
-
-        self._zk.submit(read)
 
     # --- waking followers' long polls -----------------------------------------------------------------
 
@@ -757,12 +442,19 @@ class ReplicaManager:
             self._append_listened.add(id(plog))
 
     def _on_append(self, plog: Any) -> None:
-        """The log grew (produce, the coordinator, an RDMA commit on any thread): the high watermark
-        may move (at once with no follower in the ISR) and followers' long polls wake; pushed
-        followers get the new batches at once, from this thread."""
+        """The log grew (produce, the coordinator, an RDMA commit on any thread, maybe under the
+        log's lock): pushed followers get the new batches at once, from this thread; on the loop,
+        the high watermark moves (at once with no follower in the ISR) and followers' long polls
+        wake. (Not here: the high watermark's lock is taken before the log's, never under it.)"""
         rep = self._by_log.get(id(plog))
-        if self.push is not None and rep is not None and rep.pushed and rep.role == LEADER:
-            self.push.appended(plog)
+        alone = False  # a leader with no other ISR member: the high watermark moves now
+        if rep is not None and rep.role == LEADER:
+            if self.push is not None and rep.pushed:
+                self.push.appended(plog)
+            alone = self._alone(rep)
+        if not alone and id(plog) not in self._append_waiters:
+            return  # nothing for the loop to do: no wake-up (a pushed follower's commits, a
+            # leader's whose followers answer through push_acked)
         if threading.get_ident() == self._loop_thread:
             self._appended(plog)
         elif not self.loop.is_closed():

@@ -54,6 +54,7 @@ from rdmalog.errors import (
     GroupAuthorizationFailedError,
     InvalidTopicError,
     KafkaError,
+    NotEnoughReplicasError,
     SaslAuthenticationFailedError,
     TopicAuthorizationFailedError,
 )
@@ -70,6 +71,7 @@ _KAFKA_REFUSALS = {
         ClusterAuthorizationFailedError,
         SaslAuthenticationFailedError,
         InvalidTopicError,
+        NotEnoughReplicasError,
     )
 }
 

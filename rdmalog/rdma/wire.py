@@ -51,6 +51,9 @@ class AckStatus(enum.IntEnum):
     FULL = 2  # the file is full: it was rolled; ask for access to the new head
     ABORTED = 3  # a predecessor never arrived: not committed; access revoked
     REVOKED = 4  # the grant is gone (rolled by someone else, revoked after an error)
+    NOT_REPLICATED = 5  # acks=all: committed by the leader, but the ISR did not take it in time
+    # (base_offset carries the Kafka error code: REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    # NOT_LEADER_OR_FOLLOWER); the grant stays
 
 
 ACK = struct.Struct("<HHIqqq")  # file_id, order, status, base_offset, last_offset, next_position

@@ -36,9 +36,19 @@ def test_native_consumers_read_only_replicated_records(rdma_cluster: BrokerClust
     c.wait_isr("native", {1, 2, 3})
     leader = c.leader("native")
     followers = sorted(set(c.brokers) - {leader})
-    producer = Producer(c.rdma_control[leader], "shm")
+    producer = Producer(c.rdma_control[leader], "shm", acks=1)  # answered while followers freeze
     consumer = Consumer(c.rdma_control[leader], "shm")
-    consumer.assign([("native", 0)])
+
+    def assigned() -> bool:  # the leader may apply its state a moment after ZooKeeper has it
+        try:
+            consumer.assign([("native", 0)])
+            return True
+        except Exception as exc:
+            if "NotLeaderOrFollower" not in str(exc):
+                raise
+            return False
+
+    wait_for("the leader serves native-0", assigned, timeout=30, every=0.2)
     try:
         for i in range(50):
             producer.send("native", 0, b"r%d" % i)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import threading
 
-from rdmalog.errors import OffsetOutOfRangeError
+from rdmalog.errors import OffsetOutOfRangeError, error_for_code
 from rdmalog.rdma.broker.access_control import AccessControl
 from rdmalog.rdma.broker.commit_slots import CommitSlots
 from rdmalog.rdma.broker.ordered_commits import OrderedCommits
@@ -31,6 +31,7 @@ from rdmalog.rdma.broker.partitions import (
 )
 from rdmalog.rdma.broker.prefault import Prefaulter
 from rdmalog.rdma.broker.queue_pairs import QueuePairs
+from rdmalog.rdma.broker.replicated_acks import ACKS_ALL, take_acks
 from rdmalog.rdma.control import ControlError, Session, arg
 from rdmalog.rdma.transport._atomic64 import store
 from rdmalog.rdma.transport.interface import Access
@@ -115,6 +116,11 @@ class Grants:
             leader = (arg(req, "leader", int), arg(req, "leader_epoch", int))
             return self._produce_access(s, topic, partition, mode, leader)
         self.access.check_topic(s, topic, Operation.WRITE)
+        check = self.partitions.isr_check
+        if take_acks(s, req) == ACKS_ALL and check is not None:
+            code = check(topic, partition)  # Kafka refuses acks=all before the append
+            if code:
+                raise error_for_code(code)(f"acks=all to {topic}-{partition} refused")
         return self._produce_access(s, topic, partition, mode)
 
     def _op_release_produce(self, s: Session, req: dict) -> dict:
@@ -255,6 +261,9 @@ class Grants:
                         8, Access.LOCAL_WRITE | Access.REMOTE_ATOMIC | Access.REMOTE_READ
                     )
                     store(word.buf, 0, word_encode(0, position))
+                elif leader is not None:  # the leader's high watermark, written one-sidedly
+                    word = self.device.alloc_mr(8, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+                    store(word.buf, 0, 0)
                 f = ProduceFile(
                     self._new_file_id(), ps, head, position, mode, mr, word, self.counters
                 )

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from rdmalog.errors import NotLeaderOrFollowerError
 from rdmalog.rdma.control import ControlError
-from rdmalog.rdma.transport._atomic64 import store
+from rdmalog.rdma.transport._atomic64 import load, store
 from rdmalog.rdma.transport.interface import Access
 from rdmalog.rdma.wire import SLOT_SIZE, slot_word, word_decode
 from rdmalog.store.in_place import SegmentFile
@@ -90,7 +90,11 @@ class ProduceFile:
             acc = Access.REMOTE_WRITE
             data = qp.bind_window(self.mr, self.expect_pos, self.capacity, acc)
             word = None
-            if self.word_mr is not None:
+            if self.word_mr is not None and self.replica_of is not None:
+                # push replication: the leader WRITEs its high watermark here (no completion on
+                # this side); read when this replica's role changes (`replica_hw`)
+                word = qp.bind_window(self.word_mr, 0, 8, Access.REMOTE_WRITE)
+            elif self.word_mr is not None:
                 word = qp.bind_window(self.word_mr, 0, 8, Access.REMOTE_ATOMIC)
                 if hasattr(word, "on_atomic"):  # tcp: the engine executes the holder's
                     # FETCH_AND_ADDs, so it can admit its WRITEs to what they reserved only
@@ -98,6 +102,13 @@ class ProduceFile:
                     word.on_atomic = functools.partial(_reserved, data)
             w = self.windows[session] = (data, word)
         return w
+
+    def replica_hw(self) -> int:
+        """Push replication: the last high watermark the leader wrote into the word (0: none),
+        while the grant stands (a revoked one left it in `PartState.replica_hw`)."""
+        if self.replica_of is None or self.word_mr is None or self.revoked:
+            return 0
+        return load(self.word_mr.buf, 0)
 
     def narrow(self, position: int) -> None:
         """Bytes below `position` are being validated and committed: nobody's to write from now
@@ -118,6 +129,8 @@ class ProduceFile:
         first = not self.revoked
         if not self.revoked and self.counters is not None:
             self.counters["revocations"] += 1  # whatever withdrew it: roll, timeout, deletion...
+        if first and self.replica_of is not None:  # keep the leader's last word (see
+            self.part.replica_hw = max(self.part.replica_hw, self.replica_hw())  # replica_hw)
         self.revoked = True
         if first and self.on_revoke is not None:
             self.on_revoke()
@@ -222,6 +235,9 @@ class PartState:
     def __init__(self, plog):
         self.log = plog
         self.produce: ProduceFile | None = None
+        # push replication: the highest high watermark a revoked replica grant's word held (its
+        # leader may have gone first: its session's end revokes the grant before the role change)
+        self.replica_hw = 0
         self.readers: dict[int, ReadFile] = {}  # segment base offset -> ReadFile
         self.listening = False
         self.on_start = None  # the service's log start listener for this partition
@@ -262,6 +278,11 @@ class Partitions:
         # `replica_pushed(topic, partition, held)` tells the follower's fetcher to stand aside
         self.replica_check: Callable[[str, int, int, int], bool] | None = None
         self.replica_pushed: Callable[[str, int, bool], None] | None = None
+        # cluster mode, acks=all native producers (replicated_acks.py): `replicated_wait` calls
+        # back once the high watermark covers a batch; `isr_check(topic, partition)` is 0 when
+        # enough replicas are in sync to take an acks=all produce (else NOT_ENOUGH_REPLICAS)
+        self.replicated_wait: Callable[..., None] | None = None
+        self.isr_check: Callable[[str, int], int] | None = None
 
     def get(self, topic: str, partition: int, replica: bool = False) -> PartState:
         """The partition's state (raises the store's error for an unknown one, and in a cluster

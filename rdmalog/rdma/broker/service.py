@@ -33,6 +33,7 @@ from rdmalog.rdma.broker.ordered_commits import Arrival, OrderedCommits
 from rdmalog.rdma.broker.partitions import Partitions, ProduceFile, datapath_counters
 from rdmalog.rdma.broker.prefault import Prefaulter
 from rdmalog.rdma.broker.queue_pairs import RECV_DEPTH, QueuePairs
+from rdmalog.rdma.broker.replicated_acks import ACKS_ALL, held_reply
 from rdmalog.rdma.control import ControlServer, Session
 from rdmalog.rdma.transport.devices import open_device
 from rdmalog.rdma.transport.interface import Opcode, Status, TransportError
@@ -185,6 +186,10 @@ class RdmaService:
         with self.lock:
             ps = self.parts.get((topic, partition))
             f = None if ps is None else ps.produce
+        if ps is not None:  # a pushed replica takes what its leader last said was replicated
+            hw = max(ps.replica_hw, 0 if f is None else f.replica_hw())
+            if hw > 0:  # (capped at this log's end; never backwards) before it may lead itself
+                ps.log.set_high_watermark(hw)
         if f is not None and not f.revoked:
             with f.lock:
                 self.ordering.revoke(f)
@@ -195,6 +200,13 @@ class RdmaService:
         honours); `pushed(topic, partition, held)` is told when such a grant starts and ends."""
         self.partitions.replica_check = check
         self.partitions.replica_pushed = pushed
+
+    def replicated_acks(self, wait, isr_check) -> None:
+        """Cluster mode: native producers with acks=all are answered once `wait(topic, partition,
+        last_offset, timeout_s, done)` calls `done(code)` (replicated_acks.py), and refused at
+        their grant while `isr_check(topic, partition)` says too few replicas are in sync."""
+        self.partitions.replicated_wait = wait
+        self.partitions.isr_check = isr_check
 
     def try_append(self, topic: str, partition: int, buf, leader_epoch: int | None = None):
         """A plain append when no RDMA producer holds the head; None: call `append` off the loop."""
@@ -283,6 +295,11 @@ class RdmaService:
         if f is None or cqp.session not in f.sessions:
             cqp.ack(file_id, order, _REVOKED, -1, -1, 0)
             return None
+        wait = self.partitions.replicated_wait
+        if wait is not None and f.replica_of is None:  # cluster mode: acks=all waits for the ISR
+            acks = cqp.owner.state.get("acks")
+            if acks is not None and acks[0] == ACKS_ALL:
+                return f, order, wc.byte_len, held_reply(cqp, file_id, f.part.log, acks[1], wait)
         return f, order, wc.byte_len, cqp.reply(file_id)
 
     def _session_closed(self, s: Session) -> None:

@@ -69,6 +69,15 @@ MAX_ATTEMPTS = 8
 PARTITIONS_MAX_AGE_S = 30.0  # a topic's partition count is asked for again after this
 
 
+def _parse_acks(acks: int | str) -> int:
+    """Kafka's `acks` setting for a native producer: "all"/-1 or 1 (acks=0 has no meaning here:
+    a write's buffer is reused only once it is answered)."""
+    value = {"all": -1, "-1": -1, "1": 1}.get(str(acks).strip().lower())
+    if value is None:
+        raise ValueError(f"acks must be 'all' (-1) or 1, not {acks!r}")
+    return value
+
+
 class ProduceError(KafkaError):
     """A batch that could not be committed (after retries where retrying was safe)."""
 
@@ -192,7 +201,17 @@ class Producer(Endpoint):
         compression: int = Codec.NONE,
         idempotent: bool = False,
         sasl: SaslCredentials | None = None,
+        acks: int | str = "all",
+        request_timeout_ms: int | None = None,
     ):
+        """`acks` as Kafka's producer: "all" (-1, the default as in Kafka 3.x: in a cluster a
+        batch is answered once the ISR holds it) or 1 (at the leader's commit);
+        `request_timeout_ms`: how long the leader waits for the ISR before answering
+        REQUEST_TIMED_OUT (default: `timeout`)."""
+        self.required_acks = _parse_acks(acks)
+        self.request_timeout_ms = (
+            int(timeout * 1000) if request_timeout_ms is None else int(request_timeout_ms)
+        )
         super().__init__(control_address, transport, timeout, sasl)
         self.idempotent = idempotent
         self.producer_id, self.producer_epoch = -1, -1
@@ -505,7 +524,10 @@ class Producer(Endpoint):
     def _grant(self, topic: str, partition: int) -> Grant:
         g = self.grants.get((topic, partition))
         if g is None:
-            r = self.control("produce_access", topic=topic, partition=partition, mode=self.mode)
+            r = self.control(
+                "produce_access", topic=topic, partition=partition, mode=self.mode,
+                acks=self.required_acks, request_timeout_ms=self.request_timeout_ms,
+            )  # fmt: skip
             g = self._grant_from(topic, partition, r)
         return g
 
@@ -660,6 +682,11 @@ class Producer(Endpoint):
             return
         if status == _ACK_OK:
             d.result = (base, last)
+        elif status == AckStatus.NOT_REPLICATED:  # committed by the leader, not by the ISR in time
+            cls = error_for_code(base)  # (its sequence numbers were used: no new epoch)
+            d.error = cls(
+                f"the batch (offsets up to {last}) was not replicated: Kafka error {base}"
+            )
         elif status == AckStatus.CORRUPT:  # base carries the refusal's Kafka error code
             self._drop_grant(fid)
             code = base if base > 0 else CorruptRecordError.error_code
