@@ -41,10 +41,11 @@ from rdmalog.store._record_scan import CHECK_TIMESTAMPS, FIXED_TIMESTAMP, KEYS_R
 from rdmalog.store.compression import Codec, compress, decompress, decompress_chunks
 
 try:  # validate_batches' loop in C (setup.py builds it; optional)
+    from rdmalog.store._records import patch as _c_patch
     from rdmalog.store._records import validate as _c_validate
     from rdmalog.store._records import validate_client as _c_validate_client
 except ImportError:  # pragma: no cover - a source tree without the extension built
-    _c_validate = _c_validate_client = None
+    _c_validate = _c_validate_client = _c_patch = None
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = HEADER.size  # 61
@@ -318,6 +319,48 @@ def set_create_time(buf: memoryview | bytearray, pos: int, size: int, max_timest
     _H.pack_into(buf, pos + ATTRIBUTES, attrs & ~TIMESTAMP_TYPE_BIT)
     _Q.pack_into(buf, pos + MAX_TIMESTAMP, max_timestamp)
     set_crc(buf, pos, size)
+
+
+class Patched(NamedTuple):
+    """What `patch_batches` did: the batches as a segment indexes them (position, size, last
+    offset, max timestamp), the next offset, the largest max timestamp, every batch's attributes
+    or'ed, and whether any batch has a producer id."""
+
+    batches: list[tuple[int, int, int, int]]
+    next_offset: int
+    top_ts: int
+    attributes: int
+    producers: bool
+
+
+def patch_batches(
+    buf: memoryview | bytearray, infos: list[BatchInfo], base: int, epoch: int, append_time: int
+) -> Patched:
+    """Give validated batches their offsets from `base` and leader epoch `epoch` in place; with
+    `append_time` >= 0 stamp LogAppendTime, otherwise set the records' max timestamp where the
+    header's is stale (CRC rewritten for either). One C call (`_records.patch`) when built."""
+    if _c_patch is not None:
+        return Patched._make(_c_patch(buf, infos, base, epoch, append_time))
+    batches = []
+    top_ts, attrs, producers, nxt = -1, 0, False, base
+    for info in infos:
+        pos = info.position
+        set_base_offset(buf, pos, nxt)
+        set_leader_epoch(buf, pos, epoch)
+        max_ts = info.max_timestamp
+        if append_time >= 0:
+            set_log_append_time(buf, pos, info.size, append_time)
+            max_ts = append_time
+        elif info.stale_max_timestamp:
+            set_create_time(buf, pos, info.size, max_ts)
+        last = nxt + info.last_offset_delta
+        batches.append((pos, info.size, last, max_ts))
+        if max_ts > top_ts:
+            top_ts = max_ts
+        attrs |= info.attributes
+        producers = producers or info.producer_id >= 0
+        nxt = last + 1
+    return Patched(batches, nxt, top_ts, attrs, producers)
 
 
 _PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
