@@ -274,17 +274,41 @@ static PyObject *patch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             put_be(h + 17, crc32c(h + 21, (size_t)(size - 21)), 4);
         }
         long long last = nxt + lod;
-        PyObject *b = Py_BuildValue("(LLLL)", pos, size, last, max_ts);
+        PyObject *b = PyTuple_New(4);
         if (!b) goto fail;
         PyList_SET_ITEM(batches, i, b);
+        long long f[4] = {pos, size, last, max_ts};
+        for (int j = 0; j < 4; j++) {
+            PyObject *x = PyLong_FromLongLong(f[j]);
+            if (!x) goto fail;
+            PyTuple_SET_ITEM(b, j, x);
+        }
         if (max_ts > top_ts) top_ts = max_ts;
         attrs_or |= attrs;
         producers |= pid >= 0;
         nxt = last + 1;
     }
     PyBuffer_Release(&v);
-    return Py_BuildValue("(NLLLO)", batches, nxt, top_ts, attrs_or,
-                         producers ? Py_True : Py_False);
+    PyObject *out = PyTuple_New(5);
+    if (!out) goto done;
+    PyTuple_SET_ITEM(out, 0, batches);
+    batches = NULL;
+    long long g[3] = {nxt, top_ts, attrs_or};
+    for (int j = 0; j < 3; j++) {
+        PyObject *x = PyLong_FromLongLong(g[j]);
+        if (!x) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, j + 1, x);
+    }
+    PyObject *p = producers ? Py_True : Py_False;
+    Py_INCREF(p);
+    PyTuple_SET_ITEM(out, 4, p);
+    return out;
+done:
+    Py_XDECREF(batches);
+    return NULL;
 fail:
     PyBuffer_Release(&v);
     Py_XDECREF(batches);

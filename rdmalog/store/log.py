@@ -289,11 +289,6 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
         """What a client's records are checked against now: the topic's timestamp bounds
         (`message.timestamp.before/after.max.ms`, capped by the older `difference.max.ms`), its
         timestamp type, and whether it is compacted (keys required)."""
-        _, before, after, log_append_time, compacted = self._limits()
-        return RecordRules(self.clock(), before, after, log_append_time, compacted, self.name)
-
-    def _limits(self) -> tuple[TopicConfig, int, int, bool, bool]:
-        """(config, before.max.ms, after.max.ms, LogAppendTime, compacted) of the current config."""
         cfg = self.config
         if self._record_limits[0] is not cfg:  # configs are immutable: resolved once per config
             diff = cfg.get("message.timestamp.difference.max.ms")
@@ -304,13 +299,14 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
                 cfg.log_append_time,
                 "compact" in cfg.cleanup_policy,
             )
-        return self._record_limits
+        _, before, after, log_append_time, compacted = self._record_limits
+        return RecordRules(self.clock(), before, after, log_append_time, compacted, self.name)
 
     def _append(
         self, mv: memoryview, infos: list[BatchInfo], leader_epoch: int | None, in_place: bool
     ) -> AppendResult:
         cfg = self.config
-        log_append = self._limits()[3]  # cfg.log_append_time, resolved once per config
+        log_append = cfg.log_append_time
         now = self.clock() if log_append else -1
         with self.lock:
             if self.closed:

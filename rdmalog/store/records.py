@@ -321,26 +321,17 @@ def set_create_time(buf: memoryview | bytearray, pos: int, size: int, max_timest
     set_crc(buf, pos, size)
 
 
-class Patched(NamedTuple):
-    """What `patch_batches` did: the batches as a segment indexes them (position, size, last
-    offset, max timestamp), the next offset, the largest max timestamp, every batch's attributes
-    or'ed, and whether any batch has a producer id."""
-
-    batches: list[tuple[int, int, int, int]]
-    next_offset: int
-    top_ts: int
-    attributes: int
-    producers: bool
-
-
 def patch_batches(
     buf: memoryview | bytearray, infos: list[BatchInfo], base: int, epoch: int, append_time: int
-) -> Patched:
+) -> tuple[list[tuple[int, int, int, int]], int, int, int, bool]:
     """Give validated batches their offsets from `base` and leader epoch `epoch` in place; with
     `append_time` >= 0 stamp LogAppendTime, otherwise set the records' max timestamp where the
-    header's is stale (CRC rewritten for either). One C call (`_records.patch`) when built."""
+    header's is stale (CRC rewritten for either). Returns the batches as a segment indexes them
+    (position, size, last offset, max timestamp), the next offset, the largest max timestamp,
+    every batch's attributes or'ed and whether any has a producer id. One C call
+    (`_records.patch`) when built."""
     if _c_patch is not None:
-        return Patched._make(_c_patch(buf, infos, base, epoch, append_time))
+        return _c_patch(buf, infos, base, epoch, append_time)
     batches = []
     top_ts, attrs, producers, nxt = -1, 0, False, base
     for info in infos:
@@ -360,7 +351,7 @@ def patch_batches(
         attrs |= info.attributes
         producers = producers or info.producer_id >= 0
         nxt = last + 1
-    return Patched(batches, nxt, top_ts, attrs, producers)
+    return batches, nxt, top_ts, attrs, producers
 
 
 _PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
