@@ -298,9 +298,10 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
                 min(cfg.get("message.timestamp.after.max.ms"), diff),
                 cfg.log_append_time,
                 "compact" in cfg.cleanup_policy,
+                self.name,  # formatted once: the rules name it in their errors
             )
-        _, before, after, log_append_time, compacted = self._record_limits
-        return RecordRules(self.clock(), before, after, log_append_time, compacted, self.name)
+        _, before, after, log_append_time, compacted, name = self._record_limits
+        return RecordRules(self.clock(), before, after, log_append_time, compacted, name)
 
     def _append(
         self, mv: memoryview, infos: list[BatchInfo], leader_epoch: int | None, in_place: bool
@@ -330,7 +331,7 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
             )
             try:
                 if in_place:
-                    self.active_segment.commit_written(batches, len(mv))
+                    self.segments[-1].commit_written(batches, len(mv))
                 else:
                     seg = self._maybe_roll(len(mv), top_ts, nxt - 1)
                     seg.append(mv, batches)

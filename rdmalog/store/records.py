@@ -321,7 +321,7 @@ def set_create_time(buf: memoryview | bytearray, pos: int, size: int, max_timest
     set_crc(buf, pos, size)
 
 
-def patch_batches(
+def _patch_batches(
     buf: memoryview | bytearray, infos: list[BatchInfo], base: int, epoch: int, append_time: int
 ) -> tuple[list[tuple[int, int, int, int]], int, int, int, bool]:
     """Give validated batches their offsets from `base` and leader epoch `epoch` in place; with
@@ -329,9 +329,7 @@ def patch_batches(
     header's is stale (CRC rewritten for either). Returns the batches as a segment indexes them
     (position, size, last offset, max timestamp), the next offset, the largest max timestamp,
     every batch's attributes or'ed and whether any has a producer id. One C call
-    (`_records.patch`) when built."""
-    if _c_patch is not None:
-        return _c_patch(buf, infos, base, epoch, append_time)
+    (`_records.patch`, the same loop) when built."""
     batches = []
     top_ts, attrs, producers, nxt = -1, 0, False, base
     for info in infos:
@@ -352,6 +350,10 @@ def patch_batches(
         producers = producers or info.producer_id >= 0
         nxt = last + 1
     return batches, nxt, top_ts, attrs, producers
+
+
+# patch_batches(buf, infos, base, epoch, append_time): `_patch_batches`, the C loop when built
+patch_batches = _c_patch if _c_patch is not None else _patch_batches
 
 
 _PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
