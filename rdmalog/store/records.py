@@ -95,6 +95,7 @@ class BatchInfo(NamedTuple):
 
 
 _LONG_MAX = 2**63 - 1
+_LONG_MIN = -(2**63)
 MAX_RECORD_ERRORS = 1000  # record errors listed per batch (all are counted)
 
 
@@ -216,10 +217,15 @@ def _validate_batches(
 
 def _record_bounds(rules: RecordRules) -> tuple[int, int, int]:
     """(lowest, highest) CreateTime a record may carry under `rules`, and the RecordScan flags."""
-    flags = KEYS_REQUIRED if rules.keys_required else 0
-    low = max(rules.now - rules.before_max_ms, -_LONG_MAX - 1)
-    high = min(rules.now + rules.after_max_ms, _LONG_MAX)
-    if not rules.log_append_time and (low > -_LONG_MAX - 1 or high < _LONG_MAX):
+    now, before, after, log_append_time, keys_required, _ = rules
+    flags = KEYS_REQUIRED if keys_required else 0
+    low = now - before  # clamped by comparisons: min()/max() calls cost more, per produce
+    if low < _LONG_MIN:
+        low = _LONG_MIN
+    high = now + after
+    if high > _LONG_MAX:
+        high = _LONG_MAX
+    if not log_append_time and (low > _LONG_MIN or high < _LONG_MAX):
         flags |= CHECK_TIMESTAMPS
     return low, high, flags
 
