@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import cached_property
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -782,7 +783,7 @@ class TopicConfig(_Config):
                 break
         return rows
 
-    @property
+    @cached_property  # read per append; a config is immutable once built
     def log_append_time(self) -> bool:
         return self.get("message.timestamp.type") == "LogAppendTime"
 

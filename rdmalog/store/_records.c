@@ -5,7 +5,8 @@
  * which raises the precise Kafka error (bad input is rare; the error text has one home).
  * `validate_client` adds the record checks of `records.check_records` for plain (uncompressed)
  * client batches, with the same scanner (record_scan.h), so a produce request's batches are checked
- * in one call.
+ * in one call. `patch` sets the offsets, leader epoch and timestamps of validated batches in place
+ * (the append's loop, `records.patch_batches`).
  * Optional: records.py falls back to Python without it, and tests compare the two.
  */
 #define PY_SSIZE_T_CLEAN
@@ -207,6 +208,113 @@ fail:
     return NULL;
 }
 
+static inline void put_be(unsigned char *p, uint64_t v, int n) {
+    for (int i = n - 1; i >= 0; i--, v >>= 8) p[i] = (unsigned char)v;
+}
+
+static inline long long item_ll(PyObject *t, Py_ssize_t i) {
+    return PyLong_AsLongLong(PyTuple_GET_ITEM(t, i));
+}
+
+/* patch(buf, infos, base_offset, leader_epoch, append_time): `records.patch_batches` in one call:
+ * give each validated batch of `infos` (BatchInfo tuples over `buf`) its offsets and the leader
+ * epoch in place; append_time >= 0 stamps LogAppendTime (type bit, maxTimestamp), otherwise a batch
+ * whose header maxTimestamp is stale gets its records' (CreateTime); either rewrites the CRC.
+ * Returns (batches, next_offset, top_ts, attributes or'ed, any producer id): batches as the
+ * segment indexes them, (position, size, last offset, max timestamp) tuples. */
+static PyObject *patch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "patch(buf, infos, base_offset, leader_epoch, append_time)");
+        return NULL;
+    }
+    long long nxt = PyLong_AsLongLong(args[2]);
+    if (nxt == -1 && PyErr_Occurred()) return NULL;
+    long epoch = PyLong_AsLong(args[3]);
+    if (epoch == -1 && PyErr_Occurred()) return NULL;
+    long long append_time = PyLong_AsLongLong(args[4]);
+    if (append_time == -1 && PyErr_Occurred()) return NULL;
+    PyObject *infos = args[1];
+    Py_ssize_t n = PyList_GET_SIZE(infos);
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[0], &v, PyBUF_WRITABLE) < 0) return NULL;
+    unsigned char *buf = (unsigned char *)v.buf;
+    PyObject *batches = PyList_New(n);
+    if (!batches) goto fail;
+    long long top_ts = -1, attrs_or = 0;
+    int producers = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *info = PyList_GET_ITEM(infos, i);
+        if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) < 10) {
+            PyErr_SetString(PyExc_TypeError, "patch: infos must be BatchInfo tuples");
+            goto fail;
+        }
+        long long pos = item_ll(info, 0), size = item_ll(info, 1), lod = item_ll(info, 2);
+        long long max_ts = item_ll(info, 3), attrs = item_ll(info, 5), pid = item_ll(info, 6);
+        if (PyErr_Occurred()) goto fail;
+        int stale = PyObject_IsTrue(PyTuple_GET_ITEM(info, 9));
+        if (stale < 0) goto fail;
+        if (pos < 0 || size < BATCH_OVERHEAD || pos + size > v.len) {
+            PyErr_SetString(PyExc_ValueError, "patch: a batch lies outside the buffer");
+            goto fail;
+        }
+        unsigned char *h = buf + pos;
+        put_be(h, (uint64_t)nxt, 8);
+        put_be(h + 12, (uint64_t)(uint32_t)epoch, 4);
+        if (append_time >= 0 || stale) {
+            uint16_t a = (uint16_t)be(h + 21, 2);
+            if (append_time >= 0) {
+                a |= TIMESTAMP_TYPE_BIT;
+                max_ts = append_time;
+            } else {
+                a &= (uint16_t)~TIMESTAMP_TYPE_BIT;
+            }
+            put_be(h + 21, a, 2);
+            put_be(h + 35, (uint64_t)max_ts, 8);
+            put_be(h + 17, crc32c(h + 21, (size_t)(size - 21)), 4);
+        }
+        long long last = nxt + lod;
+        PyObject *b = PyTuple_New(4);
+        if (!b) goto fail;
+        PyList_SET_ITEM(batches, i, b);
+        long long f[4] = {pos, size, last, max_ts};
+        for (int j = 0; j < 4; j++) {
+            PyObject *x = PyLong_FromLongLong(f[j]);
+            if (!x) goto fail;
+            PyTuple_SET_ITEM(b, j, x);
+        }
+        if (max_ts > top_ts) top_ts = max_ts;
+        attrs_or |= attrs;
+        producers |= pid >= 0;
+        nxt = last + 1;
+    }
+    PyBuffer_Release(&v);
+    PyObject *out = PyTuple_New(5);
+    if (!out) goto done;
+    PyTuple_SET_ITEM(out, 0, batches);
+    batches = NULL;
+    long long g[3] = {nxt, top_ts, attrs_or};
+    for (int j = 0; j < 3; j++) {
+        PyObject *x = PyLong_FromLongLong(g[j]);
+        if (!x) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, j + 1, x);
+    }
+    PyObject *p = producers ? Py_True : Py_False;
+    Py_INCREF(p);
+    PyTuple_SET_ITEM(out, 4, p);
+    return out;
+done:
+    Py_XDECREF(batches);
+    return NULL;
+fail:
+    PyBuffer_Release(&v);
+    Py_XDECREF(batches);
+    return NULL;
+}
+
 /* crc32c(buf) -> int: the CRC-32C of crc32c.h that `validate` and the native client use, exposed so
  * tests can check it against the crc32c package and bench/crc32c_speed.py can time it */
 static PyObject *crc32c_of(PyObject *self, PyObject *arg) {
@@ -227,6 +335,9 @@ static PyMethodDef methods[] = {
      "validate_client(buf, max_batch_size, allow_control, info_type, min_ts, max_ts, flags, "
      "log_append_time) -> validate's infos with the record checks of plain batches made, None "
      "when a check fails, NotImplemented when a batch is compressed"},
+    {"patch", (PyCFunction)(void (*)(void))patch, METH_FASTCALL,
+     "patch(buf, infos, base_offset, leader_epoch, append_time) -> (batches, next_offset, top_ts, "
+     "attributes, producers): offsets, epoch and timestamps of validated batches set in place"},
     {NULL, NULL, 0, NULL},
 };
 

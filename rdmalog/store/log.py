@@ -65,10 +65,7 @@ from rdmalog.store.records import (
     BatchInfo,
     RecordRules,
     decode_records,
-    set_base_offset,
-    set_create_time,
-    set_leader_epoch,
-    set_log_append_time,
+    patch_batches,
     validate_batches,
 )
 from rdmalog.store.segment import FileSlice, LogSegment
@@ -301,9 +298,10 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
                 min(cfg.get("message.timestamp.after.max.ms"), diff),
                 cfg.log_append_time,
                 "compact" in cfg.cleanup_policy,
+                self.name,  # formatted once: the rules name it in their errors
             )
-        _, before, after, log_append_time, compacted = self._record_limits
-        return RecordRules(self.clock(), before, after, log_append_time, compacted, self.name)
+        _, before, after, log_append_time, compacted, name = self._record_limits
+        return RecordRules(self.clock(), before, after, log_append_time, compacted, name)
 
     def _append(
         self, mv: memoryview, infos: list[BatchInfo], leader_epoch: int | None, in_place: bool
@@ -327,31 +325,13 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
                     not self.replicated and duplicate.last_offset >= self.high_watermark,
                     duplicate=True,
                 )
-            base = nxt = self.log_end_offset
-            batches = []
-            top_ts = -1
-            attrs = 0  # every batch's attributes or'ed: transactional ones are rare
-            producers = False
-            for info in infos:
-                pos = info.position
-                set_base_offset(mv, pos, nxt)
-                set_leader_epoch(mv, pos, leader_epoch)
-                max_ts = info.max_timestamp
-                if log_append:
-                    set_log_append_time(mv, pos, info.size, now)
-                    max_ts = now
-                elif info.stale_max_timestamp:
-                    set_create_time(mv, pos, info.size, max_ts)
-                last = nxt + info.last_offset_delta
-                batches.append((pos, info.size, last, max_ts))
-                if max_ts > top_ts:
-                    top_ts = max_ts
-                attrs |= info.attributes
-                producers = producers or info.producer_id >= 0
-                nxt = last + 1
+            base = self.log_end_offset
+            batches, nxt, top_ts, attrs, producers = patch_batches(
+                mv, infos, base, leader_epoch, now
+            )
             try:
                 if in_place:
-                    self.active_segment.commit_written(batches, len(mv))
+                    self.segments[-1].commit_written(batches, len(mv))
                 else:
                     seg = self._maybe_roll(len(mv), top_ts, nxt - 1)
                     seg.append(mv, batches)

@@ -41,10 +41,11 @@ from rdmalog.store._record_scan import CHECK_TIMESTAMPS, FIXED_TIMESTAMP, KEYS_R
 from rdmalog.store.compression import Codec, compress, decompress, decompress_chunks
 
 try:  # validate_batches' loop in C (setup.py builds it; optional)
+    from rdmalog.store._records import patch as _c_patch
     from rdmalog.store._records import validate as _c_validate
     from rdmalog.store._records import validate_client as _c_validate_client
 except ImportError:  # pragma: no cover - a source tree without the extension built
-    _c_validate = _c_validate_client = None
+    _c_validate = _c_validate_client = _c_patch = None
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = HEADER.size  # 61
@@ -94,6 +95,7 @@ class BatchInfo(NamedTuple):
 
 
 _LONG_MAX = 2**63 - 1
+_LONG_MIN = -(2**63)
 MAX_RECORD_ERRORS = 1000  # record errors listed per batch (all are counted)
 
 
@@ -215,10 +217,15 @@ def _validate_batches(
 
 def _record_bounds(rules: RecordRules) -> tuple[int, int, int]:
     """(lowest, highest) CreateTime a record may carry under `rules`, and the RecordScan flags."""
-    flags = KEYS_REQUIRED if rules.keys_required else 0
-    low = max(rules.now - rules.before_max_ms, -_LONG_MAX - 1)
-    high = min(rules.now + rules.after_max_ms, _LONG_MAX)
-    if not rules.log_append_time and (low > -_LONG_MAX - 1 or high < _LONG_MAX):
+    now, before, after, log_append_time, keys_required, _ = rules
+    flags = KEYS_REQUIRED if keys_required else 0
+    low = now - before  # clamped by comparisons: min()/max() calls cost more, per produce
+    if low < _LONG_MIN:
+        low = _LONG_MIN
+    high = now + after
+    if high > _LONG_MAX:
+        high = _LONG_MAX
+    if not log_append_time and (low > _LONG_MIN or high < _LONG_MAX):
         flags |= CHECK_TIMESTAMPS
     return low, high, flags
 
@@ -318,6 +325,41 @@ def set_create_time(buf: memoryview | bytearray, pos: int, size: int, max_timest
     _H.pack_into(buf, pos + ATTRIBUTES, attrs & ~TIMESTAMP_TYPE_BIT)
     _Q.pack_into(buf, pos + MAX_TIMESTAMP, max_timestamp)
     set_crc(buf, pos, size)
+
+
+def _patch_batches(
+    buf: memoryview | bytearray, infos: list[BatchInfo], base: int, epoch: int, append_time: int
+) -> tuple[list[tuple[int, int, int, int]], int, int, int, bool]:
+    """Give validated batches their offsets from `base` and leader epoch `epoch` in place; with
+    `append_time` >= 0 stamp LogAppendTime, otherwise set the records' max timestamp where the
+    header's is stale (CRC rewritten for either). Returns the batches as a segment indexes them
+    (position, size, last offset, max timestamp), the next offset, the largest max timestamp,
+    every batch's attributes or'ed and whether any has a producer id. One C call
+    (`_records.patch`, the same loop) when built."""
+    batches = []
+    top_ts, attrs, producers, nxt = -1, 0, False, base
+    for info in infos:
+        pos = info.position
+        set_base_offset(buf, pos, nxt)
+        set_leader_epoch(buf, pos, epoch)
+        max_ts = info.max_timestamp
+        if append_time >= 0:
+            set_log_append_time(buf, pos, info.size, append_time)
+            max_ts = append_time
+        elif info.stale_max_timestamp:
+            set_create_time(buf, pos, info.size, max_ts)
+        last = nxt + info.last_offset_delta
+        batches.append((pos, info.size, last, max_ts))
+        if max_ts > top_ts:
+            top_ts = max_ts
+        attrs |= info.attributes
+        producers = producers or info.producer_id >= 0
+        nxt = last + 1
+    return batches, nxt, top_ts, attrs, producers
+
+
+# patch_batches(buf, infos, base, epoch, append_time): `_patch_batches`, the C loop when built
+patch_batches = _c_patch if _c_patch is not None else _patch_batches
 
 
 _PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence

@@ -166,11 +166,11 @@ class OrderedCommits:
             if i == first or infos[i - 1].position + infos[i - 1].size != write_end:
                 return False
             spans.append(sum(info.last_offset_delta + 1 for info in infos[first:i]))
-        try:
-            if plog.holds_retry(infos):
-                return False
+        try:  # a retry the log holds is answered, uncommitted, as `duplicate`: one by one then
             res = plog.commit_written(f.segment, start, end, infos=infos)
         except (HeadMovedError, KafkaError):
+            return False
+        if res.duplicate:
             return False
         f.expect_pos = end
         self.counters["writes_committed"] += len(run)

@@ -292,7 +292,10 @@ def test_an_idempotent_producers_run_commits_together(broker, monkeypatch):
     g.order = (g.order + 3) & 0xFFFF
     acks = _post_out_of_order(p, "irun", [*writes, idem(5, b"f")])
     assert acks[0] == (AckStatus.OK, 1, 1) and acks[3] == (AckStatus.REVOKED, -1, -1)
-    assert runs == [3, 4] and len(commits) == 3  # one by one: the retry answered, not appended
+    # the run's commit answers the retry as a duplicate (nothing appended), then one by one: the
+    # retry answered with its offsets, not appended
+    assert runs == [3, 4] and len(commits) == 4
+    assert plog.log_end_offset == 6
     assert [r.value for r in store_records(st, "irun")] == [b"first", b"a", b"b", b"c", b"d", b"e"]
     p.close()
 

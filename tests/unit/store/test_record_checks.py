@@ -319,3 +319,33 @@ def test_the_one_call_c_check_agrees_with_the_python_one() -> None:
         assert got == want, (raw[:80], kw)
         passed += got is not None
     assert 50 < passed < len(cases) - 50  # both outcomes were exercised
+
+
+@pytest.mark.skipif(records_module._c_patch is None, reason="the C extension is not built")
+@pytest.mark.parametrize("append_time", [-1, T0 + 7])
+def test_the_one_call_c_patch_agrees_with_the_python_one(append_time: int) -> None:
+    """patch_batches in C (`_records.patch`) writes the same bytes (offsets, leader epoch, stale or
+    LogAppendTime timestamps and their CRCs) and returns what the Python loop returns."""
+    rng = random.Random(7)
+    for _ in range(100):
+        parts = [
+            raw_batch(
+                [(b"k", i, rng.randrange(0, 9)) for i in range(rng.randrange(1, 6))],
+                max_ts=rng.choice([None, T0 - 1]),  # stale headers are rewritten
+            )
+            for _ in range(rng.randrange(1, 4))
+        ]
+        raw = b"".join(parts)
+        infos = validate_batches(memoryview(raw), rules=rules())
+        base, epoch = rng.randrange(0, 2**40), rng.randrange(0, 2**31)
+        c_buf, py_buf = bytearray(raw), bytearray(raw)
+        got = records_module._c_patch(c_buf, infos, base, epoch, append_time)
+        want = records_module._patch_batches(py_buf, infos, base, epoch, append_time)
+        assert got == want
+        assert c_buf == py_buf
+        validate_batches(memoryview(c_buf), from_client=False)  # CRCs right
+        batches = list(records_module.iter_batches(c_buf))
+        assert [b.base_offset for b in batches] == [
+            base + sum(i.count for i in infos[:k]) for k in range(len(infos))
+        ]
+        assert {b.partition_leader_epoch for b in batches} == {epoch}
