@@ -39,7 +39,7 @@ from rdmalog.errors import (
     UnsupportedCompressionTypeError,
 )
 from rdmalog.store._record_scan import CHECK_TIMESTAMPS, FIXED_TIMESTAMP, KEYS_REQUIRED, RecordScan
-from rdmalog.store.compression import Codec, compress, decompress, decompress_chunks
+from rdmalog.store.compression import Codec, compress, decompress, decompress_pieces
 
 try:  # validate_batches' loop in C (setup.py builds it; optional)
     from rdmalog.store._records import validate as _c_validate
@@ -254,7 +254,7 @@ def check_records(buf: memoryview, pos: int, size: int, rules: RecordRules) -> i
         if codec == Codec.NONE:
             scan.feed(body)
         else:
-            for piece in decompress_chunks(codec, body):
+            for piece in decompress_pieces(codec, body):
                 scan.feed(piece)
         records_max, n_errors, found = scan.finish()
     except ValueError as e:
