@@ -26,6 +26,7 @@ setup(
             ["rdmalog/store/_records.c"],
             depends=["rdmalog/store/crc32c.h", "rdmalog/store/record_scan.h"],
             extra_compile_args=["-O2"],
+            libraries=["z"],  # gzip batches inflated as their records are checked
             optional=True,
         ),
         Extension(  # the record checks of every produced batch (records.check_records)

@@ -2,7 +2,7 @@
 `validate_batches` with the header checks only (what the append path did before record-level
 validation) and with Kafka's record-level checks (`RecordRules`: what it does now).
 
-    python bench/batch_validation.py [--records 5000] [--seconds 1.0]
+    python bench/batch_validation.py [--records 5000] [--seconds 1.0] [--fixed-value]
 
 Batches like the Kafka-protocol benchmark's: 100-byte values (20 random bytes, then filler), no
 keys, increasing timestamps, built by the store's own builder with each codec. Process CPU time,
@@ -36,9 +36,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--records", type=int, default=5000, help="records per batch")
     ap.add_argument("--seconds", type=float, default=1.0, help="CPU seconds per measurement")
+    ap.add_argument(
+        "--fixed-value",
+        action="store_true",
+        help="every record the same random 100-byte value, as the Kafka-protocol benchmark sends",
+    )
     args = ap.parse_args()
     rng = random.Random(1)
-    records = [Record(None, rng.randbytes(20) + b"x" * 80, [], T0 + i) for i in range(args.records)]
+    fixed = random.Random(7).randbytes(100) if args.fixed_value else None
+    records = [
+        Record(None, fixed or rng.randbytes(20) + b"x" * 80, [], T0 + i)
+        for i in range(args.records)
+    ]
     rules = RecordRules(T0, 3_600_000, 3_600_000, False, False, "bench-0")
     print("| codec | batch bytes | header checks (CPU-s/M records) | + record checks | added |")
     print("| --- | ---: | ---: | ---: | ---: |")

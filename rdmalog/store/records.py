@@ -15,7 +15,8 @@ patches them without touching the CRC.
 A client's batches are checked as Kafka's LogValidator checks them: per batch (one header unpack, one
 CRC pass) and, given `RecordRules`, per record in bulk by a C scanner (`_records.c`: offset deltas,
 record structure, timestamps against the topic's bounds, keys on compacted topics), compressed
-batches decompressed piece by piece and never re-encoded. The batch's maxTimestamp is the largest
+batches decompressed piece by piece and never re-encoded (gzip inflated and scanned in the same C
+call, the other codecs through their Python libraries). The batch's maxTimestamp is the largest
 record timestamp: a header that says otherwise is rewritten (with its CRC) when the batch is appended,
 as Kafka does. Decoding records into objects is for tests, offsets by time and native clients.
 """
@@ -38,7 +39,7 @@ from rdmalog.errors import (
     UnsupportedCompressionTypeError,
 )
 from rdmalog.store._record_scan import CHECK_TIMESTAMPS, FIXED_TIMESTAMP, KEYS_REQUIRED, RecordScan
-from rdmalog.store.compression import Codec, compress, decompress, decompress_chunks
+from rdmalog.store.compression import Codec, compress, decompress, decompress_pieces
 
 try:  # validate_batches' loop in C (setup.py builds it; optional)
     from rdmalog.store._records import patch as _c_patch
@@ -127,15 +128,17 @@ def validate_batches(
     infos carry the batches' max timestamps computed from their records.
     """
     if rules is not None and from_client and _c_validate_client is not None:
-        # a produce request's batches, headers and plain records, in one C call; None: a bad
-        # batch or record (said below); NotImplemented: compressed records, checked as they inflate
+        # a produce request's batches, headers and plain and gzip records, in one C call; None: a
+        # bad batch or record (said below); a tuple: snappy, lz4 or zstd records left to check here
         low, high, flags = _record_bounds(rules)
         infos = _c_validate_client(
             buf, -1 if max_batch_size is None else max_batch_size, allow_control, BatchInfo,
             low, high, flags, rules.log_append_time,
         )  # fmt: skip
-        if infos is not None and infos is not NotImplemented:
+        if type(infos) is list:
             return infos
+        if infos is not None:
+            return _with_records(buf, infos, rules, _C_CHECKED)
     if _c_validate is not None:  # the header checks in one C call; None: a bad batch, said below
         infos = _c_validate(
             buf, -1 if max_batch_size is None else max_batch_size, from_client, allow_control,
@@ -146,12 +149,20 @@ def validate_batches(
     return _validate_batches(buf, max_batch_size, from_client, allow_control, rules)
 
 
-def _with_records(buf: memoryview, infos: list[BatchInfo], rules: RecordRules) -> list[BatchInfo]:
+_C_CHECKED = frozenset({Codec.NONE, Codec.GZIP})  # the codecs whose records _records.c checks
+
+
+def _with_records(
+    buf: memoryview,
+    infos: Iterable[BatchInfo],
+    rules: RecordRules,
+    checked: frozenset[int] = frozenset(),
+) -> list[BatchInfo]:
     """`infos` of header-checked client batches after their record checks (`check_records`), with
-    the max timestamps of their records."""
+    the max timestamps of their records; batches of a `checked` codec have had theirs."""
     out = []
     for info in infos:
-        if info.attributes & CONTROL_BIT:
+        if info.attributes & CONTROL_BIT or info.attributes & CODEC_MASK in checked:
             out.append(info)
             continue
         records_max = check_records(buf, info.position, info.size, rules)
@@ -250,7 +261,7 @@ def check_records(buf: memoryview, pos: int, size: int, rules: RecordRules) -> i
         if codec == Codec.NONE:
             scan.feed(body)
         else:
-            for piece in decompress_chunks(codec, body):
+            for piece in decompress_pieces(codec, body):
                 scan.feed(piece)
         records_max, n_errors, found = scan.finish()
     except ValueError as e:

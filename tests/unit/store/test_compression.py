@@ -13,7 +13,15 @@ import zstandard
 from kafka import codec as kp
 
 from rdmalog.errors import CorruptRecordError, UnsupportedCompressionTypeError
-from rdmalog.store.compression import XERIAL_HEADER, Codec, codec_of, compress, decompress
+from rdmalog.store.compression import (
+    XERIAL_HEADER,
+    Codec,
+    codec_of,
+    compress,
+    decompress,
+    decompress_chunks,
+    decompress_pieces,
+)
 
 DATA = b"".join(b"record %d with some repetitive payload " % i for i in range(5000)) + os.urandom(
     3000
@@ -90,3 +98,34 @@ def test_codec_names_and_unknown_ids() -> None:
     assert e.value.error_code == 76
     with pytest.raises(UnsupportedCompressionTypeError):
         codec_of("brotli")
+
+
+def _pieces(codec: Codec, data: bytes) -> tuple[bytes | None, str]:
+    """What `decompress_pieces` gives (joined), or None and its error text."""
+    try:
+        return b"".join(bytes(p) for p in decompress_pieces(codec, data)), ""
+    except CorruptRecordError as e:
+        return None, str(e)
+
+
+def _chunks(codec: Codec, data: bytes) -> tuple[bytes | None, str]:
+    try:
+        return b"".join(decompress_chunks(codec, data)), ""
+    except CorruptRecordError as e:
+        return None, str(e)
+
+
+@pytest.mark.parametrize("codec", list(Codec)[1:])
+def test_pieces_in_a_reused_buffer_match_the_chunks(codec: Codec) -> None:
+    """The validation's pieces (snappy blocks inflated into a per-thread buffer) are the same bytes
+    and the same errors as `decompress_chunks`, for raw and xerial snappy, blocks larger than the
+    buffer, truncated and corrupted input."""
+    data = os.urandom(3000) * 50 + b"z" * (3 << 20)  # a raw snappy block past the 1 MiB buffer
+    bodies = [compress(codec, data), compress(codec, data[:5000])]
+    if codec == Codec.SNAPPY:
+        bodies += [snappy.compress(data), snappy.compress(data[:5000])]
+    for body in list(bodies):
+        bodies += [body[: len(body) // 2], body[:-1], body[:20] + b"\xff" * 8 + body[28:]]
+    for body in bodies:
+        assert _pieces(codec, body) == _chunks(codec, body)
+    assert _pieces(codec, bodies[0])[0] == data
