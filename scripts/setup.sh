@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 extras="${1:-}"
 
 need_apt=()
+# the store's C extension links zlib (gzip batches are checked as they inflate)
+[[ -f /usr/include/zlib.h ]] || need_apt+=(zlib1g-dev)
 if [[ ",$extras," == *",test,"* ]]; then
     command -v kcat >/dev/null || need_apt+=(kcat)
     command -v npm >/dev/null || need_apt+=(nodejs npm)  # KafkaJS compat scenarios
