@@ -33,15 +33,24 @@ _RETRIABLE = {
 log = logging.getLogger(__name__)
 
 
+def _verifying(broker: Any, records: Any) -> Any:
+    """The transaction service when `records` start with a transactional batch that partition
+    verification must check; None when they may be appended as they are."""
+    if len(records) < PRODUCER_ID + 10:
+        return None
+    if not _ATTRIBUTES.unpack_from(records, ATTRIBUTES)[0] & TRANSACTIONAL_BIT:
+        return None
+    service = getattr(broker, "transactions", None)
+    if service is None or not service.config.verify_partitions:
+        return None
+    return service
+
+
 def refusal(broker: Any, transactional_id: str, topic: str, partition: int, records: Any) -> int:
     """The error code refusing `records` (a Produce request's partition data), or 0 when they may be
     appended: not transactional, verification off, or the partition is in the transaction."""
-    if len(records) < PRODUCER_ID + 10:
-        return E.NONE
-    if not _ATTRIBUTES.unpack_from(records, ATTRIBUTES)[0] & TRANSACTIONAL_BIT:
-        return E.NONE
-    service = getattr(broker, "transactions", None)
-    if service is None or not service.config.verify_partitions:
+    service = _verifying(broker, records)
+    if service is None:
         return E.NONE
     coordinator = service.coordinator
     if coordinator.coordinator_error is not None and coordinator.coordinator_error(
@@ -61,12 +70,8 @@ def refusal(broker: Any, transactional_id: str, topic: str, partition: int, reco
 async def verify(broker: Any, transactional_id: str, plog: Any, records: Any) -> int:
     """`refusal` in a cluster: the error code refusing `records` for partition `plog` (led here),
     asking the id's coordinator when it is another broker."""
-    if len(records) < PRODUCER_ID + 10:
-        return E.NONE
-    if not _ATTRIBUTES.unpack_from(records, ATTRIBUTES)[0] & TRANSACTIONAL_BIT:
-        return E.NONE
-    service = getattr(broker, "transactions", None)
-    if service is None or not service.config.verify_partitions:
+    service = _verifying(broker, records)
+    if service is None:
         return E.NONE
     coordinator = service.coordinator
     if coordinator.coordinator_error is None or not coordinator.coordinator_error(transactional_id):

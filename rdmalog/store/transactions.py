@@ -77,16 +77,21 @@ def marker_batch(
     )
 
 
+def _marker_key(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
+    """(key length, where the key starts) of the first record of the control batch at `pos`."""
+    at = RECORDS + pos
+    _, at = _read_varint(buf, at)  # record length
+    at += 1  # attributes
+    _, at = _read_varint(buf, at)  # timestamp delta
+    _, at = _read_varint(buf, at)  # offset delta
+    return _read_varint(buf, at)
+
+
 def marker_type(buf: memoryview | bytes, pos: int = 0) -> int:
     """The control type of the (uncompressed) control batch at `pos`: 0 ABORT, 1 COMMIT, -1 when its
     first record has no readable key (an empty batch left by the cleaner)."""
     try:
-        at = RECORDS + pos
-        _, at = _read_varint(buf, at)  # record length
-        at += 1  # attributes
-        _, at = _read_varint(buf, at)  # timestamp delta
-        _, at = _read_varint(buf, at)  # offset delta
-        n, at = _read_varint(buf, at)
+        n, at = _marker_key(buf, pos)
         if n < 4 or at + 4 > len(buf):
             return -1
         return _MARKER_KEY.unpack_from(buf, at)[1]
@@ -97,12 +102,7 @@ def marker_type(buf: memoryview | bytes, pos: int = 0) -> int:
 def marker_coordinator_epoch(buf: memoryview | bytes, pos: int = 0) -> int:
     """The coordinator epoch in the value of the control batch at `pos` (-1 when unreadable)."""
     try:
-        at = RECORDS + pos
-        _, at = _read_varint(buf, at)  # record length
-        at += 1  # attributes
-        _, at = _read_varint(buf, at)  # timestamp delta
-        _, at = _read_varint(buf, at)  # offset delta
-        n, at = _read_varint(buf, at)  # key
+        n, at = _marker_key(buf, pos)
         at += max(n, 0)
         n, at = _read_varint(buf, at)  # value: version int16, coordinator epoch int32
         if n < 6 or at + 6 > len(buf):
