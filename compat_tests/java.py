@@ -69,6 +69,18 @@ def unavailable() -> str | None:
     return None
 
 
+def or_skip() -> Any:
+    """This module, its JVM started; in a pytest test, skipped with the reason when it cannot
+    start (no java, py4j or kafka-clients jars)."""
+    import pytest
+
+    try:
+        jvm()
+    except ScenarioSkip as skip:
+        pytest.skip(str(skip))
+    return sys.modules[__name__]
+
+
 def jvm() -> Any:
     """The JVM's `jvm` view (py4j), started on first use with the kafka-clients classpath."""
     global _gateway

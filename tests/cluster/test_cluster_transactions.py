@@ -238,13 +238,8 @@ def test_consume_transform_produce_two_coordinators(cluster: BrokerCluster) -> N
 
 def _java():
     from compat_tests import java
-    from compat_tests.common import ScenarioSkip
 
-    try:
-        java.jvm()
-    except ScenarioSkip as skip:
-        pytest.skip(str(skip))
-    return java
+    return java.or_skip()
 
 
 @pytest.mark.parametrize("cluster", [OVERRIDES], indirect=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from confluent_kafka import Producer
 
 from compat_tests.common import create_topic
@@ -16,13 +15,8 @@ from tests.integration.rawkafka import RawClient
 
 def _java():
     from compat_tests import java
-    from compat_tests.common import ScenarioSkip
 
-    try:
-        java.jvm()
-    except ScenarioSkip as skip:
-        pytest.skip(str(skip))
-    return java
+    return java.or_skip()
 
 
 def _states(java, bootstrap: str, topic: str, partitions: int) -> dict[int, dict[int, dict]]:

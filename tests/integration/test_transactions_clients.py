@@ -63,13 +63,8 @@ def test_kafka_python_commit_abort_and_offsets(broker) -> None:
 
 def _java():
     from compat_tests import java
-    from compat_tests.common import ScenarioSkip
 
-    try:
-        java.jvm()
-    except ScenarioSkip as skip:
-        pytest.skip(str(skip))
-    return java
+    return java.or_skip()
 
 
 def test_java_transactions_offsets_and_fencing(broker) -> None:

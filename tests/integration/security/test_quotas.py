@@ -10,7 +10,6 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat_tests.common import ScenarioSkip
 from tests.integration.security.conftest import ADMIN, BOB
 
 TIMEOUT = 30
@@ -19,11 +18,7 @@ TIMEOUT = 30
 def _java():
     from compat_tests import java
 
-    try:
-        java.jvm()
-    except ScenarioSkip as exc:
-        pytest.skip(str(exc))
-    return java
+    return java.or_skip()
 
 
 def _java_admin(java, broker, user):
