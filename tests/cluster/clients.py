@@ -3,6 +3,7 @@ consumer (confluent-kafka), each in a thread, recording what was acknowledged an
 
 from __future__ import annotations
 
+import re
 import struct
 import threading
 import time
@@ -388,3 +389,9 @@ def segment_batches(data_dir: Path, topic: str, p: int = 0) -> bytes:
                     break
                 out += head + f.read(length)
     return bytes(out)
+
+
+def pushing_followers(cluster, leader: int, topic: str) -> set[int]:
+    """Followers the leader's log says it started pushing `topic`-0 to (push replication)."""
+    text = cluster.broker(leader).stderr_path.read_text(errors="replace")
+    return {int(m) for m in re.findall(rf"{topic}-0: pushing to follower (\d+)", text)}

@@ -5,7 +5,6 @@ commit; an acks=all answer survives kill -9 of the leader."""
 
 from __future__ import annotations
 
-import re
 import signal
 import threading
 import time
@@ -23,7 +22,7 @@ from rdmalog.errors import (
 )
 from rdmalog.rdma import Producer
 from rdmalog.rdma.client.endpoint import BrokerDisconnected
-from tests.cluster.clients import duplicates, read_all
+from tests.cluster.clients import duplicates, pushing_followers, read_all
 
 LAG_MS = 5000  # replica.lag.time.max.ms: long enough to freeze followers and thaw them in time
 
@@ -40,11 +39,6 @@ def acks_cluster(request, tmp_path: Path, zk_connect: str):
     c.transport = request.param
     yield c
     c.stop()
-
-
-def _pushing(c: BrokerCluster, leader: int, topic: str) -> set[int]:
-    text = c.broker(leader).stderr_path.read_text(errors="replace")
-    return {int(m) for m in re.findall(rf"{topic}-0: pushing to follower (\d+)", text)}
 
 
 def _pushed_topic(c: BrokerCluster, topic: str, min_isr: str) -> tuple[int, list[int]]:
@@ -76,7 +70,8 @@ def _pushed_topic(c: BrokerCluster, topic: str, min_isr: str) -> tuple[int, list
     finally:
         warm.close()
     wait_for(
-        f"{topic} pushed to both followers", lambda: _pushing(c, leader, topic) == set(followers)
+        f"{topic} pushed to both followers",
+        lambda: pushing_followers(c, leader, topic) == set(followers),
     )
     return leader, followers
 

@@ -14,7 +14,13 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from compat_tests.cluster import BrokerCluster, wait_for
-from tests.cluster.clients import ProducerLoad, create_topic, duplicates, read_all
+from tests.cluster.clients import (
+    ProducerLoad,
+    create_topic,
+    duplicates,
+    pushing_followers,
+    read_all,
+)
 
 TRANSPORTS = ["shm", "tcp"]
 
@@ -25,12 +31,6 @@ def push_cluster(request, tmp_path: Path, zk_connect: str):
     c.transport = request.param
     yield c
     c.stop()
-
-
-def _pushing(c: BrokerCluster, leader: int, topic: str) -> set[int]:
-    """Followers the leader's log says it started pushing `topic`-0 to."""
-    text = c.broker(leader).stderr_path.read_text(errors="replace")
-    return {int(m) for m in re.findall(rf"{topic}-0: pushing to follower (\d+)", text)}
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes]) -> list[tuple[int, bytes]]:
@@ -85,7 +85,7 @@ def test_acks_all_through_push(push_cluster: BrokerCluster) -> None:
     leader = c.leader("pushed")
     followers = set(c.brokers) - {leader}
     _produce(c.bootstrap, "pushed", [b"warm-%d" % i for i in range(5)])
-    wait_for("push to both followers", lambda: _pushing(c, leader, "pushed") == followers)
+    wait_for("push to both followers", lambda: pushing_followers(c, leader, "pushed") == followers)
     values = [b"v%05d" % i for i in range(300)]
     acked = _produce(c.bootstrap, "pushed", values)
     assert sorted(v for _, v in acked) == sorted(values)
@@ -148,14 +148,14 @@ def test_leader_killed_mid_push_loses_nothing_acknowledged(push_cluster: BrokerC
     c.wait_isr("lk", {1, 2, 3})
     leader = c.leader("lk")
     producer = ProducerLoad(c.bootstrap, "lk", count=2000).start()
-    wait_for("pushing", lambda: len(_pushing(c, leader, "lk")) == 2)
+    wait_for("pushing", lambda: len(pushing_followers(c, leader, "lk")) == 2)
     wait_for("a quarter acknowledged", lambda: len(producer.acked) >= 500, timeout=60)
     c.broker(leader).stop(signal.SIGKILL)
     new = wait_for(
         "a new leader", lambda: c.leader("lk") not in (-1, leader) and c.leader("lk"), timeout=60
     )
     other = (set(c.brokers) - {leader, new}).pop()
-    wait_for("the new leader pushes", lambda: other in _pushing(c, new, "lk"), timeout=60)
+    wait_for("the new leader pushes", lambda: other in pushing_followers(c, new, "lk"), timeout=60)
     producer.finish()
     assert not producer.errors, producer.errors[:5]
     acked = set(producer.acked)
@@ -163,7 +163,9 @@ def test_leader_killed_mid_push_loses_nothing_acknowledged(push_cluster: BrokerC
     # the old leader returns as a follower: its uncommitted tail is truncated, then it is pushed
     c.broker(leader).start()
     c.wait_isr("lk", {1, 2, 3}, timeout=60)
-    wait_for("the old leader is pushed", lambda: leader in _pushing(c, new, "lk"), timeout=60)
+    wait_for(
+        "the old leader is pushed", lambda: leader in pushing_followers(c, new, "lk"), timeout=60
+    )
     log = read_all(c.bootstrap, "lk")
     assert acked <= set(log), f"lost: {sorted(acked - set(log))[:10]}"
     assert duplicates(log) == []
@@ -213,7 +215,7 @@ def test_a_frozen_leader_deposed_meanwhile_writes_nothing(push_cluster: BrokerCl
     c.wait_isr("zombie", {1, 2, 3})
     leader = c.leader("zombie")
     producer = ProducerLoad(c.bootstrap, "zombie", count=1_000_000).start()
-    wait_for("pushing", lambda: len(_pushing(c, leader, "zombie")) == 2)
+    wait_for("pushing", lambda: len(pushing_followers(c, leader, "zombie")) == 2)
     wait_for("some acknowledged", lambda: len(producer.acked) >= 300, timeout=60)
     c.broker(leader).proc.send_signal(signal.SIGSTOP)
     try:
@@ -225,7 +227,9 @@ def test_a_frozen_leader_deposed_meanwhile_writes_nothing(push_cluster: BrokerCl
     finally:
         c.broker(leader).proc.send_signal(signal.SIGCONT)
     other = (set(c.brokers) - {leader, new}).pop()
-    wait_for("the new leader pushes", lambda: other in _pushing(c, new, "zombie"), timeout=60)
+    wait_for(
+        "the new leader pushes", lambda: other in pushing_followers(c, new, "zombie"), timeout=60
+    )
     c.wait_isr("zombie", {1, 2, 3}, timeout=90)
     acked = len(producer.acked)
     wait_for("acks=all goes on", lambda: len(producer.acked) > acked + 100)
