@@ -32,6 +32,7 @@ from confluent_kafka.admin import (
 
 from compat_tests.brokers import serve_command
 from compat_tests.cluster import BrokerCluster, wait_for
+from tests.cluster.clients import pushing_followers
 
 ADMIN = ("admin", "admin-secret")
 ALICE = ("alice", "alice-secret")  # a user no ACL names
@@ -110,6 +111,48 @@ def test_replication_between_sasl_brokers(sasl_cluster: BrokerCluster) -> None:
     assert got == [b"s%d" % i for i in range(50)]
     # the followers kept up through their SASL logins: still all in sync, high watermark at 50
     assert set(c.wait_isr("secure", {1, 2, 3})["isr"]) == {1, 2, 3}
+
+
+def test_push_replication_between_sasl_brokers(tmp_path: Path, zk_connect: str) -> None:
+    """Push replication (an RDMA transport served, so replica.transport defaults to push) where every
+    broker's RDMA service requires a SASL login: the leader logs in to each follower's with the
+    inter-broker credentials, pushes, and acks=all is answered once both followers hold the data."""
+    c = BrokerCluster(tmp_path, zk_connect, 3, rdma="shm", per_broker=_sasl_listener)
+    for b in c.brokers.values():
+        _scram_add(b.data_dir, *ADMIN)
+    c.start()
+    try:
+        conf = _client_conf(c, ADMIN)
+        topic = NewTopic("secure-push", 1, 3, config={"min.insync.replicas": "3"})
+        admin = AdminClient(conf)
+        admin.create_topics([topic], operation_timeout=30)["secure-push"].result(30)
+        c.wait_isr("secure-push", {1, 2, 3})
+        leader = c.leader("secure-push")
+        followers = set(c.brokers) - {leader}
+        producer = Producer({**conf, "acks": "all", "enable.idempotence": True, "linger.ms": 1})
+        for i in range(200):
+            producer.produce("secure-push", b"p%d" % i)
+            producer.poll(0)
+        assert producer.flush(30) == 0
+        wait_for("both followers pushed to", lambda: pushing_followers(c, leader, "secure-push"))
+        assert pushing_followers(c, leader, "secure-push") == followers
+        log = c.broker(leader).stderr_path.read_text(errors="replace")
+        assert "refused" not in log and "authentication" not in log.lower(), log[-2000:]
+        consumer = Consumer({**conf, "group.id": "push-readers", "enable.auto.commit": False})
+        consumer.assign([TopicPartition("secure-push", 0, 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 200 and time.monotonic() < deadline:
+            m = consumer.poll(1)
+            if m is not None:
+                assert not m.error(), m.error()
+                got.append(m.value())
+        consumer.close()
+        assert got == [b"p%d" % i for i in range(200)]
+        # min.insync.replicas=3: every answer above needed both followers in the ISR
+        assert set(c.state("secure-push")["isr"]) == {1, 2, 3}
+    finally:
+        c.stop()
 
 
 def test_transactions_between_sasl_brokers(sasl_cluster: BrokerCluster) -> None:
