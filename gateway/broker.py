@@ -311,11 +311,14 @@ class Broker:
         its head file (a shared grant orders this append with their RDMA writes, which may wait: then
         off the loop)."""
         res = self.append_now(plog, records)
-        if res is None:
-            res = await asyncio.get_running_loop().run_in_executor(
-                None, self.rdma.append, plog.topic, plog.partition, records
-            )
-            self._count_produced(plog, records, res)
+        return res if res is not None else await self.append_ordered(plog, records)
+
+    async def append_ordered(self, plog: Log, records: memoryview) -> AppendResult:
+        """The append `append_now` left: off the loop, after the RDMA writes ordered before it."""
+        res = await asyncio.get_running_loop().run_in_executor(
+            None, self.rdma.append, plog.topic, plog.partition, records
+        )
+        self._count_produced(plog, records, res)
         return res
 
     def append_now(self, plog: Log, records: memoryview) -> AppendResult | None:

@@ -146,7 +146,7 @@ async def _finish(conn, hdr, acks, raw_name, plog, index, records, res, started)
     """The rest of a fast request that waits: an append ordered after RDMA writes, a flush."""
     if res is None:
         try:
-            res = await conn.broker.append(plog, records)
+            res = await conn.broker.append_ordered(plog, records)
         except Exception as exc:
             _answer_failure(conn, hdr, acks, raw_name.decode(), plog, index, exc, started)
             return
