@@ -50,7 +50,7 @@ _OK_FLEX = struct.Struct(">ihqqqBBBBiB")
 Result = bool | Coroutine[Any, Any, None] | None
 
 
-def _parse(
+def parse_one_partition(
     frame: memoryview, pos: int, flexible: bool
 ) -> tuple[int, int, bytes, int, int, int] | None:
     """(acks, timeout, topic name, partition, records position, records length) of a request of
@@ -116,7 +116,7 @@ def try_produce(conn: Any, hdr: RequestHeader, frame: memoryview) -> Result:
     ):
         return None
     try:
-        parsed = _parse(frame, hdr.body_offset, version >= FLEXIBLE_VERSION)
+        parsed = parse_one_partition(frame, hdr.body_offset, version >= FLEXIBLE_VERSION)
         if parsed is None:
             return None
         acks, _timeout, raw_name, index, at, size = parsed

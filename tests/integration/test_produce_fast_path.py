@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from gateway.handlers.produce_fast import FIRST_VERSION, LAST_VERSION, _parse
+from gateway.handlers.produce_fast import FIRST_VERSION, LAST_VERSION, parse_one_partition
 from gateway.protocol import encode_request, parse_request_header
 from rdmalog.store.compression import Codec
 from rdmalog.store.records import Record, build_batch
@@ -147,7 +147,7 @@ def test_the_one_partition_request_is_the_fast_paths_shape(version):
         bytearray(encode_request(0, version, 1, _produce("t", 4, _batch(), acks=-1))[4:])
     )
     hdr = parse_request_header(frame)
-    acks, timeout, name, index, at, size = _parse(frame, hdr.body_offset, version >= 9)
+    acks, timeout, name, index, at, size = parse_one_partition(frame, hdr.body_offset, version >= 9)
     assert (acks, timeout, name, index) == (-1, 5000, b"t", 4)
     assert bytes(frame[at : at + size]) == _batch()
     for body in (
@@ -156,7 +156,10 @@ def test_the_one_partition_request_is_the_fast_paths_shape(version):
         {**_produce("t", 0, _batch()), "topic_data": []},
     ):
         frame = memoryview(bytearray(encode_request(0, version, 1, body)[4:]))
-        assert _parse(frame, parse_request_header(frame).body_offset, version >= 9) is None
+        assert (
+            parse_one_partition(frame, parse_request_header(frame).body_offset, version >= 9)
+            is None
+        )
 
 
 def _read_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[tuple]:
