@@ -310,6 +310,20 @@ class Broker:
         """Append to a partition's log, or through the RDMA service when native producers may share
         its head file (a shared grant orders this append with their RDMA writes, which may wait: then
         off the loop)."""
+        res = self.append_now(plog, records)
+        return res if res is not None else await self.append_ordered(plog, records)
+
+    async def append_ordered(self, plog: Log, records: memoryview) -> AppendResult:
+        """The append `append_now` left: off the loop, after the RDMA writes ordered before it."""
+        res = await asyncio.get_running_loop().run_in_executor(
+            None, self.rdma.append, plog.topic, plog.partition, records
+        )
+        self._count_produced(plog, records, res)
+        return res
+
+    def append_now(self, plog: Log, records: memoryview) -> AppendResult | None:
+        """`append` without waiting: its result, or None when nothing was appended because an RDMA
+        grant orders the append after native writes (then `append` waits for them)."""
         if plog.config.rdmalog_mirror_source:
             raise InvalidRequestError(
                 f"{plog.topic} is a mirror of {plog.config.rdmalog_mirror_source} and read-only "
@@ -321,12 +335,13 @@ class Broker:
         else:
             res = rdma.try_append(plog.topic, plog.partition, records)
             if res is None:
-                res = await asyncio.get_running_loop().run_in_executor(
-                    None, rdma.append, plog.topic, plog.partition, records
-                )
+                return None
+        self._count_produced(plog, records, res)
+        return res
+
+    def _count_produced(self, plog: Log, records: memoryview, res: AppendResult) -> None:
         if not res.duplicate:
             self.metrics.produced(plog.topic, len(records), res.last_offset - res.base_offset + 1)
-        return res
 
     def topic(self, name: str) -> LogTopic | None:
         return self.store.topics.get(name)

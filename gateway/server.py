@@ -33,6 +33,7 @@ from typing import Any
 from gateway.acceptor import Acceptor, ConnectionLimits, listening_sockets
 from gateway.authentication import Session
 from gateway.broker import Broker, RequestContext
+from gateway.handlers.produce_fast import PRODUCE, try_produce
 from gateway.handlers.registry import REGISTRY, ApiEntry, load_all, supported_apis
 from gateway.log_limit import RateLimitedLog
 from gateway.protocol import (
@@ -362,6 +363,12 @@ class Connection(asyncio.BufferedProtocol):
         if entry is None or not entry.min_version <= hdr.api_version <= entry.max_version:
             await self._unsupported(hdr, entry)
             return
+        if hdr.api_key == PRODUCE:  # the common one-partition request: no generic decode
+            done = try_produce(self, hdr, mv)
+            if done is not None:
+                if done is not True:
+                    await done
+                return
         limits = self.gateway.requests
         try:
             body = limits.decode_on_loop(hdr, mv)
@@ -499,9 +506,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         if not parts:
             if len(buf) <= _COPY_CHUNK:
-                self._out.append(buf)
-                if len(self._out) == 1:
-                    asyncio.get_running_loop().call_soon(self._flush_out)
+                self.send_now(buf)
             else:
                 self._flush_out()  # what was answered before goes first
                 await self._write_paced(buf)
@@ -539,6 +544,15 @@ class Connection(asyncio.BufferedProtocol):
             if cork and not self.closed:
                 with contextlib.suppress(OSError):
                     self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+
+    def send_now(self, buf: bytearray) -> None:
+        """Queue a small response frame (up to 1 MiB, no file parts): written with the others of
+        this loop iteration."""
+        if self.closed or self.transport is None or self.transport.is_closing():
+            return
+        self._out.append(buf)
+        if len(self._out) == 1:
+            asyncio.get_running_loop().call_soon(self._flush_out)
 
     def _flush_out(self) -> None:
         """Write the responses held by `send`: those answering requests that arrived together

@@ -73,7 +73,7 @@ def _refuse_all(request: dict, code: int) -> dict:
     }
 
 
-def _refusal(version: int, records: memoryview) -> tuple[int, str] | None:
+def refusal_of(version: int, records: memoryview) -> tuple[int, str] | None:
     """Kafka's checks of a produce request's records before they reach the log: (code, message)
     when they fail one. A truncated batch is left to the store, which refuses it."""
     if len(records) <= MAGIC_POS:
@@ -104,6 +104,23 @@ def _refusal(version: int, records: memoryview) -> tuple[int, str] | None:
                 "one record batch per partition"
             )
     return None
+
+
+def failed_append(plog, index: int, exc: Exception) -> dict:
+    """The answer to a partition whose append raised `exc` (the store's error code and message,
+    per-record errors from v8)."""
+    code = error_code_of(exc)
+    if code == -1:
+        log.exception("append to %s-%d failed", plog.topic, index)
+    return {
+        "index": index,
+        "error_code": code,
+        "error_message": str(exc) or None,
+        "record_errors": [
+            {"batch_index": i, "batch_index_error_message": m}
+            for i, m in getattr(exc, "record_errors", ())
+        ],
+    }
 
 
 @api(0, 0, 11, eager=True)
@@ -141,7 +158,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
                 {"index": index, "error_code": CORRUPT_MESSAGE, "error_message": "no records"}
             )
             continue
-        refused = _refusal(ctx.api_version, records)
+        refused = refusal_of(ctx.api_version, records)
         if refused is not None:
             answers.append({"index": index, "error_code": refused[0], "error_message": refused[1]})
             continue
@@ -168,20 +185,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
                 )
             res = await broker.append(plog, records)
         except Exception as exc:
-            code = error_code_of(exc)
-            if code == -1:
-                log.exception("append to %s-%d failed", plog.topic, index)
-            answers.append(
-                {
-                    "index": index,
-                    "error_code": code,
-                    "error_message": str(exc) or None,
-                    "record_errors": [
-                        {"batch_index": i, "batch_index_error_message": m}
-                        for i, m in getattr(exc, "record_errors", ())
-                    ],
-                }
-            )
+            answers.append(failed_append(plog, index, exc))
             continue
         if res.flush_needed:
             to_flush.append(plog)

@@ -39,7 +39,7 @@ class _Index:
 
     def __init__(self, path: Path, base_offset: int, max_bytes: int, *, new: bool = False) -> None:
         """`new`: the file does not exist yet (a segment being created), so it is not looked at."""
-        self.path = Path(path)
+        self.path = path if isinstance(path, Path) else Path(path)
         self.base_offset = base_offset
         self.entry_size = self.ENTRY.size
         self.max_entries = max(max_bytes // self.entry_size, 1)

@@ -531,7 +531,9 @@ class Store:
     def _make_partitions(self, topic: Topic, total: int) -> list[PartitionLog]:
         """Create the partitions of `topic` from its count up to `total`, not yet in the topic (the
         caller publishes them, so a reader never sees part of them); on any failure remove those
-        made here and raise (KafkaStorageError for a file system error). Nothing is synced here."""
+        made here and raise (KafkaStorageError for a file system error). Nothing is synced here,
+        and their partition.metadata files are due only once the caller has published them (the
+        maintenance pass writing them meanwhile would take from the creation its disk and CPU)."""
         first = p = len(topic.partitions)
         made: list[PartitionLog] = []
         try:
@@ -543,7 +545,6 @@ class Store:
                 plog.create()  # FileExistsError: something else has the directory's name
                 plog.deletion_suspended = topic.deletion_suspended
                 made.append(plog)
-                self._metadata_due.append((plog, topic.topic_id))
             return made
         except BaseException as e:
             for plog in made:
@@ -614,6 +615,7 @@ class Store:
                 raise
             self.topics[name] = topic
             self._by_id[topic.topic_id] = topic
+            self._metadata_due += [(plog, topic.topic_id) for plog in topic.partitions]
             log.info(
                 "created topic %s (id %s, %d partitions, configs %s)",
                 name, topic.topic_id, count, cfg.overrides or "(defaults)",
@@ -647,6 +649,7 @@ class Store:
                     plog.delete()
                 raise
             topic.partitions.extend(made)  # published once recorded
+            self._metadata_due += [(plog, topic.topic_id) for plog in made]
             return topic
 
     def delete_topic(self, name: str) -> None:

@@ -150,7 +150,7 @@ class LogSegment:
     ) -> None:
         """`new`: create the segment (its log file is created, or taken as it is when a prepared
         head file was renamed into place); otherwise `load()` or `recover()` an existing one."""
-        self.dir = Path(directory)
+        self.dir = directory if isinstance(directory, Path) else Path(directory)
         self.base_offset = base_offset
         self.segment_bytes = segment_bytes
         self.allocate_storage = allocate_storage  # Kafka's `preallocate`: blocks, not a sparse hole

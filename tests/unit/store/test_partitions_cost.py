@@ -145,6 +145,26 @@ def test_failed_creation_leaves_nothing_behind(tmp_path: Path) -> None:
     store.close()
 
 
+def test_partition_metadata_is_due_only_once_the_topic_is_published(tmp_path: Path) -> None:
+    """The maintenance pass writes new partitions' partition.metadata after CreateTopics has its
+    answer, never while the creation still makes directories (nor for a creation that failed)."""
+    store = open_store(tmp_path)
+    (tmp_path / "clash-7").write_text("not a partition")
+    with pytest.raises(KafkaStorageError):
+        store.create_topic("clash", 20)
+    assert store._metadata_due == []
+    topic = store.create_topic("ok", 3)
+    grown = store.create_partitions("ok", 5)
+    assert len(store._metadata_due) == 5
+    assert not list(tmp_path.glob("ok-*/partition.metadata"))
+    store.maintain_once()
+    assert [ck.read_partition_metadata(tmp_path / f"ok-{p}") for p in range(5)] == [
+        topic.topic_id
+    ] * 5
+    assert grown is topic
+    store.close()
+
+
 def test_creation_interrupted_by_a_crash_is_undone_at_open(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     store.create_topic("kept", 2)
