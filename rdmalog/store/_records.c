@@ -44,14 +44,25 @@
 #define LZ4 3
 #define ZSTD 4
 #define INFLATE_PIECE (64 * 1024) /* decompressed bytes scanned at a time: stays in cache */
-#define SNAPPY_KEPT (1 << 20)     /* a raw snappy block inflates whole: this much is kept between calls */
+#define WHOLE_KEPT (1 << 20)      /* a whole raw snappy block or zstd frame: kept between calls */
 
 /* The decompression buffers, reused from call to call (every call holds the GIL): `piece` for the
- * streamed codecs, `snappy_out` for a whole raw snappy block (grown up to the call's bound, given
- * back past SNAPPY_KEPT), and the lz4 / zstd contexts. */
+ * streamed codecs, `whole` for a raw snappy block or a zstd frame of known size inflated at once
+ * (grown up to the call's bound, given back past WHOLE_KEPT), and the lz4 / zstd contexts. */
 static unsigned char *piece;
-static unsigned char *snappy_out;
-static size_t snappy_cap;
+static unsigned char *whole;
+static size_t whole_cap;
+
+/* `whole` of at least `want` bytes: -1 when that cannot be had. */
+static int whole_for(size_t want) {
+    if (want > whole_cap) {
+        unsigned char *b = PyMem_Realloc(whole, want);
+        if (!b) return -1;
+        whole = b;
+        whole_cap = want;
+    }
+    return 0;
+}
 #ifdef HAVE_LZ4
 static LZ4F_dctx *lz4_ctx;
 #endif
@@ -136,6 +147,15 @@ static int zstd_scan(RecordScan *s, const unsigned char *in, Py_ssize_t len, uns
         ZSTD_DCtx_setParameter(zstd_ctx, ZSTD_d_windowLogMax, 23);
     }
     ZSTD_DCtx_reset(zstd_ctx, ZSTD_reset_session_only);
+    /* one frame that says its size (librdkafka's): inflated at once, which streaming's copy
+     * through the context's window costs more than */
+    unsigned long long n = ZSTD_getFrameContentSize(in, (size_t)len);
+    if (n <= WHOLE_KEPT && ZSTD_findFrameCompressedSize(in, (size_t)len) == (size_t)len) {
+        if (whole_for((size_t)n) < 0) return -1;
+        size_t got = ZSTD_decompressDCtx(zstd_ctx, whole, (size_t)n, in, (size_t)len);
+        if (ZSTD_isError(got) || got != n) return -1;
+        return feed(s, whole, whole + got);
+    }
     ZSTD_inBuffer ib = {in, (size_t)len, 0};
     size_t ret = 0; /* 0: between frames */
     for (;;) {
@@ -149,20 +169,15 @@ static int zstd_scan(RecordScan *s, const unsigned char *in, Py_ssize_t len, uns
 #endif
 
 #ifdef HAVE_SNAPPY
-/* One raw snappy block, inflated whole into `snappy_out` (grown up to `limit` bytes; a block
+/* One raw snappy block, inflated whole into `whole` (grown up to `limit` bytes; a block
  * that says it inflates past that is left to Python, which decompresses it as before). */
 static int snappy_block(RecordScan *s, const char *in, size_t n, size_t limit) {
     size_t want;
     if (snappy_uncompressed_length(in, n, &want) != SNAPPY_OK || want > limit) return -1;
-    if (want > snappy_cap) {
-        unsigned char *b = PyMem_Realloc(snappy_out, want);
-        if (!b) return -1;
-        snappy_out = b;
-        snappy_cap = want;
-    }
-    size_t got = snappy_cap;
-    if (snappy_uncompress(in, n, (char *)snappy_out, &got) != SNAPPY_OK) return -1;
-    return feed(s, snappy_out, snappy_out + got);
+    if (whole_for(want) < 0) return -1;
+    size_t got = whole_cap;
+    if (snappy_uncompress(in, n, (char *)whole, &got) != SNAPPY_OK) return -1;
+    return feed(s, whole, whole + got);
 }
 
 /* snappy as compression.decompress_pieces reads it: xerial-framed (magic, then (int32 length,
@@ -183,10 +198,10 @@ static int snappy_scan(RecordScan *s, const unsigned char *in, Py_ssize_t len, s
             pos += 4 + (Py_ssize_t)n;
         }
     }
-    if (snappy_cap > SNAPPY_KEPT) { /* a big block: its buffer is not kept */
-        PyMem_Free(snappy_out);
-        snappy_out = NULL;
-        snappy_cap = 0;
+    if (whole_cap > WHOLE_KEPT) { /* a big block: its buffer is not kept */
+        PyMem_Free(whole);
+        whole = NULL;
+        whole_cap = 0;
     }
     return r;
 }
@@ -384,7 +399,7 @@ static PyObject *validate_client(PyObject *self, PyObject *const *args, Py_ssize
     const unsigned char *buf = (const unsigned char *)v.buf;
     Py_ssize_t end = v.len, pos = 0;
     RecordScan scanner;
-    size_t snappy_limit = max_size > SNAPPY_KEPT ? (size_t)max_size : SNAPPY_KEPT;
+    size_t snappy_limit = max_size > WHOLE_KEPT ? (size_t)max_size : WHOLE_KEPT;
     int unchecked = 0;
     PyObject *out = PyList_New(0);
     if (!out) goto fail;

@@ -152,7 +152,8 @@ def validate_batches(
     return _validate_batches(buf, max_batch_size, from_client, allow_control, rules)
 
 
-_C_CHECKED = frozenset(_C_CODECS)  # the codecs whose records _records.c checks (all, with its libraries)
+# the codecs whose records _records.c checks: all when the build found their libraries
+_C_CHECKED = frozenset(_C_CODECS)
 
 
 def _with_records(

@@ -5,6 +5,7 @@ records and rewritten in the header; compressed batches checked without being re
 from __future__ import annotations
 
 import random
+import shutil
 import tracemalloc
 import zlib
 from pathlib import Path
@@ -288,7 +289,10 @@ def _framings(codec: Codec, data: bytes, rng: random.Random) -> list[bytes]:
               lz4.frame.compress(data, store_size=True, content_checksum=True)]  # fmt: skip
     else:  # zstd with and without the content size, as the Java client streams it
         whole = compress(codec, data)
-        ok = [compress_as_kafka(codec, data), compress(codec, data[:cut]) + compress(codec, data[cut:])]
+        ok = [
+            compress_as_kafka(codec, data),
+            compress(codec, data[:cut]) + compress(codec, data[cut:]),
+        ]
     bad = [whole[: rng.randrange(len(whole))], whole + b"\0", whole + whole, whole[:-1],
            bytearray(whole)]  # fmt: skip
     bad[-1][rng.randrange(len(whole))] ^= 1 << rng.randrange(8)
@@ -416,3 +420,60 @@ def test_the_one_call_c_patch_agrees_with_the_python_one(append_time: int) -> No
             base + sum(i.count for i in infos[:k]) for k in range(len(infos))
         ]
         assert {b.partition_leader_epoch for b in batches} == {epoch}
+
+
+def _build_records_ext(out_dir: Path) -> object:
+    """_records.c built as setup.py builds it on a machine without liblz4, libzstd and libsnappy
+    (zlib only, none of the HAVE_ macros), loaded under its own name."""
+    import importlib.util
+    import shlex
+    import subprocess
+    import sysconfig
+
+    src = Path(records_module.__file__).with_name("_records.c")
+    so = out_dir / ("_records" + sysconfig.get_config_var("EXT_SUFFIX"))
+    cmd = [*shlex.split(sysconfig.get_config_var("LDSHARED")), "-fPIC", "-O2", "-I",
+           sysconfig.get_paths()["include"], str(src), "-lz", "-o", str(so)]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    spec = importlib.util.spec_from_file_location("_records", so)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(not shutil.which("gcc"), reason="no C compiler to build the fallback variant")
+def test_without_the_codec_libraries_the_python_path_checks_those_codecs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build that found none of the codec libraries checks plain and gzip records in C and
+    hands snappy, lz4 and zstd batches back (a tuple) for Python to check: validate_batches gives
+    what the all-Python check gives, good batches and bad."""
+    ext = _build_records_ext(tmp_path)
+    assert ext.CHECKED_CODECS == (Codec.NONE, Codec.GZIP)
+    monkeypatch.setattr(records_module, "_c_validate_client", ext.validate_client)
+    monkeypatch.setattr(records_module, "_c_validate", ext.validate)
+    monkeypatch.setattr(records_module, "_C_CHECKED", frozenset(ext.CHECKED_CODECS))
+    rng = random.Random(3)
+    left = 0
+    for codec in CODECS:
+        recs = [(b"k", i, i) for i in range(5)]
+        body = b"".join(encode_record(Record(k, b"v" * 20), od, td) for k, od, td in recs)
+        for framed in [compress(codec, body)] + (_framings(codec, body, rng) if codec else []):
+            buf = raw_batch(recs, codec=codec, max_ts=T0 - 1)
+            buf[BATCH_OVERHEAD:] = framed
+            buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
+            set_crc(buf, 0, len(buf))
+            r = rules()
+            try:
+                want = records_module._validate_batches(memoryview(buf), None, True, False, r)
+            except KafkaError as e:
+                want = type(e)
+            try:
+                got = validate_batches(memoryview(buf), rules=r)
+            except KafkaError as e:
+                got = type(e)
+            assert got == want, (codec, bytes(framed[:40]))
+            low, high, flags = records_module._record_bounds(r)
+            c = ext.validate_client(memoryview(buf), -1, False, BatchInfo, low, high, flags, False)
+            left += type(c) is tuple
+    assert left >= 3  # good snappy, lz4 and zstd batches went to Python
