@@ -70,6 +70,12 @@ static LZ4F_dctx *lz4_ctx;
 static ZSTD_DCtx *zstd_ctx;
 #endif
 
+static inline uint64_t be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = (v << 8) | p[i];
+    return v;
+}
+
 /* The scanner fed one decompressed piece: -1 (error cleared: Python names it) on a bad record. */
 static inline int feed(RecordScan *s, const unsigned char *p, const unsigned char *end) {
     if (p < end && scan(s, p, end) < 0) {
@@ -190,10 +196,11 @@ static int snappy_scan(RecordScan *s, const unsigned char *in, Py_ssize_t len, s
         r = snappy_block(s, (const char *)in, (size_t)len, limit);
     } else {
         for (Py_ssize_t pos = 16; pos < len && r == 0;) {
-            if (len - pos < 4) return -1;
-            int32_t n = (int32_t)(((uint32_t)in[pos] << 24) | ((uint32_t)in[pos + 1] << 16) |
-                                  ((uint32_t)in[pos + 2] << 8) | in[pos + 3]);
-            if (n < 0 || n > len - pos - 4) return -1;
+            int32_t n = len - pos < 4 ? -1 : (int32_t)be(in + pos, 4);
+            if (n < 0 || n > len - pos - 4) { /* a truncated block or block header */
+                r = -1;
+                break;
+            }
             r = snappy_block(s, (const char *)in + pos + 4, (size_t)n, limit);
             pos += 4 + (Py_ssize_t)n;
         }
@@ -249,12 +256,6 @@ static int scan_section(RecordScan *s, int codec, const unsigned char *in, Py_ss
     }
     (void)limit;
     return -1;
-}
-
-static inline uint64_t be(const unsigned char *p, int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) v = (v << 8) | p[i];
-    return v;
 }
 
 /* A batch header's fields, as check_header reads them. */
