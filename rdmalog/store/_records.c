@@ -153,8 +153,8 @@ static int zstd_scan(RecordScan *s, const unsigned char *in, Py_ssize_t len, uns
         ZSTD_DCtx_setParameter(zstd_ctx, ZSTD_d_windowLogMax, 23);
     }
     ZSTD_DCtx_reset(zstd_ctx, ZSTD_reset_session_only);
-    /* one frame that says its size (librdkafka's): inflated at once, which streaming's copy
-     * through the context's window costs more than */
+    /* one frame that says its size (the Python clients' and the store's own encoder's; not
+     * librdkafka's nor the Java client's): inflated at once, straight into `whole` */
     unsigned long long n = ZSTD_getFrameContentSize(in, (size_t)len);
     if (n <= WHOLE_KEPT && ZSTD_findFrameCompressedSize(in, (size_t)len) == (size_t)len) {
         if (whole_for((size_t)n) < 0) return -1;
