@@ -477,3 +477,43 @@ def test_without_the_codec_libraries_the_python_path_checks_those_codecs(
             c = ext.validate_client(memoryview(buf), -1, False, BatchInfo, low, high, flags, False)
             left += type(c) is tuple
     assert left >= 3  # good snappy, lz4 and zstd batches went to Python
+
+
+@pytest.mark.skipif(
+    records_module._c_validate_client is None, reason="the C extension is not built"
+)
+@pytest.mark.parametrize("codec", CODECS[1:])
+def test_records_that_inflate_past_the_pieces_agree(codec: Codec) -> None:
+    """Records that inflate to several of the C check's 64 KiB pieces (and past its 1 MiB whole
+    buffer), with records straddling pieces: C checks them itself (a list, within a bound of 4 MiB)
+    and agrees with Python, whole, cut short, or with a byte of the compressed data changed."""
+    rng = random.Random(int(codec))
+    values = [rng.randbytes(rng.randrange(1, 300_000)) + bytes(rng.randrange(200_000)) for _ in range(12)]  # fmt: skip
+    body = b"".join(encode_record(Record(b"k", v), i, i) for i, v in enumerate(values))
+    assert len(body) > 1 << 20
+    framings = [compress(codec, body)]
+    if codec == Codec.SNAPPY:
+        framings.append(compress(codec, body, xerial=False))
+    if codec == Codec.ZSTD:
+        framings.append(compress_as_kafka(codec, body))
+    for framed in list(framings):
+        garbled = bytearray(framed)
+        garbled[len(garbled) // 2] ^= 0x10
+        framings += [framed[: len(framed) - 100], bytes(garbled)]
+    r = rules()
+    low, high, flags = records_module._record_bounds(r)
+    for i, framed in enumerate(framings):
+        buf = raw_batch([(b"k", j, j) for j in range(len(values))], codec=codec)
+        buf[BATCH_OVERHEAD:] = framed
+        buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
+        set_crc(buf, 0, len(buf))
+        try:
+            want = records_module._validate_batches(memoryview(buf), None, True, False, r)
+        except KafkaError:
+            want = None
+        got = records_module._c_validate_client(
+            memoryview(buf), 4 << 20, False, BatchInfo, low, high, flags, False
+        )
+        assert got == want, (codec, i)
+        if i < (2 if codec in (Codec.SNAPPY, Codec.ZSTD) else 1):
+            assert type(got) is list and got[0].count == len(values)
