@@ -1,6 +1,7 @@
 """Builds the C extensions (64-bit atomics on shared mappings; the log cleaner's offset map and record
 filter, which hashes keys with OpenSSL's MD5 as Kafka does; the store's batch check and its
-record-level checks, linking zlib and, when found, liblz4, libzstd and libsnappy; the native clients' batch codec); pyproject.toml holds the rest."""
+record-level checks, linking zlib and, when found, liblz4, libzstd and libsnappy; the native
+clients' batch codec); pyproject.toml holds the rest."""
 
 import os
 import subprocess
