@@ -9,8 +9,12 @@ cd "$(dirname "$0")/.."
 extras="${1:-}"
 
 need_apt=()
-# the store's C extension links zlib (gzip batches are checked as they inflate)
+# the store's C extension links zlib, and lz4, zstd and snappy when present (batches are checked as
+# they inflate; without one of the three, that codec's records are checked through Python)
 [[ -f /usr/include/zlib.h ]] || need_apt+=(zlib1g-dev)
+[[ -f /usr/include/lz4frame.h ]] || need_apt+=(liblz4-dev)
+[[ -f /usr/include/zstd.h ]] || need_apt+=(libzstd-dev)
+[[ -f /usr/include/snappy-c.h ]] || need_apt+=(libsnappy-dev)
 if [[ ",$extras," == *",test,"* ]]; then
     command -v kcat >/dev/null || need_apt+=(kcat)
     command -v npm >/dev/null || need_apt+=(nodejs npm)  # KafkaJS compat scenarios

@@ -3,11 +3,14 @@
  * flags), without a Python call per batch. It returns the list of `info_type` (BatchInfo) tuples
  * when every batch is good, and None when any is not: the Python function then runs its own loop,
  * which raises the precise Kafka error (bad input is rare; the error text has one home).
- * `validate_client` adds the record checks of `records.check_records` for plain and gzip client
- * batches, with the same scanner (record_scan.h), so a produce request's batches are checked in one
- * call; gzip records are inflated (zlib) piece by piece into one small buffer and scanned as they
- * come, never held whole nor re-encoded. `patch` sets the offsets, leader epoch and timestamps of
- * validated batches in place (the append's loop, `records.patch_batches`).
+ * `validate_client` adds the record checks of `records.check_records` for a client's batches, with
+ * the same scanner (record_scan.h), so a produce request's batches are checked in one call;
+ * compressed records are decompressed piece by piece into one reused buffer and scanned as they
+ * come, never held whole nor re-encoded: gzip (zlib) always, lz4 (frame format), zstd (streamed
+ * frames) and snappy (raw or xerial-framed) when their libraries were found at build time
+ * (`CHECKED_CODECS`; setup.py defines HAVE_LZ4 / HAVE_ZSTD / HAVE_SNAPPY). `patch` sets the
+ * offsets, leader epoch and timestamps of validated batches in place (the append's loop,
+ * `records.patch_batches`).
  * Optional: records.py falls back to Python without it, and tests compare the two.
  */
 #define PY_SSIZE_T_CLEAN
@@ -15,6 +18,15 @@
 #include <stdint.h>
 #include <string.h>
 #include <zlib.h>
+#ifdef HAVE_LZ4
+#include <lz4frame.h>
+#endif
+#ifdef HAVE_ZSTD
+#include <zstd.h>
+#endif
+#ifdef HAVE_SNAPPY
+#include <snappy-c.h>
+#endif
 
 #include "crc32c.h"
 #include "record_scan.h"
@@ -28,7 +40,50 @@
 #define CONTROL_BIT 0x20
 #define TIMESTAMP_TYPE_BIT 0x08
 #define GZIP 1
+#define SNAPPY 2
+#define LZ4 3
+#define ZSTD 4
 #define INFLATE_PIECE (64 * 1024) /* decompressed bytes scanned at a time: stays in cache */
+#define WHOLE_KEPT (1 << 20)      /* a whole raw snappy block or zstd frame: kept between calls */
+
+/* The decompression buffers, reused from call to call (every call holds the GIL): `piece` for the
+ * streamed codecs, `whole` for a raw snappy block or a zstd frame of known size inflated at once
+ * (grown up to the call's bound, given back past WHOLE_KEPT), and the lz4 / zstd contexts. */
+static unsigned char *piece;
+static unsigned char *whole;
+static size_t whole_cap;
+
+/* `whole` of at least `want` bytes: -1 when that cannot be had. */
+static int whole_for(size_t want) {
+    if (want > whole_cap) {
+        unsigned char *b = PyMem_Realloc(whole, want);
+        if (!b) return -1;
+        whole = b;
+        whole_cap = want;
+    }
+    return 0;
+}
+#ifdef HAVE_LZ4
+static LZ4F_dctx *lz4_ctx;
+#endif
+#ifdef HAVE_ZSTD
+static ZSTD_DCtx *zstd_ctx;
+#endif
+
+static inline uint64_t be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = (v << 8) | p[i];
+    return v;
+}
+
+/* The scanner fed one decompressed piece: -1 (error cleared: Python names it) on a bad record. */
+static inline int feed(RecordScan *s, const unsigned char *p, const unsigned char *end) {
+    if (p < end && scan(s, p, end) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
 
 /* Scan the records of a gzip records section as they inflate, as compression.decompress_chunks
  * reads it: gzip or zlib streams (auto-detected, wbits 47), concatenated members one after the
@@ -47,10 +102,7 @@ static int inflate_scan(RecordScan *s, const unsigned char *in, Py_ssize_t len,
         zs.avail_out = INFLATE_PIECE;
         int rc = inflate(&zs, Z_NO_FLUSH);
         if (rc != Z_OK && rc != Z_STREAM_END) break; /* corrupt or truncated */
-        if (zs.next_out > out && scan(s, out, zs.next_out) < 0) {
-            PyErr_Clear();
-            break;
-        }
+        if (feed(s, out, zs.next_out) < 0) break;
         if (rc == Z_STREAM_END) {
             if (zs.avail_in == 0) {
                 ok = 0;
@@ -63,10 +115,189 @@ static int inflate_scan(RecordScan *s, const unsigned char *in, Py_ssize_t len,
     return ok;
 }
 
-static inline uint64_t be(const unsigned char *p, int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) v = (v << 8) | p[i];
-    return v;
+#ifdef HAVE_LZ4
+/* lz4 frames (Kafka's format since magic 1 is the standard frame) one after the other, each
+ * complete, nothing after the last: as compression._unlz4_chunks reads them. 0 or -1 as above. */
+static int lz4_scan(RecordScan *s, const unsigned char *in, Py_ssize_t len, unsigned char *out) {
+    if (!lz4_ctx && LZ4F_isError(LZ4F_createDecompressionContext(&lz4_ctx, LZ4F_VERSION))) {
+        lz4_ctx = NULL;
+        return -1;
+    }
+    const unsigned char *p = in, *end = in + len;
+    size_t hint = 0; /* 0: between frames */
+    int pending = 0; /* the output was full mid-frame: more may come without input */
+    while (p < end || pending) {
+        size_t out_n = INFLATE_PIECE, in_n = (size_t)(end - p);
+        hint = LZ4F_decompress(lz4_ctx, out, &out_n, p, &in_n, NULL);
+        if (LZ4F_isError(hint) || feed(s, out, out + out_n) < 0) {
+            LZ4F_resetDecompressionContext(lz4_ctx); /* corrupt data or a bad record */
+            return -1;
+        }
+        p += in_n;
+        pending = out_n == INFLATE_PIECE && hint != 0;
+    }
+    if (hint == 0) return 0;
+    LZ4F_resetDecompressionContext(lz4_ctx); /* a truncated frame */
+    return -1;
+}
+#endif
+
+#ifdef HAVE_ZSTD
+/* zstd frames one after the other (streamed: Kafka's may not carry their content size), each
+ * complete, nothing after the last. 0 or -1 as above. */
+static int zstd_scan(RecordScan *s, const unsigned char *in, Py_ssize_t len, unsigned char *out) {
+    if (!zstd_ctx) {
+        if (!(zstd_ctx = ZSTD_createDCtx())) return -1;
+        /* a window past 8 MiB (Kafka's clients use 2 MiB or less) is left to Python: the reused
+         * context would keep its memory */
+        ZSTD_DCtx_setParameter(zstd_ctx, ZSTD_d_windowLogMax, 23);
+    }
+    ZSTD_DCtx_reset(zstd_ctx, ZSTD_reset_session_only);
+    /* one frame that says its size (the Python clients' and the store's own encoder's; not
+     * librdkafka's nor the Java client's): inflated at once, straight into `whole` */
+    unsigned long long n = ZSTD_getFrameContentSize(in, (size_t)len);
+    if (n <= WHOLE_KEPT && ZSTD_findFrameCompressedSize(in, (size_t)len) == (size_t)len) {
+        if (whole_for((size_t)n) < 0) return -1;
+        size_t got = ZSTD_decompressDCtx(zstd_ctx, whole, (size_t)n, in, (size_t)len);
+        if (ZSTD_isError(got) || got != n) return -1;
+        return feed(s, whole, whole + got);
+    }
+    ZSTD_inBuffer ib = {in, (size_t)len, 0};
+    size_t ret = 0; /* 0: between frames */
+    for (;;) {
+        ZSTD_outBuffer ob = {out, INFLATE_PIECE, 0};
+        if (ib.pos == ib.size && ret == 0) return 0;
+        ret = ZSTD_decompressStream(zstd_ctx, &ob, &ib); /* the next call resets the context */
+        if (ZSTD_isError(ret) || feed(s, out, out + ob.pos) < 0) return -1;
+        if (ib.pos == ib.size && ret != 0 && ob.pos < ob.size) return -1; /* truncated */
+    }
+}
+#endif
+
+#ifdef HAVE_SNAPPY
+/* One raw snappy block, inflated whole into `whole` (grown up to `limit` bytes; a block
+ * that says it inflates past that is left to Python, which decompresses it as before). */
+static int snappy_block(RecordScan *s, const char *in, size_t n, size_t limit) {
+    size_t want;
+    if (snappy_uncompressed_length(in, n, &want) != SNAPPY_OK || want > limit) return -1;
+    if (whole_for(want) < 0) return -1;
+    size_t got = whole_cap;
+    if (snappy_uncompress(in, n, (char *)whole, &got) != SNAPPY_OK) return -1;
+    return feed(s, whole, whole + got);
+}
+
+/* snappy as compression.decompress_pieces reads it: xerial-framed (magic, then (int32 length,
+ * raw block) pairs after the 16-byte header) as the Java client writes it, or one raw block as
+ * librdkafka may. 0 or -1 as above. */
+static int snappy_scan(RecordScan *s, const unsigned char *in, Py_ssize_t len, size_t limit) {
+    static const unsigned char magic[8] = {0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0};
+    int r = 0;
+    if (len < 8 || memcmp(in, magic, 8) != 0) {
+        r = snappy_block(s, (const char *)in, (size_t)len, limit);
+    } else {
+        for (Py_ssize_t pos = 16; pos < len && r == 0;) {
+            int32_t n = len - pos < 4 ? -1 : (int32_t)be(in + pos, 4);
+            if (n < 0 || n > len - pos - 4) { /* a truncated block or block header */
+                r = -1;
+                break;
+            }
+            r = snappy_block(s, (const char *)in + pos + 4, (size_t)n, limit);
+            pos += 4 + (Py_ssize_t)n;
+        }
+    }
+    if (whole_cap > WHOLE_KEPT) { /* a big block: its buffer is not kept */
+        PyMem_Free(whole);
+        whole = NULL;
+        whole_cap = 0;
+    }
+    return r;
+}
+#endif
+
+/* The codecs whose records validate_client checks itself (the others: a tuple, Python checks). */
+static inline int checked_codec(int codec) {
+    switch (codec) {
+    case 0:
+    case GZIP:
+#ifdef HAVE_SNAPPY
+    case SNAPPY:
+#endif
+#ifdef HAVE_LZ4
+    case LZ4:
+#endif
+#ifdef HAVE_ZSTD
+    case ZSTD:
+#endif
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The records section of a checked codec fed to the scanner: 0 when every byte was decompressed
+ * and scanned, -1 otherwise (a bad record, corrupt or truncated data, a raw snappy block past
+ * `limit`: Python then names the error or, for that block, decompresses it as before). */
+static int scan_section(RecordScan *s, int codec, const unsigned char *in, Py_ssize_t len,
+                        size_t limit) {
+    if (codec == 0) return feed(s, in, in + len);
+    if (codec == SNAPPY) {
+#ifdef HAVE_SNAPPY
+        return snappy_scan(s, in, len, limit);
+#endif
+    } else {
+        if (!piece && !(piece = PyMem_Malloc(INFLATE_PIECE))) return -1;
+        if (codec == GZIP) return inflate_scan(s, in, len, piece);
+#ifdef HAVE_LZ4
+        if (codec == LZ4) return lz4_scan(s, in, len, piece);
+#endif
+#ifdef HAVE_ZSTD
+        if (codec == ZSTD) return zstd_scan(s, in, len, piece);
+#endif
+    }
+    (void)limit;
+    return -1;
+}
+
+/* A batch header's fields, as check_header reads them. */
+typedef struct {
+    Py_ssize_t size;
+    int16_t attrs, epoch;
+    int32_t lod, count, seq;
+    int64_t base_ts, max_ts, pid;
+} Header;
+
+/* The header checks of one batch at `h` (`left` bytes to the buffer's end), as
+ * records._validate_batches makes them: 0 and `o` filled when it passes, -1 when it does not.
+ * Inline: `validate` and `validate_client` each get their own copy (from_client a constant). */
+static inline int check_header(const unsigned char *h, Py_ssize_t left, Py_ssize_t max_size,
+                               int from_client, int allow_control, Header *o) {
+    if (left < BATCH_OVERHEAD) return -1;
+    int32_t length = (int32_t)be(h + 8, 4);
+    Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
+    if (length < MIN_BATCH_LENGTH || size > left) return -1;
+    if (h[16] != 2) return -1; /* magic */
+    if (max_size >= 0 && size > max_size) return -1;
+    if (crc32c(h + 21, (size_t)(size - 21)) != (uint32_t)be(h + 17, 4)) return -1;
+    int16_t attrs = (int16_t)be(h + 21, 2);
+    int32_t lod = (int32_t)be(h + 23, 4), count = (int32_t)be(h + 57, 4);
+    int64_t pid = (int64_t)be(h + 43, 8);
+    int32_t seq = (int32_t)be(h + 53, 4);
+    if ((attrs & CODEC_MASK) > MAX_CODEC) return -1;
+    if (lod < 0 || count < 0 || (from_client && count != (int64_t)lod + 1)) return -1;
+    if (from_client && (((attrs & CONTROL_BIT) && !allow_control) ||
+                        ((attrs & TRANSACTIONAL_BIT) && pid < 0) ||
+                        (pid >= 0 && seq < 0 && !(attrs & CONTROL_BIT))))
+        return -1;
+    o->size = size;
+    o->attrs = attrs;
+    o->lod = lod;
+    o->count = count;
+    o->base_ts = (int64_t)be(h + 27, 8);
+    o->max_ts = (int64_t)be(h + 35, 8);
+    o->pid = pid;
+    o->epoch = (int16_t)be(h + 51, 2);
+    o->seq = seq;
+    return 0;
 }
 
 /* One BatchInfo: a tuple subclass filled as tuple.__new__ fills one (its nine numbers, then
@@ -108,32 +339,16 @@ static PyObject *validate(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (!out) goto fail;
     if (end == 0) goto bad;
     while (pos < end) {
-        if (end - pos < BATCH_OVERHEAD) goto bad;
-        const unsigned char *h = buf + pos;
-        int32_t length = (int32_t)be(h + 8, 4);
-        Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
-        if (length < MIN_BATCH_LENGTH || size > end - pos) goto bad;
-        if (h[16] != 2) goto bad; /* magic */
-        if (max_size >= 0 && size > max_size) goto bad;
-        if (crc32c(h + 21, (size_t)(size - 21)) != (uint32_t)be(h + 17, 4)) goto bad;
-        int16_t attrs = (int16_t)be(h + 21, 2);
-        int32_t lod = (int32_t)be(h + 23, 4), count = (int32_t)be(h + 57, 4);
-        int64_t max_ts = (int64_t)be(h + 35, 8), pid = (int64_t)be(h + 43, 8);
-        int16_t epoch = (int16_t)be(h + 51, 2);
-        int32_t seq = (int32_t)be(h + 53, 4);
-        if ((attrs & CODEC_MASK) > MAX_CODEC) goto bad;
-        if (lod < 0 || count < 0 || (from_client && count != (int64_t)lod + 1)) goto bad;
-        if (from_client && (((attrs & CONTROL_BIT) && !allow_control) ||
-                            ((attrs & TRANSACTIONAL_BIT) && pid < 0) ||
-                            (pid >= 0 && seq < 0 && !(attrs & CONTROL_BIT))))
+        Header b;
+        if (check_header(buf + pos, end - pos, max_size, from_client, allow_control, &b) < 0)
             goto bad;
-        long long f[9] = {pos, size, lod, max_ts, count, attrs, pid, epoch, seq};
+        long long f[9] = {pos, b.size, b.lod, b.max_ts, b.count, b.attrs, b.pid, b.epoch, b.seq};
         PyObject *info = info_new(info_type, f, 0);
         if (!info) goto fail;
         int r = PyList_Append(out, info);
         Py_DECREF(info);
         if (r < 0) goto fail;
-        pos += size;
+        pos += b.size;
     }
     PyBuffer_Release(&v);
     return out;
@@ -152,10 +367,12 @@ fail:
  * record checks of `records.check_records` (flags: the scanner's CHECK_TIMESTAMPS and
  * KEYS_REQUIRED; min_ts/max_ts the CreateTime bounds; log_append_time: the topic stamps
  * LogAppendTime). The infos carry the records' max timestamp and whether the header's is stale.
- * Plain and gzip batches have their records checked here. A list when every batch was checked; a
- * tuple of the same infos when some are snappy, lz4 or zstd (their records not checked yet: the
- * Python check takes those, as they decompress); None when any batch or record fails a check
- * (Python then names the error). */
+ * Batches of the codecs in CHECKED_CODECS have their records checked here (a raw snappy block
+ * inflates whole, bounded by max(max_batch_size, 1 MiB): a larger one is left to Python). A list
+ * when every batch was checked; a tuple of the same infos when some are of a codec whose library
+ * was missing at build time (their records not checked yet: the Python check takes those, as they
+ * decompress); None when any batch or record fails a check, or a snappy block is past the bound
+ * (Python then names the error, or checks that batch as before). */
 static PyObject *validate_client(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 8 || !PyType_Check(args[3]) ||
         !PyType_IsSubtype((PyTypeObject *)args[3], &PyTuple_Type)) {
@@ -183,67 +400,42 @@ static PyObject *validate_client(PyObject *self, PyObject *const *args, Py_ssize
     const unsigned char *buf = (const unsigned char *)v.buf;
     Py_ssize_t end = v.len, pos = 0;
     RecordScan scanner;
-    unsigned char *piece = NULL; /* gzip's inflate buffer, taken at the first gzip batch */
+    size_t snappy_limit = max_size > WHOLE_KEPT ? (size_t)max_size : WHOLE_KEPT;
     int unchecked = 0;
     PyObject *out = PyList_New(0);
     if (!out) goto fail;
     if (end == 0) goto bad;
     while (pos < end) {
-        if (end - pos < BATCH_OVERHEAD) goto bad;
         const unsigned char *h = buf + pos;
-        int32_t length = (int32_t)be(h + 8, 4);
-        Py_ssize_t size = (Py_ssize_t)length + LOG_OVERHEAD;
-        if (length < MIN_BATCH_LENGTH || size > end - pos) goto bad;
-        if (h[16] != 2) goto bad; /* magic */
-        if (max_size >= 0 && size > max_size) goto bad;
-        if (crc32c(h + 21, (size_t)(size - 21)) != (uint32_t)be(h + 17, 4)) goto bad;
-        int16_t attrs = (int16_t)be(h + 21, 2);
-        int32_t lod = (int32_t)be(h + 23, 4), count = (int32_t)be(h + 57, 4);
-        int64_t base_ts = (int64_t)be(h + 27, 8), max_ts = (int64_t)be(h + 35, 8);
-        int64_t pid = (int64_t)be(h + 43, 8);
-        int16_t epoch = (int16_t)be(h + 51, 2);
-        int32_t seq = (int32_t)be(h + 53, 4);
-        if ((attrs & CODEC_MASK) > MAX_CODEC) goto bad;
-        if (lod < 0 || count < 0 || count != (int64_t)lod + 1) goto bad;
-        if (((attrs & CONTROL_BIT) && !allow_control) || ((attrs & TRANSACTIONAL_BIT) && pid < 0) ||
-            (pid >= 0 && seq < 0 && !(attrs & CONTROL_BIT)))
-            goto bad;
+        Header b;
+        if (check_header(h, end - pos, max_size, 1, allow_control, &b) < 0) goto bad;
         int stale = 0;
-        int codec = attrs & CODEC_MASK;
-        if (!(attrs & CONTROL_BIT) && codec != 0 && codec != GZIP) {
-            unchecked = 1; /* the Python check inflates and scans it */
-        } else if (!(attrs & CONTROL_BIT)) {
-            int stamped = (attrs & TIMESTAMP_TYPE_BIT) != 0;
+        int codec = b.attrs & CODEC_MASK;
+        if (!(b.attrs & CONTROL_BIT) && !checked_codec(codec)) {
+            unchecked = 1; /* the Python check decompresses and scans it */
+        } else if (!(b.attrs & CONTROL_BIT)) {
+            int stamped = (b.attrs & TIMESTAMP_TYPE_BIT) != 0;
             /* Kafka refuses a producer's LogAppendTime unless a CreateTime topic range-checks it */
-            if (stamped && (log_append_time || max_ts == -1)) goto bad;
-            scan_start(&scanner, count, stamped ? max_ts : base_ts, min_ts, max_allowed,
+            if (stamped && (log_append_time || b.max_ts == -1)) goto bad;
+            scan_start(&scanner, b.count, stamped ? b.max_ts : b.base_ts, min_ts, max_allowed,
                        (int)flags | (stamped ? FIXED_TIMESTAMP : 0), 0);
             scanner.errors = NULL;
-            if (codec == GZIP) {
-                if (!piece && !(piece = PyMem_Malloc(INFLATE_PIECE))) {
-                    PyErr_NoMemory();
-                    goto fail;
-                }
-                if (inflate_scan(&scanner, h + BATCH_OVERHEAD, size - BATCH_OVERHEAD, piece) < 0)
-                    goto bad;
-            } else if (scan(&scanner, h + BATCH_OVERHEAD, h + size) < 0) {
-                PyErr_Clear(); /* a malformed record: Python names it */
+            if (scan_section(&scanner, codec, h + BATCH_OVERHEAD, b.size - BATCH_OVERHEAD,
+                             snappy_limit) < 0 ||
+                !scan_complete(&scanner) || scanner.error_count)
                 goto bad;
-            }
-            if (!scan_complete(&scanner) || scanner.error_count) goto bad;
-            stale = scanner.max_ts != max_ts || stamped;
-            max_ts = scanner.max_ts;
+            stale = scanner.max_ts != b.max_ts || stamped;
+            b.max_ts = scanner.max_ts;
         }
-        long long f[9] = {pos, size, lod, max_ts, count, attrs, pid, epoch, seq};
+        long long f[9] = {pos, b.size, b.lod, b.max_ts, b.count, b.attrs, b.pid, b.epoch, b.seq};
         PyObject *info = info_new(info_type, f, stale);
         if (!info) goto fail;
         int r = PyList_Append(out, info);
         Py_DECREF(info);
         if (r < 0) goto fail;
-        pos += size;
+        pos += b.size;
     }
     PyBuffer_Release(&v);
-    PyMem_Free(piece);
     if (unchecked) {
         PyObject *t = PyList_AsTuple(out);
         Py_DECREF(out);
@@ -252,12 +444,10 @@ static PyObject *validate_client(PyObject *self, PyObject *const *args, Py_ssize
     return out;
 bad:
     PyBuffer_Release(&v);
-    PyMem_Free(piece);
     Py_DECREF(out);
     Py_RETURN_NONE;
 fail:
     PyBuffer_Release(&v);
-    PyMem_Free(piece);
     Py_XDECREF(out);
     return NULL;
 }
@@ -387,8 +577,8 @@ static PyMethodDef methods[] = {
      "info_type, or None when a batch is not valid (records.validate_batches says why)"},
     {"validate_client", (PyCFunction)(void (*)(void))validate_client, METH_FASTCALL,
      "validate_client(buf, max_batch_size, allow_control, info_type, min_ts, max_ts, flags, "
-     "log_append_time) -> validate's infos with the record checks of plain and gzip batches made "
-     "(a list; a tuple when snappy/lz4/zstd batches are left to check), None when a check fails"},
+     "log_append_time) -> validate's infos with the record checks of batches of CHECKED_CODECS made "
+     "(a list; a tuple when batches of other codecs are left to check), None when a check fails"},
     {"patch", (PyCFunction)(void (*)(void))patch, METH_FASTCALL,
      "patch(buf, infos, base_offset, leader_epoch, append_time) -> (batches, next_offset, top_ts, "
      "attributes, producers): offsets, epoch and timestamps of validated batches set in place"},
@@ -400,5 +590,21 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_records",
 
 PyMODINIT_FUNC PyInit__records(void) {
     crc_init();
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    PyObject *list = PyList_New(0), *codecs = NULL;
+    for (int c = 0; list && c <= MAX_CODEC; c++) {
+        PyObject *x = checked_codec(c) ? PyLong_FromLong(c) : NULL;
+        if (x && PyList_Append(list, x) < 0) Py_CLEAR(list);
+        Py_XDECREF(x);
+    }
+    if (list) codecs = PyList_AsTuple(list);
+    Py_XDECREF(list);
+    /* the codecs whose records validate_client checks (records._C_CHECKED) */
+    if (!codecs || PyModule_AddObject(m, "CHECKED_CODECS", codecs) < 0) {
+        Py_XDECREF(codecs);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -15,8 +15,9 @@ patches them without touching the CRC.
 A client's batches are checked as Kafka's LogValidator checks them: per batch (one header unpack, one
 CRC pass) and, given `RecordRules`, per record in bulk by a C scanner (`_records.c`: offset deltas,
 record structure, timestamps against the topic's bounds, keys on compacted topics), compressed
-batches decompressed piece by piece and never re-encoded (gzip inflated and scanned in the same C
-call, the other codecs through their Python libraries). The batch's maxTimestamp is the largest
+batches decompressed piece by piece into a reused buffer and never re-encoded (in the same C call:
+gzip, and lz4, zstd and snappy when the build found their libraries; otherwise through their
+Python libraries). The batch's maxTimestamp is the largest
 record timestamp: a header that says otherwise is rewritten (with its CRC) when the batch is appended,
 as Kafka does. Decoding records into objects is for tests, offsets by time and native clients.
 """
@@ -42,11 +43,13 @@ from rdmalog.store._record_scan import CHECK_TIMESTAMPS, FIXED_TIMESTAMP, KEYS_R
 from rdmalog.store.compression import Codec, compress, decompress, decompress_pieces
 
 try:  # validate_batches' loop in C (setup.py builds it; optional)
+    from rdmalog.store._records import CHECKED_CODECS as _C_CODECS
     from rdmalog.store._records import patch as _c_patch
     from rdmalog.store._records import validate as _c_validate
     from rdmalog.store._records import validate_client as _c_validate_client
 except ImportError:  # pragma: no cover - a source tree without the extension built
     _c_validate = _c_validate_client = _c_patch = None
+    _C_CODECS = ()
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = HEADER.size  # 61
@@ -128,8 +131,8 @@ def validate_batches(
     infos carry the batches' max timestamps computed from their records.
     """
     if rules is not None and from_client and _c_validate_client is not None:
-        # a produce request's batches, headers and plain and gzip records, in one C call; None: a
-        # bad batch or record (said below); a tuple: snappy, lz4 or zstd records left to check here
+        # a produce request's batches, headers and records, in one C call; None: a bad batch or
+        # record (said below); a tuple: records of a codec the build has no library for, left here
         low, high, flags = _record_bounds(rules)
         infos = _c_validate_client(
             buf, -1 if max_batch_size is None else max_batch_size, allow_control, BatchInfo,
@@ -149,7 +152,8 @@ def validate_batches(
     return _validate_batches(buf, max_batch_size, from_client, allow_control, rules)
 
 
-_C_CHECKED = frozenset({Codec.NONE, Codec.GZIP})  # the codecs whose records _records.c checks
+# the codecs whose records _records.c checks: all when the build found their libraries
+_C_CHECKED = frozenset(_C_CODECS)
 
 
 def _with_records(

@@ -5,16 +5,18 @@ records and rewritten in the header; compressed batches checked without being re
 from __future__ import annotations
 
 import random
+import shutil
 import tracemalloc
 import zlib
 from pathlib import Path
 
+import lz4.frame
 import pytest
 
 from rdmalog.errors import InvalidRecordError, InvalidTimestampError, KafkaError
 from rdmalog.store import records as records_module
 from rdmalog.store._record_scan import CHECK_TIMESTAMPS, KEYS_REQUIRED, RecordScan
-from rdmalog.store.compression import Codec, compress
+from rdmalog.store.compression import Codec, compress, compress_as_kafka
 from rdmalog.store.records import (
     BATCH_OVERHEAD,
     CRC_POS,
@@ -193,13 +195,20 @@ def test_compacted_topic_log_refuses_null_keys(tmp_path: Path) -> None:
     plog.close()
 
 
-def test_a_gzip_bomb_is_checked_in_bounded_memory() -> None:
+@pytest.mark.parametrize("codec", CODECS[1:])
+def test_a_bomb_is_checked_in_bounded_memory(codec: Codec) -> None:
+    """64 MiB of records from a small batch are checked a piece at a time (tracemalloc sees the
+    Python objects and the C check's buffers; the codec libraries' contexts are bounded by the
+    frame's block or window size, zstd's to 8 MiB)."""
     big = 64 << 20
     body = encode_record(Record(b"k", bytes(big)), 0, 0)
-    z = zlib.compressobj(1, zlib.DEFLATED, 31)
-    packed = z.compress(body) + z.flush()
+    if codec == Codec.GZIP:
+        z = zlib.compressobj(1, zlib.DEFLATED, 31)
+        packed = z.compress(body) + z.flush()
+    else:  # snappy xerial-framed, as the Java client writes it: 32 KiB blocks
+        packed = compress(codec, body)
     out = bytearray(BATCH_OVERHEAD + len(packed))
-    HEADER.pack_into(out, 0, 0, len(out) - 12, -1, 2, 0, 1, 0, T0, T0, -1, -1, -1, 1)
+    HEADER.pack_into(out, 0, 0, len(out) - 12, -1, 2, 0, codec, 0, T0, T0, -1, -1, -1, 1)
     out[BATCH_OVERHEAD:] = packed
     set_crc(out, 0, len(out))
     del body
@@ -269,17 +278,46 @@ def test_max_timestamp_header_field_position() -> None:
     assert int.from_bytes(buf[MAX_TIMESTAMP : MAX_TIMESTAMP + 8], "big") == 123
 
 
+def _framings(codec: Codec, data: bytes, rng: random.Random) -> list[bytes]:
+    """Records section `data` as the clients frame it, and broken: several frames or members, cut
+    or garbled compressed data, trailing bytes."""
+    cut = rng.randrange(len(data) + 1)
+    if codec == Codec.GZIP:
+        whole = compress(codec, data)
+        ok = [compress(codec, data[:cut]) + zlib.compress(data[cut:]), zlib.compress(data),
+              whole + compress(codec, b"")]  # fmt: skip
+    elif codec == Codec.SNAPPY:  # xerial (the Java client), raw (librdkafka)
+        whole = compress(codec, data)
+        ok = [compress(codec, data, xerial=False), compress(codec, data[:cut])[:16] +
+              compress(codec, data[:cut])[16:] + compress(codec, data[cut:])[16:]]  # fmt: skip
+    elif codec == Codec.LZ4:  # Kafka's 64 KiB independent blocks; with size and checksums
+        whole = compress(codec, data)
+        ok = [compress(codec, data[:cut]) + compress(codec, data[cut:]),
+              lz4.frame.compress(data, store_size=True, content_checksum=True)]  # fmt: skip
+    else:  # zstd with and without the content size, as the Java client streams it
+        whole = compress(codec, data)
+        ok = [
+            compress_as_kafka(codec, data),
+            compress(codec, data[:cut]) + compress(codec, data[cut:]),
+        ]
+    bad = [whole[: rng.randrange(len(whole))], whole + b"\0", whole + whole, whole[:-1],
+           bytearray(whole)]  # fmt: skip
+    bad[-1][rng.randrange(len(whole))] ^= 1 << rng.randrange(8)
+    return ok + [bytes(b) for b in bad]
+
+
 @pytest.mark.skipif(
     records_module._c_validate_client is None, reason="the C extension is not built"
 )
 def test_the_one_call_c_check_agrees_with_the_python_one() -> None:
-    """validate_batches takes validate_client's infos for a produce request's plain and gzip
-    batches (headers and records in one C call, gzip inflated as it is scanned): it must pass
+    """validate_batches takes validate_client's infos for a produce request's batches (headers and
+    records in one C call, compressed records decompressed as they are scanned): it must pass
     exactly what the Python checks pass, with the same infos (max timestamp from the records, stale
-    flag), and leave snappy, lz4 and zstd records to Python (a tuple of header-checked infos)."""
+    flag), for every codec, framing and corruption; codecs the build has no library for are left
+    to Python (a tuple of header-checked infos)."""
     rng = random.Random(5)
     cases: list[tuple[bytes, dict]] = []
-    for _ in range(400):
+    for _ in range(1000):
         n = rng.randrange(1, 12)
         recs = [
             (rng.choice([b"k", None]) if rng.random() < 0.2 else b"k", i, rng.randrange(-5, 9))
@@ -288,7 +326,7 @@ def test_the_one_call_c_check_agrees_with_the_python_one() -> None:
         if rng.random() < 0.1:  # an offset delta out of place
             k, _, td = recs[-1]
             recs[-1] = (k, n + 1, td)
-        codec = rng.choice([Codec.NONE, Codec.NONE, Codec.GZIP])
+        codec = rng.choice([Codec.NONE, *CODECS])
         buf = raw_batch(
             recs,
             codec=codec,
@@ -296,16 +334,9 @@ def test_the_one_call_c_check_agrees_with_the_python_one() -> None:
             max_ts=rng.choice([None, None, T0 - 1, -1]),
             attrs=rng.choice([0, 0, 0, 0x08]),
         )
-        if codec == Codec.GZIP and rng.random() < 0.3:  # members: several, cut, trailing bytes
-            body = bytes(buf[BATCH_OVERHEAD:])
-            data = zlib.decompress(body, 47)
-            cut = rng.randrange(len(data) + 1)
-            body = rng.choice(
-                [compress(Codec.GZIP, data[:cut]) + zlib.compress(data[cut:]),
-                 body[: rng.randrange(len(body))], body + b"\0", body + body,
-                 body + compress(Codec.GZIP, b""), zlib.compress(data)]
-            )  # fmt: skip
-            buf[BATCH_OVERHEAD:] = body
+        if codec != Codec.NONE and rng.random() < 0.4:  # framings, cut, garbled, trailing bytes
+            body = b"".join(encode_record(Record(k, b"v" * 20), od, td) for k, od, td in recs)
+            buf[BATCH_OVERHEAD:] = rng.choice(_framings(codec, body, rng))
             buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
             set_crc(buf, 0, len(buf))
         elif rng.random() < 0.3:  # a byte of the records changed, the CRC made right again
@@ -316,10 +347,7 @@ def test_the_one_call_c_check_agrees_with_the_python_one() -> None:
              {"before_max_ms": 3, "after_max_ms": 4}, {"now": T0 + 2 * HOUR, "before_max_ms": HOUR}]
         )  # fmt: skip
         cases.append((bytes(buf) * rng.choice([1, 1, 2]), kw))
-    for codec in (Codec.SNAPPY, Codec.LZ4, Codec.ZSTD):
-        plain = bytes(raw_batch([(b"k", 0, 0)]))
-        cases.append((plain + bytes(raw_batch([(b"k", 0, 0)], codec=codec)) + plain, {}))
-    passed = gzip_passed = left = 0
+    passed = {c: 0 for c in Codec}
     for raw, kw in cases:
         r = rules(**kw)
         try:
@@ -330,19 +358,45 @@ def test_the_one_call_c_check_agrees_with_the_python_one() -> None:
         got = records_module._c_validate_client(
             memoryview(raw), -1, False, BatchInfo, low, high, flags, r.log_append_time
         )
-        if type(got) is tuple:  # snappy, lz4, zstd: Python checks their records as they inflate
+        codec = RecordBatch(raw).codec
+        if type(got) is tuple:  # a codec without its library in this build: Python checks it
+            assert codec not in records_module._C_CHECKED
             assert want is not None and len(got) == len(want)
-            for g, w in zip(got, want, strict=True):  # Python completes the other codecs
-                if g.attributes & 7 not in (Codec.NONE, Codec.GZIP):
-                    g = g._replace(max_timestamp=w.max_timestamp, stale_max_timestamp=w[9])
+            for g, w in zip(got, want, strict=True):
+                g = g._replace(max_timestamp=w.max_timestamp, stale_max_timestamp=w[9])
                 assert g == w
-            left += 1
             continue
         assert got == want, (raw[:80], kw)
-        passed += got is not None
-        gzip_passed += got is not None and RecordBatch(raw).codec == Codec.GZIP
-    assert 50 < passed < len(cases) - 50  # both outcomes were exercised
-    assert gzip_passed > 20 and left == 3
+        passed[codec] += got is not None
+    assert sum(passed.values()) < len(cases) - 200  # both outcomes were exercised
+    for codec in records_module._C_CHECKED:
+        assert passed[codec] > 10, passed
+
+
+@pytest.mark.skipif(
+    records_module._c_validate_client is None, reason="the C extension is not built"
+)
+def test_a_raw_snappy_block_past_the_bound_is_left_to_python() -> None:
+    """A raw snappy block inflates whole into one buffer bounded by max(max.message.bytes, 1 MiB):
+    one that says it inflates past that is not taken by C, and the Python check decides as before
+    (a bomb of zeros refused as corrupt, one of good records accepted); corrupt raw and xerial
+    snappy is refused the same way by both."""
+    big = encode_record(Record(b"k", bytes(3 << 20)), 0, 0)
+    zeros = bytes(3 << 20)
+    good, bomb = (bytearray(raw_batch([(b"k", 0, 0)], codec=Codec.SNAPPY)) for _ in range(2))
+    for buf, data in ((good, big), (bomb, zeros)):
+        buf[BATCH_OVERHEAD:] = compress(Codec.SNAPPY, data, xerial=False)
+        buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
+        set_crc(buf, 0, len(buf))
+        low, high, flags = records_module._record_bounds(rules())
+        got = records_module._c_validate_client(
+            memoryview(buf), 1 << 20, False, BatchInfo, low, high, flags, False
+        )
+        assert got is None  # past the bound: Python's turn
+    (info,) = validate_batches(memoryview(good), 1 << 20, rules=rules())
+    assert info.count == 1
+    with pytest.raises(InvalidRecordError):
+        validate_batches(memoryview(bomb), 1 << 20, rules=rules())
 
 
 @pytest.mark.skipif(records_module._c_patch is None, reason="the C extension is not built")
@@ -373,3 +427,100 @@ def test_the_one_call_c_patch_agrees_with_the_python_one(append_time: int) -> No
             base + sum(i.count for i in infos[:k]) for k in range(len(infos))
         ]
         assert {b.partition_leader_epoch for b in batches} == {epoch}
+
+
+def _build_records_ext(out_dir: Path) -> object:
+    """_records.c built as setup.py builds it on a machine without liblz4, libzstd and libsnappy
+    (zlib only, none of the HAVE_ macros), loaded under its own name."""
+    import importlib.util
+    import shlex
+    import subprocess
+    import sysconfig
+
+    src = Path(records_module.__file__).with_name("_records.c")
+    so = out_dir / ("_records" + sysconfig.get_config_var("EXT_SUFFIX"))
+    cmd = [*shlex.split(sysconfig.get_config_var("LDSHARED")), "-fPIC", "-O2", "-I",
+           sysconfig.get_paths()["include"], str(src), "-lz", "-o", str(so)]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    spec = importlib.util.spec_from_file_location("_records", so)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(not shutil.which("gcc"), reason="no C compiler to build the fallback variant")
+def test_without_the_codec_libraries_the_python_path_checks_those_codecs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build that found none of the codec libraries checks plain and gzip records in C and
+    hands snappy, lz4 and zstd batches back (a tuple) for Python to check: validate_batches gives
+    what the all-Python check gives, good batches and bad."""
+    ext = _build_records_ext(tmp_path)
+    assert ext.CHECKED_CODECS == (Codec.NONE, Codec.GZIP)
+    monkeypatch.setattr(records_module, "_c_validate_client", ext.validate_client)
+    monkeypatch.setattr(records_module, "_c_validate", ext.validate)
+    monkeypatch.setattr(records_module, "_C_CHECKED", frozenset(ext.CHECKED_CODECS))
+    rng = random.Random(3)
+    left = 0
+    for codec in CODECS:
+        recs = [(b"k", i, i) for i in range(5)]
+        body = b"".join(encode_record(Record(k, b"v" * 20), od, td) for k, od, td in recs)
+        for framed in [compress(codec, body)] + (_framings(codec, body, rng) if codec else []):
+            buf = raw_batch(recs, codec=codec, max_ts=T0 - 1)
+            buf[BATCH_OVERHEAD:] = framed
+            buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
+            set_crc(buf, 0, len(buf))
+            r = rules()
+            try:
+                want = records_module._validate_batches(memoryview(buf), None, True, False, r)
+            except KafkaError as e:
+                want = type(e)
+            try:
+                got = validate_batches(memoryview(buf), rules=r)
+            except KafkaError as e:
+                got = type(e)
+            assert got == want, (codec, bytes(framed[:40]))
+            low, high, flags = records_module._record_bounds(r)
+            c = ext.validate_client(memoryview(buf), -1, False, BatchInfo, low, high, flags, False)
+            left += type(c) is tuple
+    assert left >= 3  # good snappy, lz4 and zstd batches went to Python
+
+
+@pytest.mark.skipif(
+    records_module._c_validate_client is None, reason="the C extension is not built"
+)
+@pytest.mark.parametrize("codec", CODECS[1:])
+def test_records_that_inflate_past_the_pieces_agree(codec: Codec) -> None:
+    """Records that inflate to several of the C check's 64 KiB pieces (and past its 1 MiB whole
+    buffer), with records straddling pieces: C checks them itself (a list, within a bound of 4 MiB)
+    and agrees with Python, whole, cut short, or with a byte of the compressed data changed."""
+    rng = random.Random(int(codec))
+    values = [rng.randbytes(rng.randrange(1, 300_000)) + bytes(rng.randrange(200_000)) for _ in range(12)]  # fmt: skip
+    body = b"".join(encode_record(Record(b"k", v), i, i) for i, v in enumerate(values))
+    assert len(body) > 1 << 20
+    framings = [compress(codec, body)]
+    if codec == Codec.SNAPPY:
+        framings.append(compress(codec, body, xerial=False))
+    if codec == Codec.ZSTD:
+        framings.append(compress_as_kafka(codec, body))
+    for framed in list(framings):
+        garbled = bytearray(framed)
+        garbled[len(garbled) // 2] ^= 0x10
+        framings += [framed[: len(framed) - 100], bytes(garbled)]
+    r = rules()
+    low, high, flags = records_module._record_bounds(r)
+    for i, framed in enumerate(framings):
+        buf = raw_batch([(b"k", j, j) for j in range(len(values))], codec=codec)
+        buf[BATCH_OVERHEAD:] = framed
+        buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
+        set_crc(buf, 0, len(buf))
+        try:
+            want = records_module._validate_batches(memoryview(buf), None, True, False, r)
+        except KafkaError:
+            want = None
+        got = records_module._c_validate_client(
+            memoryview(buf), 4 << 20, False, BatchInfo, low, high, flags, False
+        )
+        assert got == want, (codec, i)
+        if i < (2 if codec in (Codec.SNAPPY, Codec.ZSTD) else 1):
+            assert type(got) is list and got[0].count == len(values)
