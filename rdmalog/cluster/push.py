@@ -203,14 +203,8 @@ class FollowerLink(Endpoint):
                         if pp.state == "pushing":
                             self._pump(pp)
                     acked, self._acked = self._acked, []
-                # Outside the lock (the high watermark it moves is sent on the links, this one's
-                # included), the last acknowledgement of each partition only: a log end offset
-                # covers the ones before it, and each report costs the leader's replica manager
-                # a round (follower progress, high watermark, held producer answers).
-                for pp, leo in (
-                    acked if len(acked) < 2 else {id(p): (p, o) for p, o in acked}.values()
-                ):
-                    self.on_ack(pp, leo)
+                for pp, leo in acked:  # outside the lock: the high watermark it moves is sent
+                    self.on_ack(pp, leo)  # on the links, this one's included
                 self._after_pump()
                 self._check_stall()
                 if not wcs and not self.ctl.alive():
