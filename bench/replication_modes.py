@@ -9,14 +9,17 @@ A B C) so machine drift cancels, and the median round is reported. Per mode:
 - `acks_all_latency_us_p50/p99`: one 1 KiB record at a time, confluent-kafka (acks=all, linger.ms=0)
   through the gateway; `native_acks_all_latency_us_p50/p99`: the same from a native producer
   (acks=all, its default: answered once the ISR holds the record);
-- `replicated_produce_gib_s`: 64 KiB batches from a native producer, timed until the leader's high
+- `replicated_produce_gib_s`: 64 KiB batches from a native producer (its defaults in every mode:
+  acks=all, up to 64 batches in flight, never one at a time), timed until the leader's high
   watermark covers them (the ISR holds them), and `leader_cpu_s_per_gib`: the leader's CPU time
   over that run per GiB.
 
 Then the batching curve, in-process (a follower's RdmaService and a leader's push link,
-compat_tests/push_pair.py): 64-byte entries, one batch each, appended at RATE a
-second (an open loop), for `replica.push.batch.max.bytes` from 0 (one batch per write) up, with
-the entry latency (append to acknowledgement), the goodput and the entries each write carried.
+compat_tests/push_pair.py): 64-byte entries, one batch each, appended at each of RATES a
+second (an open loop: 10,000 a second, which one write per entry keeps up with, and 40,000, more
+than one write per entry can carry here), for `replica.push.batch.max.bytes` from 0 (one batch
+per write) up, with the entry latency (append to acknowledgement), the goodput and the entries
+each write carried.
 
 Every result is one JSON line: {"transport", "mode", "metric", "value", "unit"[, ...]}.
 """
@@ -38,7 +41,7 @@ from compat_tests.zookeeper import ZooKeeperServer
 
 MODES = ("none", "pull", "push")
 BATCH_MAX = (0, 256, 1024, 4096, 16384)
-RATE = 10000  # entries a second offered to the link in the batching curve
+RATES = (10000, 40000)  # entries a second offered to the link in the batching curve
 OVERRIDES = {
     "zookeeper.session.timeout.ms": "10000",
     "replica.lag.time.max.ms": "10000",
@@ -148,7 +151,9 @@ def clusters(tmp: Path, zk: ZooKeeperServer, transport: str) -> dict[str, Broker
 
 def run_cluster_modes(transport: str, repeat: int, quick: bool) -> list[dict]:
     rows: list[dict] = []
-    lat_n, batches = (300, 300) if quick else (2000, 2000)
+    # 1500 batches (~96 MiB) at least: 300 took ~50 ms on shm, as long as the pipeline's fill
+    # and drain and a few 10 ms ticks of the leader's CPU clock
+    lat_n, batches = (300, 1500) if quick else (2000, 3000)
     samples: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-push-") as tmp:
         zk = ZooKeeperServer(Path(tmp) / "zk").start()
@@ -185,24 +190,34 @@ def run_cluster_modes(transport: str, repeat: int, quick: bool) -> list[dict]:
     return rows
 
 
-def batching_curve(transport: str, seconds: float) -> list[dict]:
-    """64-byte entries through a push link with each batch.max, in-process."""
+def batching_curve(transport: str, seconds: float, repeat: int = 1) -> list[dict]:
+    """64-byte entries through a push link with each batch.max and rate, in-process; the
+    sizes alternate within a round, and each point is the median of `repeat` rounds."""
     from compat_tests.push_pair import Follower, Leader
 
-    rows = []
-    for batch_max in BATCH_MAX:
-        with tempfile.TemporaryDirectory(prefix="bench-batching-") as tmp:
-            follower = Follower(Path(tmp) / "follower", transport)
-            leader = Leader(Path(tmp) / "leader", follower, transport, batch_max=batch_max)
-            try:
-                rows += _curve_point(transport, leader, batch_max, seconds)
-            finally:
-                leader.close()
-                follower.close()
-    return rows
+    samples: dict[tuple[int, int, str], list[float]] = {}
+    units = {}
+    for _ in range(repeat):
+        for rate in RATES:
+            for batch_max in BATCH_MAX:
+                with tempfile.TemporaryDirectory(prefix="bench-batching-") as tmp:
+                    follower = Follower(Path(tmp) / "follower", transport)
+                    leader = Leader(Path(tmp) / "leader", follower, transport, batch_max=batch_max)
+                    try:
+                        for metric, value, unit in _curve_point(leader, rate, seconds):
+                            samples.setdefault((rate, batch_max, metric), []).append(value)
+                            units[metric] = unit
+                    finally:
+                        leader.close()
+                        follower.close()
+    return [
+        emit(transport, "push", metric, statistics.median(values), units[metric],
+             batch_max_bytes=batch_max, rate=rate)
+        for (rate, batch_max, metric), values in samples.items()
+    ]  # fmt: skip
 
 
-def _curve_point(transport: str, leader, batch_max: int, seconds: float) -> list[dict]:
+def _curve_point(leader, rate: int, seconds: float) -> list[tuple[str, float, str]]:
     from rdmalog.store.records import build_batch
 
     entry = bytes(build_batch([(None, b"e" * 64)]))
@@ -218,7 +233,7 @@ def _curve_point(transport: str, leader, batch_max: int, seconds: float) -> list
     plog, link = leader.log, leader.link
     t0 = time.perf_counter()
     while (now := time.perf_counter()) - t0 < seconds:
-        for _ in range(int((now - t0) * RATE) - len(appended)):  # paced: RATE entries a second
+        for _ in range(int((now - t0) * rate) - len(appended)):  # paced: `rate` a second
             plog.append(memoryview(bytearray(entry)))
             appended.append(time.perf_counter())
             link.kick(plog)
@@ -236,20 +251,18 @@ def _curve_point(transport: str, leader, batch_max: int, seconds: float) -> list
     lat.sort()
     writes = leader.pp.order
     return [
-        emit(transport, "push", "batching_latency_us_p50", 1e6 * lat[len(lat) // 2], "us",
-             batch_max_bytes=batch_max),
-        emit(transport, "push", "batching_goodput_mib_s", len(appended) * 64 / elapsed / 2**20,
-             "MiB/s", batch_max_bytes=batch_max),
-        emit(transport, "push", "batching_entries_per_write", len(appended) / max(writes, 1),
-             "entries", batch_max_bytes=batch_max),
-    ]  # fmt: skip
+        ("batching_latency_us_p50", 1e6 * lat[len(lat) // 2], "us"),
+        ("batching_latency_us_p99", 1e6 * lat[min(len(lat) - 1, int(len(lat) * 0.99))], "us"),
+        ("batching_goodput_mib_s", len(appended) * 64 / elapsed / 2**20, "MiB/s"),
+        ("batching_entries_per_write", len(appended) / max(writes, 1), "entries"),
+    ]
 
 
 def run(transports: list[str], repeat: int, quick: bool) -> list[dict]:
     rows: list[dict] = []
     for transport in transports:
         rows += run_cluster_modes(transport, repeat, quick)
-        rows += batching_curve(transport, 1.0 if quick else 3.0)
+        rows += batching_curve(transport, 1.0 if quick else 3.0, repeat)
     return rows
 
 
@@ -299,49 +312,58 @@ def render(rows: list[dict], command: str) -> str:
         except KeyError:
             continue
         lines.append(f"| {t} | {lat:.2f} | {native:.2f} | {bw:.2f} |")
-    lines += ["", f"Batching: 64-byte entries (one batch each) offered at {RATE:,} a second to an "
-              "in-process link; `replica.push.batch.max.bytes`, 0 = one batch per write:", "",
-              "| transport | batch max bytes | entry latency p50 us | goodput MiB/s "
-              "| entries per write |", "| --- | --- | --- | --- | --- |"]  # fmt: skip
-    for t in transports:
-        for b in BATCH_MAX:
-            v = [by.get((t, "push", k, b)) for k in ("batching_latency_us_p50",
-                 "batching_goodput_mib_s", "batching_entries_per_write")]  # fmt: skip
-            if None not in v:
-                lines.append(f"| {t} | {b} | {v[0]:.0f} | {v[1]:.2f} | {v[2]:.1f} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + batching_table(rows)) + "\n"
+
+
+def batching_table(rows: list[dict]) -> list[str]:
+    """The batching curve's rows, per transport and offered rate."""
+    by = {(r["transport"], r.get("rate"), r["metric"], r.get("batch_max_bytes")): r["value"]
+          for r in rows if r.get("batch_max_bytes") is not None}  # fmt: skip
+    lines = ["", "Batching: 64-byte entries (one batch each) offered at a fixed rate to an "
+             "in-process link; `replica.push.batch.max.bytes`, 0 = one batch per write:", "",
+             "| transport | offered entries/s | batch max bytes | entry latency p50 us | p99 us "
+             "| goodput MiB/s | entries per write |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    keys = ("batching_latency_us_p50", "batching_latency_us_p99", "batching_goodput_mib_s",
+            "batching_entries_per_write")  # fmt: skip
+    for t in sorted({k[0] for k in by}):
+        for rate in RATES:
+            for b in BATCH_MAX:
+                v = [by.get((t, rate, k, b)) for k in keys]
+                if None not in v:
+                    lines.append(f"| {t} | {rate:,} | {b} | {v[0]:.0f} | {v[1]:.0f} "
+                                 f"| {v[2]:.2f} | {v[3]:.1f} |")  # fmt: skip
+    return lines
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """Entry latency and goodput against batch.max, per transport."""
-    import matplotlib
+    """Entry latency (left) and goodput (right) against batch.max, per transport and rate."""
+    from bench.plots import _pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    ax2 = ax.twinx()
-    for t, color in (("shm", "tab:blue"), ("tcp", "tab:orange")):
-        pts = sorted(
-            (r["batch_max_bytes"], r["metric"], r["value"]) for r in rows
-            if r["transport"] == t and r.get("batch_max_bytes") is not None
-        )  # fmt: skip
-        xs = sorted({b for b, _, _ in pts})
-        if not xs:
-            continue
-        lat = {b: v for b, m, v in pts if m == "batching_latency_us_p50"}
-        good = {b: v for b, m, v in pts if m == "batching_goodput_mib_s"}
-        xplot = [max(b, 64) for b in xs]  # 0 (no coalescing) drawn at 64
-        ax.plot(xplot, [lat[b] for b in xs], "o-", color=color, label=f"{t} latency p50")
-        ax2.plot(xplot, [good[b] for b in xs], "s--", color=color, label=f"{t} goodput")
-    ax.set_xscale("log", base=2)
+    plt = _pyplot()
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=110)
+    colors = {"shm": "tab:blue", "tcp": "tab:orange"}
+    for t in sorted({r["transport"] for r in rows if r.get("batch_max_bytes") is not None}):
+        for rate, style in zip(RATES, ("o-", "s--"), strict=False):
+            pts = {(r["batch_max_bytes"], r["metric"]): r["value"] for r in rows
+                   if r["transport"] == t and r.get("rate") == rate}  # fmt: skip
+            xs = [b for b in BATCH_MAX if (b, "batching_latency_us_p50") in pts]
+            if not xs:
+                continue
+            xplot = [max(b, 64) for b in xs]  # 0 (no coalescing) drawn at 64
+            label = f"{t}, {rate:,}/s"
+            ax.plot(xplot, [pts[(b, "batching_latency_us_p50")] for b in xs], style,
+                    color=colors.get(t), label=label)  # fmt: skip
+            ax2.plot(xplot, [pts[(b, "batching_goodput_mib_s")] for b in xs], style,
+                     color=colors.get(t), label=label)  # fmt: skip
+    for a in (ax, ax2):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("replica.push.batch.max.bytes (64 = no coalescing)")
+        a.legend(fontsize=8)
     ax.set_yscale("log")
-    ax.set_xlabel("replica.push.batch.max.bytes (64 = no coalescing)")
-    ax.set_ylabel("entry latency p50, us")
+    ax.set_ylabel("entry latency p50, us (log)")
     ax2.set_ylabel("goodput, MiB/s of 64-byte entries")
-    lines = ax.get_legend_handles_labels()
-    lines2 = ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="upper center")
-    ax.set_title("Push replication: batching 64-byte entries")
+    fig.suptitle("Push replication: batching 64-byte entries (offered entries a second)")
     fig.tight_layout()
     fig.savefig(path)
+    plt.close(fig)

@@ -283,7 +283,7 @@ BROKER_DEFS = _defs(
     # push replication (KafkaDirect 4.3.2): unset, push when rdma.transport names one, else pull
     ("replica.transport", "string", None, _one_of("pull", "push")),
     ("replica.push.credits", "int", 32, _at_least(1, at_most=128)),
-    ("replica.push.batch.max.bytes", "int", 1024, _at_least(0)),
+    ("replica.push.batch.max.bytes", "int", 4096, _at_least(0)),
     ("unclean.leader.election.enable", "boolean", False),
     ("controlled.shutdown.enable", "boolean", True),
     ("auto.leader.rebalance.enable", "boolean", True),

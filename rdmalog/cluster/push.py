@@ -495,7 +495,7 @@ class PushReplication:
         acked: Callable[[str, int, int, int, int], None],
         pulled: Callable[[str, int, int], None],
         *,
-        batch_max: int = 1024,
+        batch_max: int = 4096,
         stall_s: float = 30.0,
         sasl: SaslCredentials | None = None,
     ) -> None:
