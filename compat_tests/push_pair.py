@@ -53,7 +53,7 @@ class Leader:
         path: Path,
         follower: Follower,
         kind: str,
-        batch_max: int = 1024,
+        batch_max: int = 4096,
         segment_bytes: int | None = None,
     ):
         self.store = _store(path, segment_bytes)
