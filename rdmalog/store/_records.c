@@ -371,24 +371,29 @@ fail:
 }
 
 /* commit_plain(buf, position, end, max_batch_size, now, before_max_ms, after_max_ms,
- * keys_required, log_append_time, base_offset, leader_epoch): the in-place commit's common case
- * in one call (`PartitionLog.commit_written`'s fast path): the batches at [position, end) of the
- * writable `buf` (a head file's mapping) checked as `validate_client` checks a client's batches
- * (headers, CRC, every record against the bounds `records._record_bounds` derives from now and
- * the topic's timestamp limits, keys on a compacted topic), and when every one is a plain data
- * batch without a producer id, patched as `patch` patches them (offsets from base_offset, the
- * leader epoch; LogAppendTime stamped with `now` when log_append_time, else a stale maxTimestamp
- * set to the records'). Returns (batches, next offset, top timestamp) with the batches as the
- * segment indexes them ((position - `position`, size, last offset, max timestamp) tuples);
- * None, nothing written, for everything else (a bad batch, a compressed, control or
- * transactional one, a producer id): the general path takes those, and names the errors. */
+ * keys_required, log_append_time, base_offset, leader_epoch, info_type): the in-place commit's
+ * common case in one call (`PartitionLog.commit_written`'s fast path): the batches at
+ * [position, end) of the writable `buf` (a head file's mapping) checked as `validate_client`
+ * checks a client's batches (headers, CRC, every record against the bounds
+ * `records._record_bounds` derives from now and the topic's timestamp limits, keys on a
+ * compacted topic), and when every one is a plain data batch without a producer id, patched as
+ * `patch` patches them (offsets from base_offset, the leader epoch; LogAppendTime stamped with
+ * `now` when log_append_time, else a stale maxTimestamp set to the records'). Returns (batches,
+ * next offset, top timestamp) with the batches as the segment indexes them ((position -
+ * `position`, size, last offset, max timestamp) tuples). When some carry a producer id (an
+ * idempotent producer's), nothing is written and the list of their `info_type` (BatchInfo) is
+ * returned, as `validate_client` gives it: the general path checks their sequences and commits
+ * them. None, nothing written, for everything else (a bad batch, a compressed, control or
+ * transactional one): the general path takes those, and names the errors. */
 #define COMMIT_PLAIN_KEPT 64
 
 static PyObject *commit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 11) {
+    if (nargs != 12 || !PyType_Check(args[11]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[11], &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError,
                         "commit_plain(buf, position, end, max_batch_size, now, before_max_ms, "
-                        "after_max_ms, keys_required, log_append_time, base_offset, leader_epoch)");
+                        "after_max_ms, keys_required, log_append_time, base_offset, leader_epoch, "
+                        "info_type)");
         return NULL;
     }
     long long a[11];
@@ -414,6 +419,7 @@ static PyObject *commit_plain(PyObject *self, PyObject *const *args, Py_ssize_t 
     unsigned char *buf = (unsigned char *)v.buf;
     /* First pass: check every batch (nothing is written unless all pass). */
     long long pos = position, n = 0;
+    int producers = 0;
     RecordScan scanner;
     while (pos < end) {
         if (end - pos < BATCH_OVERHEAD) goto general;
@@ -425,9 +431,12 @@ static PyObject *commit_plain(PyObject *self, PyObject *const *args, Py_ssize_t 
         int16_t attrs = (int16_t)be(h + 21, 2);
         int32_t lod = (int32_t)be(h + 23, 4), count = (int32_t)be(h + 57, 4);
         int64_t base_ts = (int64_t)be(h + 27, 8), max_ts = (int64_t)be(h + 35, 8);
-        /* the general path's cases: compressed, transactional or control, a producer id */
-        if ((attrs & (CODEC_MASK | TRANSACTIONAL_BIT | CONTROL_BIT)) || (int64_t)be(h + 43, 8) >= 0)
-            goto general;
+        /* the general path's cases: compressed, transactional or control */
+        if (attrs & (CODEC_MASK | TRANSACTIONAL_BIT | CONTROL_BIT)) goto general;
+        if ((int64_t)be(h + 43, 8) >= 0) { /* a producer id: its sequence is the general path's */
+            if ((int32_t)be(h + 53, 4) < 0) goto general;
+            producers = 1;
+        }
         if (lod < 0 || count != (int64_t)lod + 1) goto general;
         if (crc32c(h + 21, (size_t)(size - 21)) != (uint32_t)be(h + 17, 4)) goto general;
         int stamped = (attrs & TIMESTAMP_TYPE_BIT) != 0;
@@ -443,6 +452,29 @@ static PyObject *commit_plain(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (n < COMMIT_PLAIN_KEPT) maxes[n] = scanner.max_ts;
         pos += size;
         n++;
+    }
+    if (producers) { /* checked, not written: the infos validate_client gives */
+        if (n > COMMIT_PLAIN_KEPT) goto general;
+        PyTypeObject *info_type = (PyTypeObject *)args[11];
+        batches = PyList_New(n);
+        if (!batches) goto fail;
+        pos = position;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const unsigned char *h = buf + pos;
+            long long size = (long long)(int32_t)be(h + 8, 4) + LOG_OVERHEAD;
+            int16_t attrs = (int16_t)be(h + 21, 2);
+            int64_t max_ts = (int64_t)be(h + 35, 8);
+            long long f[9] = {pos - position, size, (int32_t)be(h + 23, 4), maxes[i],
+                              (int32_t)be(h + 57, 4), attrs, (int64_t)be(h + 43, 8),
+                              (int16_t)be(h + 51, 2), (int32_t)be(h + 53, 4)};
+            PyObject *info =
+                info_new(info_type, f, maxes[i] != max_ts || (attrs & TIMESTAMP_TYPE_BIT));
+            if (!info) goto fail;
+            PyList_SET_ITEM(batches, i, info);
+            pos += size;
+        }
+        PyBuffer_Release(&v);
+        return batches;
     }
     /* Second pass: patch, as `patch` does. */
     batches = PyList_New(n);
@@ -523,8 +555,9 @@ static PyMethodDef methods[] = {
      "attributes, producers): offsets, epoch and timestamps of validated batches set in place"},
     {"commit_plain", (PyCFunction)(void (*)(void))commit_plain, METH_FASTCALL,
      "commit_plain(buf, position, end, max_batch_size, now, before_max_ms, after_max_ms, "
-     "keys_required, log_append_time, base_offset, leader_epoch) -> (batches, next_offset, "
-     "top_ts): plain client batches checked and patched in place; None for the general path"},
+     "keys_required, log_append_time, base_offset, leader_epoch, info_type) -> (batches, "
+     "next_offset, top_ts): plain client batches checked and patched in place; their infos "
+     "when some have a producer id; None for the general path"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -163,9 +163,10 @@ class InPlaceAccess:
             and leader_epoch is None
             and _c_commit_plain is not None
         ):
-            result = self._commit_plain(head, position, end)
-            if result is not None:
-                return result
+            done = self._commit_plain(head, position, end)
+            if type(done) is AppendResult:
+                return done
+            infos = done  # None, or the checked batches of an idempotent producer
         with self.lock:
             seg = self._head_at(head, position)
             if expected_base_offset is not None and expected_base_offset != self.log_end_offset:
@@ -180,13 +181,17 @@ class InPlaceAccess:
                     infos = self._validate(mv)
                 return self._append(mv, infos, leader_epoch, in_place=True)
 
-    def _commit_plain(self, head: SegmentFile, position: int, end: int) -> AppendResult | None:
+    def _commit_plain(
+        self, head: SegmentFile, position: int, end: int
+    ) -> AppendResult | list[BatchInfo] | None:
         """`commit_written`'s common case, folded: plain data batches with no producer id, no
-        transaction, into the head of an open, unreplicated log, checked and patched by one C
-        call (`_records.commit_plain`: CRC, LogValidator's record checks, offsets, epoch,
-        timestamps), then the bookkeeping `_append` does for them. None, nothing done, for
+        transaction, into the head of an open log, checked and patched by one C call
+        (`_records.commit_plain`: CRC, LogValidator's record checks, offsets, epoch,
+        timestamps), then the bookkeeping `_append` does for them. An idempotent producer's
+        plain batches are checked by the same call and returned as infos, nothing done: the
+        general path checks their sequences and commits them. None, nothing done, for
         everything else (and for bad bytes): the general path then commits, or raises the
-        precise error. tests/unit/test_in_place_fast.py checks both paths give the same."""
+        precise error. tests/unit/store/test_in_place_fast.py checks both paths alike."""
         with self.lock:
             segs = self.segments
             seg = segs[-1] if segs else None
@@ -207,10 +212,10 @@ class InPlaceAccess:
             now = self.clock()
             done = _c_commit_plain(
                 mm, position, end, cfg.max_message_bytes, now, before, after, compacted,
-                log_append, base, epoch,
+                log_append, base, epoch, BatchInfo,
             )  # fmt: skip
-            if done is None:
-                return None
+            if type(done) is not tuple:
+                return done
             batches, nxt, _ = done
             try:
                 seg.commit_written(batches, end - position)

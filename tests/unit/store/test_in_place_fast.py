@@ -103,7 +103,9 @@ CASES = {
             _plain(2, producer_id=7, producer_epoch=0, base_sequence=0),
             _plain(1),
             _plain(1, producer_id=7, producer_epoch=0, base_sequence=2),
-            _plain(1, producer_id=7, producer_epoch=0, base_sequence=5),
+            _plain(1, producer_id=7, producer_epoch=0, base_sequence=2),  # a retry: duplicate
+            _plain(1, producer_id=7, producer_epoch=0, base_sequence=5),  # a gap: refused
+            _plain(1, producer_id=7, producer_epoch=0, base_sequence=3) + _plain(2),
         ],
         {},
     ),
@@ -128,15 +130,20 @@ def test_the_fast_path_commits_as_the_general_path(tmp_path: Path, case: str) ->
 
 
 def test_the_fast_path_takes_plain_batches_only(tmp_path: Path, monkeypatch) -> None:
-    """Plain batches without a producer id are committed by the one C call; a producer id, a
-    transaction, a compressed batch or bad bytes leave it to the general path."""
-    taken: list[bool] = []
+    """Plain batches without a producer id are committed by the one C call; an idempotent
+    producer's are checked by it (their infos as `validate_written` gives them) and committed by
+    the general path; a transaction, a compressed batch or bad bytes leave all to the general
+    path."""
+    taken: list[str] = []
     c_call = in_place._c_commit_plain
     assert c_call is not None, "the _records extension is not built"
 
     def counted(*args):
         done = c_call(*args)
-        taken.append(done is not None)
+        if type(done) is list:  # nothing written yet: the bytes validate as they are
+            mm, position, end = args[:3]
+            assert done == plog.validate_written(plog.segments[-1], position, end)
+        taken.append(type(done).__name__)
         return done
 
     monkeypatch.setattr(in_place, "_c_commit_plain", counted)
@@ -150,4 +157,4 @@ def test_the_fast_path_takes_plain_batches_only(tmp_path: Path, monkeypatch) -> 
     ):
         _commit(plog, data, general=False)
     plog.close()
-    assert taken == [True, False, False, False, False]
+    assert taken == ["tuple", "list", "NoneType", "NoneType", "NoneType"]
