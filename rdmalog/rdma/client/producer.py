@@ -450,7 +450,11 @@ class Producer(Endpoint):
 
     def produce(self, topic: str, partition: int, value: bytes | None, key: bytes | None = None):
         """Send one record and wait: (base_offset, last_offset)."""
-        return self.send(topic, partition, value, key).wait(self.timeout)
+        if partition is None or self.compression or _c_encode is None:
+            return self.send(topic, partition, value, key).wait(self.timeout)
+        # send() of one plain record, without its three frames: the batch built in C
+        batch = _c_encode([(key, value)], int(time.time() * 1000))
+        return self._send(topic, partition, batch, self.idempotent).wait(self.timeout)
 
     def flush(self, timeout: float | None = None) -> None:
         if self.broken is not None:
@@ -479,7 +483,8 @@ class Producer(Endpoint):
         size = len(self.stage.buf)
         if n > size:
             raise ProduceError(f"batch of {n} bytes exceeds the {size}-byte staging area")
-        self._wait_in_flight(tp)
+        if self.inflight or self._retry:  # (nothing in flight: nothing to wait for)
+            self._wait_in_flight(tp)
         live = self._staged
         while True:
             while live and live[0].done:
@@ -574,7 +579,7 @@ class Producer(Endpoint):
 
     def _write(self, d: Delivery) -> None:
         try:
-            g = self._grant(d.topic, d.partition)
+            g = self.grants.get((d.topic, d.partition)) or self._grant(d.topic, d.partition)
         except BrokerDisconnected as e:
             if self.idempotent:
                 raise
