@@ -95,8 +95,8 @@ class HeadMovedError(Exception):
 class InPlaceAccess:
     """Mixin of PartitionLog: in-place access to its files (see the module docstring)."""
 
-    # What it uses of PartitionLog (and its methods roll, _append, record_rules, _advance_hw,
-    # _notify, _appended, _save_epochs)
+    # What it uses of PartitionLog (and its methods roll, _append, record_rules, _notify,
+    # _appended, _save_epochs)
     lock: threading.RLock
     segments: list[LogSegment]
     config: TopicConfig
@@ -227,8 +227,10 @@ class InPlaceAccess:
             flush_needed = nxt - self.recovery_point >= cfg.flush_messages
             if flush_needed:
                 self._flush_target = nxt
-            hw = nxt if self._flush_target <= self.recovery_point else self.high_watermark
-            advanced = not self.replicated and hw > self.high_watermark and self._advance_hw(hw)
+            # `_advance_hw` without its call: the new high watermark is at most the log end
+            advanced = not self.replicated and self._flush_target <= self.recovery_point
+            if advanced:
+                self.high_watermark = nxt
             result = AppendResult(
                 base, nxt - 1, now if log_append else -1, self.log_start_offset, flush_needed
             )
