@@ -48,7 +48,6 @@ from rdmalog.rdma.transport._atomic64 import (
     fetch_add,
     load,
     ring_push,
-    ring_wait,
     store,
 )
 from rdmalog.rdma.transport.interface import (
@@ -215,9 +214,8 @@ class ShmCQ:
             spin = self.spin_ns
             if timeout is not None and timeout * 1e9 < spin:
                 spin = int(timeout * 1e9)
-            if spin > 0:  # self.ring.spin(spin), without its frame
-                ring = self.ring
-                ring_wait(ring.buf, ring.nslots, ring.slot_size, ring.head, spin)
+            if spin > 0:
+                self.ring.spin(spin)
         out = self.poll(max_entries)
         if out:
             self._recent = True
