@@ -643,8 +643,8 @@ class Producer(Endpoint):
                     if self._retry:  # it must wait again: nothing newer may overtake it
                         self._retry.extend(pending[i + 1 :])
                         break
-            if until():
-                return
+                if until():  # (only resending can have made it true since the loop's test)
+                    return
             left = deadline - time.monotonic()
             if left <= 0:
                 return
