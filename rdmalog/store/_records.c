@@ -16,6 +16,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <limits.h>
 #include <string.h>
 #include <zlib.h>
 #ifdef HAVE_LZ4
@@ -559,6 +560,166 @@ fail:
     return NULL;
 }
 
+/* commit_plain(buf, position, end, max_batch_size, now, before_max_ms, after_max_ms,
+ * keys_required, log_append_time, base_offset, leader_epoch, info_type): the in-place commit's
+ * common case in one call (`PartitionLog.commit_written`'s fast path): the batches at
+ * [position, end) of the writable `buf` (a head file's mapping) checked as `validate_client`
+ * checks a client's batches (headers, CRC, every record against the bounds
+ * `records._record_bounds` derives from now and the topic's timestamp limits, keys on a
+ * compacted topic), and when every one is a plain data batch without a producer id, patched as
+ * `patch` patches them (offsets from base_offset, the leader epoch; LogAppendTime stamped with
+ * `now` when log_append_time, else a stale maxTimestamp set to the records'). Returns (batches,
+ * next offset, top timestamp) with the batches as the segment indexes them ((position -
+ * `position`, size, last offset, max timestamp) tuples). When some carry a producer id (an
+ * idempotent producer's), nothing is written and the list of their `info_type` (BatchInfo) is
+ * returned, as `validate_client` gives it: the general path checks their sequences and commits
+ * them. None, nothing written, for everything else (a bad batch, a compressed, control or
+ * transactional one): the general path takes those, and names the errors. */
+#define COMMIT_PLAIN_KEPT 64
+
+static PyObject *commit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 12 || !PyType_Check(args[11]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[11], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "commit_plain(buf, position, end, max_batch_size, now, before_max_ms, "
+                        "after_max_ms, keys_required, log_append_time, base_offset, leader_epoch, "
+                        "info_type)");
+        return NULL;
+    }
+    long long a[11];
+    for (int i = 1; i < 11; i++) {
+        if (i == 7 || i == 8) continue;
+        a[i] = PyLong_AsLongLong(args[i]);
+        if (a[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    int keys_required = PyObject_IsTrue(args[7]), log_append_time = PyObject_IsTrue(args[8]);
+    if (keys_required < 0 || log_append_time < 0) return NULL;
+    long long position = a[1], end = a[2], max_size = a[3], now = a[4], nxt = a[9];
+    long long low, high;
+    if (__builtin_sub_overflow(now, a[5], &low)) low = LLONG_MIN; /* as _record_bounds clamps */
+    if (__builtin_add_overflow(now, a[6], &high)) high = LLONG_MAX;
+    int flags = keys_required ? KEYS_REQUIRED : 0;
+    if (!log_append_time && (low > LLONG_MIN || high < LLONG_MAX)) flags |= CHECK_TIMESTAMPS;
+    uint32_t epoch = (uint32_t)a[10];
+    PyObject *batches = NULL;
+    int64_t maxes[COMMIT_PLAIN_KEPT]; /* the first batches' records' max timestamps */
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[0], &v, PyBUF_WRITABLE) < 0) return NULL;
+    if (position < 0 || position >= end || end > v.len) goto general;
+    unsigned char *buf = (unsigned char *)v.buf;
+    /* First pass: check every batch (nothing is written unless all pass). */
+    long long pos = position, n = 0;
+    int producers = 0;
+    RecordScan scanner;
+    while (pos < end) {
+        if (end - pos < BATCH_OVERHEAD) goto general;
+        const unsigned char *h = buf + pos;
+        int32_t length = (int32_t)be(h + 8, 4);
+        long long size = (long long)length + LOG_OVERHEAD;
+        if (length < MIN_BATCH_LENGTH || size > end - pos || h[16] != 2) goto general;
+        if (max_size >= 0 && size > max_size) goto general;
+        int16_t attrs = (int16_t)be(h + 21, 2);
+        int32_t lod = (int32_t)be(h + 23, 4), count = (int32_t)be(h + 57, 4);
+        int64_t base_ts = (int64_t)be(h + 27, 8), max_ts = (int64_t)be(h + 35, 8);
+        /* the general path's cases: compressed, transactional or control */
+        if (attrs & (CODEC_MASK | TRANSACTIONAL_BIT | CONTROL_BIT)) goto general;
+        if ((int64_t)be(h + 43, 8) >= 0) { /* a producer id: its sequence is the general path's */
+            if ((int32_t)be(h + 53, 4) < 0) goto general;
+            producers = 1;
+        }
+        if (lod < 0 || count != (int64_t)lod + 1) goto general;
+        if (crc32c(h + 21, (size_t)(size - 21)) != (uint32_t)be(h + 17, 4)) goto general;
+        int stamped = (attrs & TIMESTAMP_TYPE_BIT) != 0;
+        if (stamped && (log_append_time || max_ts == -1)) goto general;
+        scan_start(&scanner, count, stamped ? max_ts : base_ts, low, high,
+                   flags | (stamped ? FIXED_TIMESTAMP : 0), 0);
+        scanner.errors = NULL;
+        if (scan(&scanner, h + BATCH_OVERHEAD, h + size) < 0) {
+            PyErr_Clear();
+            goto general;
+        }
+        if (!scan_complete(&scanner) || scanner.error_count) goto general;
+        if (n < COMMIT_PLAIN_KEPT) maxes[n] = scanner.max_ts;
+        pos += size;
+        n++;
+    }
+    if (producers) { /* checked, not written: the infos validate_client gives */
+        if (n > COMMIT_PLAIN_KEPT) goto general;
+        PyTypeObject *info_type = (PyTypeObject *)args[11];
+        batches = PyList_New(n);
+        if (!batches) goto fail;
+        pos = position;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const unsigned char *h = buf + pos;
+            long long size = (long long)(int32_t)be(h + 8, 4) + LOG_OVERHEAD;
+            int16_t attrs = (int16_t)be(h + 21, 2);
+            int64_t max_ts = (int64_t)be(h + 35, 8);
+            long long f[9] = {pos - position, size, (int32_t)be(h + 23, 4), maxes[i],
+                              (int32_t)be(h + 57, 4), attrs, (int64_t)be(h + 43, 8),
+                              (int16_t)be(h + 51, 2), (int32_t)be(h + 53, 4)};
+            PyObject *info =
+                info_new(info_type, f, maxes[i] != max_ts || (attrs & TIMESTAMP_TYPE_BIT));
+            if (!info) goto fail;
+            PyList_SET_ITEM(batches, i, info);
+            pos += size;
+        }
+        PyBuffer_Release(&v);
+        return batches;
+    }
+    /* Second pass: patch, as `patch` does. */
+    batches = PyList_New(n);
+    if (!batches) goto fail;
+    long long top_ts = -1;
+    pos = position;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char *h = buf + pos;
+        long long size = (long long)(int32_t)be(h + 8, 4) + LOG_OVERHEAD;
+        uint16_t attrs = (uint16_t)be(h + 21, 2);
+        int32_t lod = (int32_t)be(h + 23, 4), count = (int32_t)be(h + 57, 4);
+        int64_t base_ts = (int64_t)be(h + 27, 8), max_ts = (int64_t)be(h + 35, 8);
+        int stamped = (attrs & TIMESTAMP_TYPE_BIT) != 0;
+        int64_t records_max = max_ts;
+        if (i < COMMIT_PLAIN_KEPT) {
+            records_max = maxes[i];
+        } else { /* scanned again: bytes just read, in cache (no heap list of them) */
+            scan_start(&scanner, count, stamped ? max_ts : base_ts, low, high,
+                       flags | (stamped ? FIXED_TIMESTAMP : 0), 0);
+            scanner.errors = NULL;
+            scan(&scanner, h + BATCH_OVERHEAD, h + size); /* passed above */
+            records_max = scanner.max_ts;
+        }
+        put_be(h, (uint64_t)nxt, 8);
+        put_be(h + 12, epoch, 4);
+        if (log_append_time || records_max != max_ts || stamped) {
+            if (log_append_time) {
+                attrs |= TIMESTAMP_TYPE_BIT;
+                records_max = now;
+            } else {
+                attrs &= (uint16_t)~TIMESTAMP_TYPE_BIT;
+            }
+            put_be(h + 21, attrs, 2);
+            put_be(h + 35, (uint64_t)records_max, 8);
+            put_be(h + 17, crc32c(h + 21, (size_t)(size - 21)), 4);
+        }
+        long long last = nxt + lod;
+        PyObject *b = Py_BuildValue("(LLLL)", pos - position, size, last, (long long)records_max);
+        if (!b) goto fail;
+        PyList_SET_ITEM(batches, i, b);
+        if (records_max > top_ts) top_ts = records_max;
+        nxt = last + 1;
+        pos += size;
+    }
+    PyBuffer_Release(&v);
+    return Py_BuildValue("(NLL)", batches, nxt, top_ts);
+general:
+    PyBuffer_Release(&v);
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&v);
+    Py_XDECREF(batches);
+    return NULL;
+}
+
 /* crc32c(buf) -> int: the CRC-32C of crc32c.h that `validate` and the native client use, exposed so
  * tests can check it against the crc32c package and bench/crc32c_speed.py can time it */
 static PyObject *crc32c_of(PyObject *self, PyObject *arg) {
@@ -582,6 +743,11 @@ static PyMethodDef methods[] = {
     {"patch", (PyCFunction)(void (*)(void))patch, METH_FASTCALL,
      "patch(buf, infos, base_offset, leader_epoch, append_time) -> (batches, next_offset, top_ts, "
      "attributes, producers): offsets, epoch and timestamps of validated batches set in place"},
+    {"commit_plain", (PyCFunction)(void (*)(void))commit_plain, METH_FASTCALL,
+     "commit_plain(buf, position, end, max_batch_size, now, before_max_ms, after_max_ms, "
+     "keys_required, log_append_time, base_offset, leader_epoch, info_type) -> (batches, "
+     "next_offset, top_ts): plain client batches checked and patched in place; their infos "
+     "when some have a producer id; None for the general path"},
     {NULL, NULL, 0, NULL},
 };
 

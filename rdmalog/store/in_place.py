@@ -30,18 +30,25 @@ import logging
 import mmap
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from rdmalog.errors import InvalidRecordError, OffsetOutOfRangeError
+from rdmalog.store.append_result import AppendResult
+from rdmalog.store.disk import storage_error
 from rdmalog.store.records import BatchInfo, validate_batches
 from rdmalog.store.segment import LogSegment, log_file_name
 
+try:  # the in-place commit's common case in one C call (setup.py builds it; optional)
+    from rdmalog.store._records import commit_plain as _c_commit_plain
+except ImportError:  # pragma: no cover - a source tree without the extension built
+    _c_commit_plain = None
+
 if TYPE_CHECKING:
     from rdmalog.config import TopicConfig
-    from rdmalog.store.log import AppendResult
+    from rdmalog.store.leader_epochs import LeaderEpochCache
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +95,8 @@ class HeadMovedError(Exception):
 class InPlaceAccess:
     """Mixin of PartitionLog: in-place access to its files (see the module docstring)."""
 
-    # What it uses of PartitionLog (and its methods roll, _append, record_rules)
+    # What it uses of PartitionLog (and its methods roll, _append, record_rules, _notify,
+    # _appended, _save_epochs)
     lock: threading.RLock
     segments: list[LogSegment]
     config: TopicConfig
@@ -98,6 +106,13 @@ class InPlaceAccess:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    recovery_point: int
+    replicated: bool
+    leader_epochs: LeaderEpochCache
+    clock: Callable[[], int]
+    _flush_target: int
+    _record_limits: tuple
+    _append_listeners: list
     _standby: str | None  # None, "making" or "ready"
 
     # --- writing in place -------------------------------------------------------------------------
@@ -141,6 +156,17 @@ class InPlaceAccess:
         follower's fetch is, their offsets must continue the log, nothing is patched (the
         follower's file holds the leader's bytes). Raises HeadMovedError or a Kafka error;
         nothing is committed then."""
+        if (
+            infos is None
+            and not replicated
+            and expected_base_offset is None
+            and leader_epoch is None
+            and _c_commit_plain is not None
+        ):
+            done = self._commit_plain(head, position, end)
+            if type(done) is AppendResult:
+                return done
+            infos = done  # None, or the checked batches of an idempotent producer
         with self.lock:
             seg = self._head_at(head, position)
             if expected_base_offset is not None and expected_base_offset != self.log_end_offset:
@@ -154,6 +180,65 @@ class InPlaceAccess:
                 if infos is None:
                     infos = self._validate(mv)
                 return self._append(mv, infos, leader_epoch, in_place=True)
+
+    def _commit_plain(
+        self, head: SegmentFile, position: int, end: int
+    ) -> AppendResult | list[BatchInfo] | None:
+        """`commit_written`'s common case, folded: plain data batches with no producer id, no
+        transaction, into the head of an open log, checked and patched by one C call
+        (`_records.commit_plain`: CRC, LogValidator's record checks, offsets, epoch,
+        timestamps), then the bookkeeping `_append` does for them. An idempotent producer's
+        plain batches are checked by the same call and returned as infos, nothing done: the
+        general path checks their sequences and commits them. None, nothing done, for
+        everything else (and for bad bytes): the general path then commits, or raises the
+        precise error. tests/unit/store/test_in_place_fast.py checks both paths alike."""
+        with self.lock:
+            segs = self.segments
+            seg = segs[-1] if segs else None
+            if seg is not head or seg.size != position or self.closed:
+                return None
+            mm = seg.mmap
+            if mm is None or end > seg.capacity:
+                return None
+            cfg = self.config
+            limits = self._record_limits
+            if limits[0] is not cfg:
+                self.record_rules()  # resolves the topic's limits once per config
+                limits = self._record_limits
+            _, before, after, log_append, compacted, _ = limits
+            entries = self.leader_epochs.entries  # self.leader_epoch, without its two calls
+            epoch = entries[-1][0] if entries else 0
+            base = self.log_end_offset
+            now = self.clock()
+            done = _c_commit_plain(
+                mm, position, end, cfg.max_message_bytes, now, before, after, compacted,
+                log_append, base, epoch, BatchInfo,
+            )  # fmt: skip
+            if type(done) is not tuple:
+                return done
+            batches, nxt, _ = done
+            try:
+                seg.commit_written(batches, end - position)
+            except OSError as e:  # as `_append`: Kafka's KAFKA_STORAGE_ERROR
+                raise storage_error(e, self.dir, f"appending to {self.name}") from e
+            self.log_end_offset = nxt
+            if not entries and self.leader_epochs.assign(epoch, base):
+                self._save_epochs()
+            flush_needed = nxt - self.recovery_point >= cfg.flush_messages
+            if flush_needed:
+                self._flush_target = nxt
+            # `_advance_hw` without its call: the new high watermark is at most the log end
+            advanced = not self.replicated and self._flush_target <= self.recovery_point
+            if advanced:
+                self.high_watermark = nxt
+            result = AppendResult(
+                base, nxt - 1, now if log_append else -1, self.log_start_offset, flush_needed
+            )
+        if advanced:
+            self._notify()
+        if self._append_listeners:
+            self._appended()
+        return result
 
     def _head_at(self, head: SegmentFile, position: int) -> LogSegment:
         """The head segment, when it is `head` and its committed bytes end at `position`."""

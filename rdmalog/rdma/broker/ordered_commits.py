@@ -38,7 +38,12 @@ _monotonic = time.monotonic
 log = logging.getLogger(__name__)
 
 Arrival = tuple[ProduceFile, int, int, Reply]  # (file, order, byte length, reply)
-MAX_RUN = 64  # writes committed together at most
+# Writes committed together at most: a quarter of a producer's window (producer.MAX_IN_FLIGHT,
+# 64), so it keeps writing while a run is validated. A run as large as the window (64 before)
+# took all a bandwidth producer had in flight: 4 MiB of 64 KiB batches checked before the first
+# acknowledgement, the producer spinning meanwhile (its waits fell 3-4x at 16, see
+# docs/performance.md).
+MAX_RUN = 16
 # A write missing behind which others wait, whose order was reserved before a session holding the
 # file ended, is given up this long after they started waiting instead of rdma.order.timeout.ms:
 # its producer is likely the one that went (a live one writes microseconds after reserving).

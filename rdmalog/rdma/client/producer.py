@@ -146,7 +146,7 @@ class RegisteredSlice:
     length: int
 
 
-@dataclass
+@dataclass(slots=True)  # made per batch: slots make it and its reads cheaper
 class Delivery:
     """One batch in flight; `wait()` returns (base_offset, last_offset)."""
 
@@ -450,7 +450,11 @@ class Producer(Endpoint):
 
     def produce(self, topic: str, partition: int, value: bytes | None, key: bytes | None = None):
         """Send one record and wait: (base_offset, last_offset)."""
-        return self.send(topic, partition, value, key).wait(self.timeout)
+        if partition is None or self.compression or _c_encode is None:
+            return self.send(topic, partition, value, key).wait(self.timeout)
+        # send() of one plain record, without its three frames: the batch built in C
+        batch = _c_encode([(key, value)], int(time.time() * 1000))
+        return self._send(topic, partition, batch, self.idempotent).wait(self.timeout)
 
     def flush(self, timeout: float | None = None) -> None:
         if self.broken is not None:
@@ -479,7 +483,8 @@ class Producer(Endpoint):
         size = len(self.stage.buf)
         if n > size:
             raise ProduceError(f"batch of {n} bytes exceeds the {size}-byte staging area")
-        self._wait_in_flight(tp)
+        if self.inflight or self._retry:  # (nothing in flight: nothing to wait for)
+            self._wait_in_flight(tp)
         live = self._staged
         while True:
             while live and live[0].done:
@@ -574,7 +579,7 @@ class Producer(Endpoint):
 
     def _write(self, d: Delivery) -> None:
         try:
-            g = self._grant(d.topic, d.partition)
+            g = self.grants.get((d.topic, d.partition)) or self._grant(d.topic, d.partition)
         except BrokerDisconnected as e:
             if self.idempotent:
                 raise
@@ -638,8 +643,8 @@ class Producer(Endpoint):
                     if self._retry:  # it must wait again: nothing newer may overtake it
                         self._retry.extend(pending[i + 1 :])
                         break
-            if until():
-                return
+                if until():  # (only resending can have made it true since the loop's test)
+                    return
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -656,8 +661,14 @@ class Producer(Endpoint):
             off = wc.wr_id * ACK_BUF
             n = wc.byte_len - wc.byte_len % ACK_SIZE  # whole entries only
             acks = list(ACK.iter_unpack(self.acks.buf[off : off + n]))
+            inflight = self.inflight
             for fid, order, status, base, last, _ in acks:
-                self._ack(fid, order, status, base, last)  # an int: AckStatus(...) costs ~1 us
+                if status == _ACK_OK:  # the usual answer, without `_ack`'s frame
+                    d = inflight.pop((fid, order), None)
+                    if d is not None:
+                        d.result = (base, last)
+                else:  # an int: AckStatus(...) costs ~1 us
+                    self._ack(fid, order, status, base, last)
             try:
                 self.qp.post_recv(wc.wr_id, self.acks, off, ACK_BUF)
             except TransportError:  # the broker went away right after answering
@@ -677,12 +688,11 @@ class Producer(Endpoint):
                     self._retry.append(d)
 
     def _ack(self, fid: int, order: int, status: int, base: int, last: int) -> None:
+        """An answer other than OK (`_completion` takes those) to the write (fid, order)."""
         d = self.inflight.pop((fid, order), None)
         if d is None:
             return
-        if status == _ACK_OK:
-            d.result = (base, last)
-        elif status == AckStatus.NOT_REPLICATED:  # committed by the leader, not by the ISR in time
+        if status == AckStatus.NOT_REPLICATED:  # committed by the leader, not by the ISR in time
             cls = error_for_code(base)  # (its sequence numbers were used: no new epoch)
             d.error = cls(
                 f"the batch (offsets up to {last}) was not replicated: Kafka error {base}"

@@ -151,7 +151,10 @@ class ShmWindow:
         return RemoteRegion(self.addr, self.rkey, self.mr.length)
 
     def narrow(self, start: int) -> None:
-        start = max(self.start, min(start, self.end))
+        if start > self.end:  # clamped by comparisons: min()/max() cost more, per produce
+            start = self.end
+        if start < self.start:
+            start = self.start
         if self.rkey and start != self.start:
             self.start = start
             store(self.device._table, self.index * MR_ENTRY + E_START, start)
@@ -444,7 +447,8 @@ class ShmQP:
             self.closed or not self._notify(KIND_WRITE_IMM, imm & 0xFFFFFFFF, length)
         ):
             return self._complete(wr_id, Status.RNR_RETRY_EXC_ERR, _WRITE, 0, True)
-        self._complete(wr_id, _SUCCESS, _WRITE, length, signaled)
+        if signaled:  # (an unsignaled success queues nothing)
+            self._complete(wr_id, _SUCCESS, _WRITE, length, True)
 
     def post_read(self, wr_id, mr, offset, length, remote_addr, rkey, signaled=True):
         if not self._local(mr, offset, length) or not mr.access & _LW:
