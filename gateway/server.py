@@ -48,6 +48,8 @@ from gateway.protocol import (
 from gateway.protocol.framing import FrameBudget, FrameReader, Stage
 from gateway.quotas import QuotaManager
 from gateway.request_limits import RequestLimits
+from gateway.small_writes import slice_fd as _slice_fd
+from gateway.small_writes import write_small
 from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION
 from rdmalog.security.authorizer import Principal
 from rdmalog.security.listeners import ListenerSecurity
@@ -81,14 +83,6 @@ class _FileProxy:
 
     def seek(self, *_args) -> None:
         return None
-
-
-def _slice_fd(sl) -> int:
-    fileno = getattr(sl, "fileno", None)
-    if fileno is not None:
-        return fileno()
-    f = sl.file
-    return f if isinstance(f, int) else f.fileno()
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -507,6 +501,13 @@ class Connection(asyncio.BufferedProtocol):
                 await self._write_paced(buf)
             return
         self._flush_out()
+        try:
+            if self._fd >= 0 and write_small(self._fd, t, buf, parts):
+                return
+        except OSError as exc:
+            self._log(logging.INFO, "closing %s: %s", self.peer, exc)
+            self.abort()
+            return
         mv = memoryview(buf)
         pos = 0
         # Small responses: cork so header and records leave as one segment (uncorked below).
