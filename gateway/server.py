@@ -109,6 +109,7 @@ class Connection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._drained: asyncio.Future | None = None
         self._out: list[bytearray] = []  # responses written together when the loop turns
+        self._gathering = False  # handling the frames of one read: their answers go together
         self.active_at = time.monotonic()  # last bytes in or response out (idle timeout)
         self.frame_since: float | None = None  # when the frame now arriving began (its deadline)
         self.closed = False
@@ -191,8 +192,10 @@ class Connection(asyncio.BufferedProtocol):
             self.frame_since = now if reader.partial else None
         elif self.frame_since is None:
             self.frame_since = now
+        self._gathering = len(frames) > 1
         for frame in frames:
             self._push(frame)
+        self._gathering = False
         if reader.refused is not None:
             self._log(
                 logging.WARNING,
@@ -494,7 +497,9 @@ class Connection(asyncio.BufferedProtocol):
         if not parts:
             if len(buf) <= _COPY_CHUNK:
                 self._out.append(buf)
-                if len(self._out) == 1:
+                if not self._gathering and not self._queue:  # no other answer to go with it
+                    self._flush_out()  # (an acks=all one after its wait): now, not a turn later
+                elif len(self._out) == 1:
                     asyncio.get_running_loop().call_soon(self._flush_out)
             else:
                 self._flush_out()  # what was answered before goes first
