@@ -5,6 +5,7 @@ and from a controlled shutdown (SIGTERM) of one, to the first acknowledged produ
 longest gap between acknowledgements of a producer sending one record at a time.
 
     python bench/replication.py [--quick] [--repeat N] [--session-timeout-ms 6000] [--out docs/performance.md]
+    python bench/replication.py --latency-only [--quick] [--repeat N]   # the p50s, CPU per request
     python bench/replication.py --modes [--quick] [--repeat N] [--transports shm,tcp]
                                 [--out docs/performance.md] [--plot docs/push_batching.png]
 
@@ -69,6 +70,19 @@ def latency(bootstrap: str, topic: str, size: int, count: int) -> dict:
         "p50_ms": 1000 * out[len(out) // 2],
         "p99_ms": 1000 * out[min(len(out) - 1, int(len(out) * 0.99))],
     }
+
+
+def latency_cpu(cluster: BrokerCluster, tag: str, size: int, rf: int, count: int) -> dict:
+    """`latency` with each broker's CPU time per request over it (the leader, broker 1, first;
+    /proc's 10 ms ticks: read it over a few hundred requests)."""
+    pids = [b.proc.pid for b in cluster.brokers.values()]
+    before = [proc_cpu_seconds(pid) for pid in pids]
+    lat = latency(cluster.bootstrap, f"rf{rf}-{tag}", size, count)
+    cpu = [
+        round((proc_cpu_seconds(pid) - t) * 1e6 / (count + 20))
+        for pid, t in zip(pids, before, strict=True)
+    ]
+    return {"size": size, "rf": rf, **lat, "cpu_us_per_request": cpu, "load": os.getloadavg()}
 
 
 def throughput(cluster: BrokerCluster, topic: str, size: int, count: int) -> dict:
@@ -181,6 +195,11 @@ def main() -> None:
     ap.add_argument("--modes", action="store_true", help="none/pull/push per transport (issue 16)")
     ap.add_argument("--transports", default="shm,tcp")
     ap.add_argument("--plot", type=Path, help="--modes: the batching curve as an image")
+    ap.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only the acks=all latency rounds, with each broker's CPU per request (no table)",
+    )
     args = ap.parse_args()
     if args.modes:
         run_modes(args)
@@ -215,11 +234,16 @@ def main() -> None:
                 for label, size in SIZES.items():
                     tag = label.replace(" ", "").lower()
                     for rf in (1, 3):  # A B A B
+                        if args.latency_only:
+                            print(json.dumps(latency_cpu(cluster, tag, size, rf, lat_n[label])))
+                            continue
                         lat = latency(b, f"rf{rf}-{tag}", size, lat_n[label])
                         thr = throughput(cluster, f"rf{rf}-{tag}", size, thr_n[label])
                         row = {"size": label, "rf": rf, "run": run, **lat, **thr}
                         print(json.dumps(row), flush=True)
                         rows.setdefault(("produce", label, rf), []).append(row)
+            if args.latency_only:
+                return
             create(b, "failover-kill", [1, 2, 3], **{"min.insync.replicas": "2"})
             create(b, "failover-cs", [2, 3, 1], **{"min.insync.replicas": "2"})
             cluster.wait_isr("failover-kill", {1, 2, 3})

@@ -49,6 +49,8 @@ from gateway.protocol import (
 from gateway.protocol.framing import FrameBudget, FrameReader, Stage
 from gateway.quotas import QuotaManager
 from gateway.request_limits import RequestLimits
+from gateway.small_writes import slice_fd as _slice_fd
+from gateway.small_writes import write_small
 from rdmalog.errors import UNKNOWN_SERVER_ERROR, UNSUPPORTED_VERSION
 from rdmalog.security.authorizer import Principal
 from rdmalog.security.listeners import ListenerSecurity
@@ -84,14 +86,6 @@ class _FileProxy:
         return None
 
 
-def _slice_fd(sl) -> int:
-    fileno = getattr(sl, "fileno", None)
-    if fileno is not None:
-        return fileno()
-    f = sl.file
-    return f if isinstance(f, int) else f.fileno()
-
-
 class Connection(asyncio.BufferedProtocol):
     """One client connection: frame reader, ordered request worker, response writer."""
 
@@ -116,6 +110,7 @@ class Connection(asyncio.BufferedProtocol):
         self._write_paused = False
         self._drained: asyncio.Future | None = None
         self._out: list[bytearray] = []  # responses written together when the loop turns
+        self._gathering = False  # handling the frames of one read: their answers go together
         self.active_at = time.monotonic()  # last bytes in or response out (idle timeout)
         self.frame_since: float | None = None  # when the frame now arriving began (its deadline)
         self.closed = False
@@ -198,8 +193,10 @@ class Connection(asyncio.BufferedProtocol):
             self.frame_since = now if reader.partial else None
         elif self.frame_since is None:
             self.frame_since = now
+        self._gathering = len(frames) > 1
         for frame in frames:
             self._push(frame)
+        self._gathering = False
         if reader.refused is not None:
             self._log(
                 logging.WARNING,
@@ -512,6 +509,13 @@ class Connection(asyncio.BufferedProtocol):
                 await self._write_paced(buf)
             return
         self._flush_out()
+        try:
+            if self._fd >= 0 and write_small(self._fd, t, buf, parts):
+                return
+        except OSError as exc:
+            self._log(logging.INFO, "closing %s: %s", self.peer, exc)
+            self.abort()
+            return
         mv = memoryview(buf)
         pos = 0
         # Small responses: cork so header and records leave as one segment (uncorked below).
@@ -551,7 +555,9 @@ class Connection(asyncio.BufferedProtocol):
         if self.closed or self.transport is None or self.transport.is_closing():
             return
         self._out.append(buf)
-        if len(self._out) == 1:
+        if not self._gathering and not self._queue:  # no other answer to go with it
+            self._flush_out()  # (an acks=all one after its wait): now, not a turn later
+        elif len(self._out) == 1:
             asyncio.get_running_loop().call_soon(self._flush_out)
 
     def _flush_out(self) -> None:

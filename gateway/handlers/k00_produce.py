@@ -205,8 +205,8 @@ async def handle(ctx: RequestContext, request: dict) -> dict | None:
         await asyncio.gather(*(loop.run_in_executor(None, plog.flush) for plog in to_flush))
     if to_replicate:  # answered once the ISR has the batches (the request's timeout bounds it)
         timeout = request.get("timeout", 30000) / 1000
-        codes = await asyncio.gather(
-            *(replicas.wait_replicated(n, i, last, timeout) for _, n, i, last in to_replicate)
+        codes = await replicas.wait_all_replicated(
+            [(n, i, last) for _, n, i, last in to_replicate], timeout
         )
         for (answer, *_), code in zip(to_replicate, codes, strict=True):
             if code:

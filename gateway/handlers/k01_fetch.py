@@ -90,13 +90,14 @@ def _requested(ctx: RequestContext, request: dict, by_id: bool) -> RequestedPart
 
 
 async def _read_all(
-    ctx: RequestContext, request: dict, by_id: bool, replica_id: int = -1
+    ctx: RequestContext, request: dict, by_id: bool, replica_id: int = -1, again: bool = False
 ) -> tuple[list, int, list[Log], bool, dict[str, int]]:
     """One pass over the requested partitions -> (responses, bytes, logs, any error, bytes per
     topic); a request of many partitions gives the event loop its turns meanwhile.
 
     In a cluster a follower (replica_id >= 0) reads up to the log end offset, and its fetch offset
-    tells the leader how far it has come (consumers read up to the high watermark)."""
+    tells the leader how far it has come (consumers read up to the high watermark): once per
+    request, as Kafka's (`again`: a read after a wait, which only checks the leadership)."""
     replicas = ctx.broker.cluster.replicas if replica_id >= 0 else None
     version = ctx.api_version
     budget = min(request.get("max_bytes", 0x7FFFFFFF), ctx.broker.config.get("fetch.max.bytes"))
@@ -113,8 +114,11 @@ async def _read_all(
         index = p["partition"]
         offset = p["fetch_offset"]
         if replicas is not None:
-            code = replicas.follower_fetch(
-                plog.topic, index, replica_id, offset, p.get("current_leader_epoch", -1)
+            epoch = p.get("current_leader_epoch", -1)
+            code = (
+                replicas.leader_error(plog.topic, index, epoch)
+                if again
+                else replicas.follower_fetch(plog.topic, index, replica_id, offset, epoch)
             )
             if code:
                 parts.append(
@@ -213,7 +217,7 @@ async def handle(ctx: RequestContext, request: dict) -> dict:
             else:
                 woke = await ctx.broker.wait_for_data(logs, remaining)
             responses, total, logs, errors, by_topic = await _read_all(
-                ctx, request, by_id, replica_id
+                ctx, request, by_id, replica_id, again=True
             )
             if total >= min_bytes or errors or not woke or not logs:
                 break

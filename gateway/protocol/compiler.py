@@ -134,6 +134,11 @@ class _Src:
         if isinstance(value, list | dict):
             if not value:
                 return "[]" if isinstance(value, list) else "{}"
+            items = value.values() if isinstance(value, dict) else value
+            if all(v is None or isinstance(v, bool | int | float | str | bytes) for v in items):
+                # flat (a tagged struct's default, e.g. Fetch's diverging_epoch): a shallow copy,
+                # not a deepcopy per partition decoded
+                return f"{type(value).__name__}({self.const(value)})"
             return f"_copy({self.const(value)})"
         return self.const(value)
 

@@ -71,20 +71,41 @@ class IsrMixin:
 
     async def wait_replicated(self, topic: str, p: int, last_offset: int, timeout_s: float) -> int:
         """acks=all: wait until the high watermark passes `last_offset`; the produce's error code."""
-        fut = self.loop.create_future()
+        return (await self.wait_all_replicated([(topic, p, last_offset)], timeout_s))[0]
 
-        def settle(code: int) -> None:
+    def wait_all_replicated(
+        self, batches: list[tuple[str, int, int]], timeout_s: float
+    ) -> asyncio.Future[list[int]]:
+        """acks=all for (topic, partition, last offset) batches: a future of their error codes (as
+        `when_replicated`'s; REQUEST_TIMED_OUT for those undecided after `timeout_s`). One future
+        and one timer for them all, set on the loop: the waiting task wakes once, not through a
+        task, a wait_for and a gather per partition (an event-loop iteration each)."""
+        fut: asyncio.Future[list[int]] = self.loop.create_future()
+        codes: list[int | None] = [None] * len(batches)
+        left = [len(batches)]
+
+        def settle(i: int, code: int) -> None:
+            if codes[i] is not None or fut.done():
+                return
+            codes[i] = code
+            left[0] -= 1
+            if not left[0]:
+                fut.set_result(codes)
+
+        def expire() -> None:
             if not fut.done():
-                fut.set_result(code)
+                fut.set_result([REQUEST_TIMED_OUT if c is None else c for c in codes])
 
-        def done(code: int) -> None:  # on any thread (a push link's acknowledgement)
-            self.call_soon(settle, code)
-
-        self.when_replicated(topic, p, last_offset, math.inf, done)
-        try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            return REQUEST_TIMED_OUT
+        timer = self.loop.call_later(timeout_s, expire)
+        fut.add_done_callback(lambda _: timer.cancel())  # answered, or its request cancelled
+        for i, (topic, p, last_offset) in enumerate(batches):
+            # on any thread (a push link's acknowledgement): settled on the loop
+            self.when_replicated(
+                topic, p, last_offset, math.inf, lambda code, i=i: self.call_soon(settle, i, code)
+            )
+        if not batches:
+            fut.set_result([])
+        return fut
 
     def when_replicated(
         self, topic: str, p: int, last_offset: int, timeout_s: float, done: Callable[[int], None]

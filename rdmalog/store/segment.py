@@ -57,6 +57,7 @@ _CRC = struct.Struct(">I")
 _MAGIC_AT = 16
 INT_MAX = 2**31 - 1
 READ_WINDOW = 65536  # bytes read per pread while walking batch headers
+_SLICE_ENDS = 16  # slice ends remembered per segment (see LogSegment.slice)
 EXTEND_STEP = 1 << 20  # the first step a head file is extended by; then it doubles
 
 
@@ -172,6 +173,7 @@ class LogSegment:
             new=new,
         )
         self.size = 0  # committed bytes
+        self._slice_ends: dict[int, int] = {}  # offset -> where a slice ending there ended
         self.capacity = 0  # the file's length: committed bytes and space made for more
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -400,6 +402,7 @@ class LogSegment:
         self.time_index.reset()
         self.is_full = False
         self.size = self.bytes_since_index = 0
+        self._slice_ends.clear()
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset - 1
         self.first_batch_timestamp = -1
         expected = self.base_offset if min_offset is None else max(min_offset, self.base_offset)
@@ -499,21 +502,36 @@ class LogSegment:
         start below `upper_offset`, within `max_bytes` but at least one; None when there is none."""
         if not self.size:
             return None
-        _, start = self.offset_index.lookup(offset)
+        # where an earlier slice ended, if it ended at `offset` (a follower's or a consumer's next
+        # fetch starts there): no index search and no walk from the index entry; trusted only if
+        # a batch based at `offset` lies there (truncation may have moved things)
+        start = self._slice_ends.get(offset, -1)
+        hinted = 0 <= start < self.size
+        if not hinted:
+            _, start = self.offset_index.lookup(offset)
         handle = self.handle
-        first, total = -1, 0
+        first, total, next_offset = -1, 0, -1
         for pos, (base, length, _, lod, _, _) in walk_headers(handle.fileno(), start, self.size):
+            if hinted and first < 0 and base != offset:
+                self._slice_ends.pop(offset, None)
+                return self.slice(offset, max_bytes, upper_offset)
             if base >= upper_offset:
                 break
             size = length + LOG_OVERHEAD
             if first < 0:
                 if base + lod >= offset:
-                    first, total = pos, size
+                    first, total, next_offset = pos, size, base + lod + 1
             elif total + size > max_bytes:
                 break
             else:
                 total += size
-        return FileSlice(handle, first, total) if first >= 0 else None
+                next_offset = base + lod + 1
+        if first < 0:
+            return None
+        if len(self._slice_ends) >= _SLICE_ENDS:
+            self._slice_ends.clear()
+        self._slice_ends[next_offset] = first + total
+        return FileSlice(handle, first, total)
 
     def headers(self, start: int = 0) -> Iterator[tuple[int, tuple]]:
         """(position, HEADER fields) of every committed batch from byte `start` (rebuilding producer
