@@ -41,10 +41,11 @@ from gateway.protocol import (
     DecodeError,
     RequestHeader,
     encode_response,
+    error_response,
     has_schema,
-    message_spec,
     parse_request_header,
     part_length,
+    response_fields,
 )
 from gateway.protocol.framing import FrameBudget, FrameReader, Stage
 from gateway.quotas import QuotaManager
@@ -409,7 +410,7 @@ class Connection(asyncio.BufferedProtocol):
                 self.peer,
                 exc_info=True,
             )
-            response = _error_body(hdr.api_key, hdr.api_version, UNKNOWN_SERVER_ERROR)
+            response = error_response(hdr.api_key, hdr.api_version, UNKNOWN_SERVER_ERROR)
             if response is None:
                 self.abort()
                 return
@@ -436,7 +437,7 @@ class Connection(asyncio.BufferedProtocol):
         throttle_ms = self.gateway.quotas.record(
             user, hdr.client_id, hdr.api_key, request_bytes, size, elapsed
         )
-        if throttle_ms <= 0 or "throttle_time" not in _fields(hdr.api_key, hdr.api_version):
+        if throttle_ms <= 0 or "throttle_time" not in response_fields(hdr.api_key, hdr.api_version):
             return buf, parts
         self._throttle_s = throttle_ms / 1000
         response["throttle_time"] = throttle_ms
@@ -471,7 +472,7 @@ class Connection(asyncio.BufferedProtocol):
         what = "unknown API key" if entry is None else "unsupported version of"
         body = None
         if entry is not None and has_schema(hdr.api_key, hdr.api_version):
-            body = _error_body(hdr.api_key, hdr.api_version, UNSUPPORTED_VERSION)
+            body = error_response(hdr.api_key, hdr.api_version, UNSUPPORTED_VERSION)
         if body is None:
             self._log(
                 logging.WARNING,
@@ -644,23 +645,6 @@ def _continue(coro, pending):
 
 async def _resume(coro, pending) -> None:
     await _continue(coro, pending)
-
-
-@functools.cache
-def _fields(api_key: int, version: int) -> frozenset[str]:
-    """The top-level field names of a response."""
-    return frozenset(f.name for f in message_spec(api_key, version, False).fields)
-
-
-def _error_body(api_key: int, version: int, code: int) -> dict | None:
-    """A response carrying `code` in its top-level error_code, or None if it has none."""
-    try:
-        spec = message_spec(api_key, version, False)
-    except KeyError:
-        return None
-    if any(f.name == "error_code" and f.tag is None for f in spec.fields):
-        return {"error_code": code}
-    return None
 
 
 class Gateway:

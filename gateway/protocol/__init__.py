@@ -33,6 +33,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "error_response",
     "has_schema",
     "legacy_versions",
     "message_spec",
@@ -44,6 +45,7 @@ __all__ = [
     "request_header_version",
     "response_decoder",
     "response_encoder",
+    "response_fields",
     "response_header_version",
     "schema_versions",
 ]
@@ -69,6 +71,23 @@ def message_spec(api_key: int, version: int, is_request: bool) -> EntitySpec:
     (`legacy.py`). Raises KeyError when the protocol has no such version."""
     spec = legacy_spec(api_key, version, is_request)
     return spec if spec is not None else entity_spec(message_class(api_key, version, is_request))
+
+
+@functools.cache
+def response_fields(api_key: int, version: int) -> frozenset[str]:
+    """The top-level field names of a response."""
+    return frozenset(f.name for f in message_spec(api_key, version, False).fields)
+
+
+def error_response(api_key: int, version: int, code: int) -> dict | None:
+    """A response carrying `code` in its top-level error_code, or None if it has none."""
+    try:
+        spec = message_spec(api_key, version, False)
+    except KeyError:
+        return None
+    if any(f.name == "error_code" and f.tag is None for f in spec.fields):
+        return {"error_code": code}
+    return None
 
 
 def has_schema(api_key: int, version: int) -> bool:
