@@ -25,6 +25,7 @@ from pathlib import Path
 from compat_tests.brokers import BrokerProcess
 from gateway.protocol import encode_request
 from tests.integration.kafka_tap import KafkaTap
+from tests.integration.rawkafka import recv_exact
 
 CAPTURE_TIMEOUT_S = 30.0
 _EDGE_VALUES = (
@@ -376,8 +377,8 @@ class Watcher(threading.Thread):
                 start = time.monotonic()
                 try:
                     sock.sendall(request)
-                    head = _exact(sock, 4)
-                    _exact(sock, struct.unpack(">i", head)[0])
+                    head = recv_exact(sock, 4)
+                    recv_exact(sock, struct.unpack(">i", head)[0])
                 except OSError as exc:
                     self.failures.append(f"{type(exc).__name__}: {exc}")
                     sock.close()
@@ -391,16 +392,6 @@ class Watcher(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join()
-
-
-def _exact(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return bytes(out)
 
 
 def broker_tracebacks(stderr: str) -> list[str]:

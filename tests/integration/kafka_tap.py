@@ -15,6 +15,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from tests.integration.rawkafka import recv_exact
+
 PRODUCE = 0
 FETCH = 1
 FIRST_FLEXIBLE_PRODUCE = 9
@@ -153,17 +155,6 @@ def parse_fetch_response(version: int, frame: bytes) -> list[ProducedRecords]:
     return out
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
-    chunks, left = [], n
-    while left:
-        chunk = sock.recv(min(left, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
 class KafkaTap:
     """Listens on a free 127.0.0.1 port and relays every connection to `upstream`."""
 
@@ -250,12 +241,8 @@ def _relayed_frames(src: socket.socket, dst: socket.socket) -> Iterator[tuple[by
     it; the end of `src` (or an error) shuts `dst` for writing."""
     try:
         while True:
-            head = _recv_exact(src, 4)
-            if head is None:
-                break
-            frame = _recv_exact(src, struct.unpack(">i", head)[0])
-            if frame is None:
-                break
+            head = recv_exact(src, 4)  # the end of src: ConnectionError, an OSError
+            frame = recv_exact(src, struct.unpack(">i", head)[0])
             yield head, frame
             dst.sendall(head + frame)
     except OSError:

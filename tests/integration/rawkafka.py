@@ -12,6 +12,17 @@ from gateway.protocol import decode_response, encode_request
 TIMEOUT_S = 20.0
 
 
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    """Exactly `n` bytes from `sock`; ConnectionError when the peer closes first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        buf += chunk
+    return bytes(buf)
+
+
 class RawClient:
     """Requests as dicts keyed by kio's snake_case field names; responses decoded the same way."""
 
@@ -42,13 +53,7 @@ class RawClient:
         return self.receive()
 
     def _exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            buf += chunk
-        return bytes(buf)
+        return recv_exact(self.sock, n)
 
     def close(self) -> None:
         self.sock.close()

@@ -20,7 +20,7 @@ pytest.importorskip("kafka")
 
 import kafka  # noqa: E402
 from confluent_kafka import Producer  # noqa: E402
-from rawkafka import RawClient, list_offset, produce  # noqa: E402
+from rawkafka import RawClient, list_offset, produce, recv_exact  # noqa: E402
 
 from compat_tests.brokers import BrokerProcess  # noqa: E402
 from compat_tests.common import TIMEOUT_S, Deadline, create_topic  # noqa: E402
@@ -109,22 +109,11 @@ class CuttingProxy:
 
 
 def _frame(sock: socket.socket) -> bytes | None:
-    head = _exact(sock, 4)
-    if head is None:
+    try:
+        head = recv_exact(sock, 4)
+        return head + recv_exact(sock, struct.unpack(">i", head)[0])
+    except ConnectionError:
         return None
-    (size,) = struct.unpack(">i", head)
-    body = _exact(sock, size)
-    return None if body is None else head + body
-
-
-def _exact(sock: socket.socket, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
 
 
 def _shut(*socks: socket.socket) -> None:

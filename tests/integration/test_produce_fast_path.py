@@ -15,7 +15,7 @@ from gateway.handlers.produce_fast import FIRST_VERSION, LAST_VERSION, parse_one
 from gateway.protocol import encode_request, parse_request_header
 from rdmalog.store.compression import Codec
 from rdmalog.store.records import Record, build_batch
-from tests.integration.rawkafka import RawClient
+from tests.integration.rawkafka import RawClient, recv_exact
 
 NOW = 1_700_000_000_000  # fixed record timestamps: both brokers get the same bytes
 
@@ -107,21 +107,11 @@ def _answers(bootstrap: str, version: int) -> list[tuple[str, bytes | None]]:
             if body["acks"] == 0:
                 sock.settimeout(0.5)
             try:
-                (size,) = struct.unpack(">i", _exact(sock, 4))
-                out.append((what, _exact(sock, size)))
+                (size,) = struct.unpack(">i", recv_exact(sock, 4))
+                out.append((what, recv_exact(sock, size)))
             except (TimeoutError, ConnectionError):
                 out.append((what, None))
     return out
-
-
-def _exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
 
 
 @pytest.mark.parametrize("version", [3, 5, 7, 8, 9, 11])

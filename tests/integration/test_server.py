@@ -15,6 +15,7 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 from gateway import app
 from gateway.protocol import decode_response, encode_request
 from rdmalog.config import BrokerConfig
+from tests.integration.rawkafka import recv_exact
 
 MAX_REQUEST = 256 * 1024
 
@@ -82,13 +83,7 @@ class Client:
         return resp
 
     def _exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("closed by server")
-            buf += chunk
-        return bytes(buf)
+        return recv_exact(self.sock, n)
 
     def closed_by_server(self) -> bool:
         """True when the server closed the connection (EOF) without sending anything more."""
