@@ -25,11 +25,13 @@ no longer holds, an error on the queue pair, a lost control connection or writes
 follower that catches up by fetching again is pushed again (`PushReplication.caught_up`).
 
 Acknowledgements on the event loop: given the leader's loop (and a transport whose completion
-queue has descriptors for one: shm, tcp), a link registers them with `loop.add_reader` and the
+queue has descriptors for one: tcp), a link registers them with `loop.add_reader` and the
 loop reads its acknowledgements itself: the high watermark advances and the gateway's acks=all
 produces are answered in the loop turn that learns the ack, with no link thread waking and
 handing over through `call_soon_threadsafe`. The link's thread then keeps the rest (grants,
-rolls, the stall check, failures) and polls every 20 ms for what the loop left.
+rolls, the stall check, failures) and polls every 20 ms for what the loop left. On shm the
+link's thread keeps waiting on the queue: it busy-polls after traffic and so answers native
+producers sooner than a wake-up of the loop would (docs/performance.md, "Push replication").
 """
 
 from __future__ import annotations

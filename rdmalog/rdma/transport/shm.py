@@ -180,7 +180,6 @@ class ShmCQ:
         self._sleeping = False
         self.spin_ns = 200_000  # busy-poll this long before sleeping on the doorbell
         self._recent = True  # the last wait found completions: the next one busy-polls first
-        self._armed = False  # notify_fds() was called: every completion rings the doorbell
 
     def describe(self) -> dict:
         r = self.ring
@@ -232,25 +231,13 @@ class ShmCQ:
                 if ring.stalled():  # wake to skip the slot if its producer is dead
                     left = RING_STALL_S if left is None else min(left, RING_STALL_S)
                 wait_readable([self._bell], left)
-            store(ring.buf, 128, 1 if self._armed else 0)
-            self._sleeping = self._armed
+            store(ring.buf, 128, 0)
+            self._sleeping = False
             _drain(self._bell)
             out = self.poll(max_entries)
             if out or (deadline is not None and time.monotonic() >= deadline):
                 self._recent = bool(out)
                 return out
-
-    def notify_fds(self) -> list[int]:
-        """The doorbell, for an event loop's reader: from now on every completion rings it (a
-        datagram per peer push), as if a thread slept in wait(). `notified()`, then `poll()`."""
-        self._armed = self._sleeping = True
-        store(self.ring.buf, 128, 1)
-        fetch_add(self.ring.buf, 128, 0)  # full barrier: a push after it sees the flag
-        return [self._bell.fileno()]
-
-    def notified(self) -> None:
-        """Take the doorbell's rings (before a poll: a completion after it rings again)."""
-        _drain(self._bell)
 
     def close(self) -> None:
         self._bell.close()
