@@ -162,7 +162,7 @@ class ClusterNode:
         replicas.push = PushReplication(
             self.broker_id,
             rdma_of,
-            replicas.push_acked,  # on the links' threads: no hop to the loop (see isr.py)
+            replicas.push_acked,  # on the loop that reads the acks (or a link's thread: isr.py)
             lambda *gone: replicas.call_soon(replicas.push_pulled, *gone),
             batch_max=cfg.get("replica.push.batch.max.bytes"),
             stall_s=cfg.get("replica.lag.time.max.ms") / 1000,
@@ -170,6 +170,7 @@ class ClusterNode:
             sasl=None
             if sec.mechanism is None
             else SaslCredentials(sec.mechanism, sec.username or "", sec.password or ""),
+            loop=replicas.loop,
         )
 
     async def join(self) -> None:

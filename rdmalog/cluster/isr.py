@@ -222,9 +222,9 @@ class IsrMixin:
         return rep is not None and replica_id in rep.pushed
 
     def push_acked(self, topic: str, p: int, replica_id: int, epoch: int, leo: int) -> None:
-        """A follower committed pushed writes up to `leo` (on its push link's thread: the high
-        watermark advances and acks=all producers are answered from there, no hop to the loop):
-        as a fetch from there."""
+        """A follower committed pushed writes up to `leo` (on the loop, which reads the push links'
+        acknowledgements, or a link's thread: the high watermark advances and acks=all producers
+        are answered from there): as a fetch from there."""
         rep = self.replicas.get((topic, p))
         if rep is None or rep.role != LEADER or rep.leader_epoch != epoch or self.fenced:
             return

@@ -23,11 +23,23 @@ follower's log end offset); repeated failures, a follower that needs what the le
 no longer holds, an error on the queue pair, a lost control connection or writes unanswered for
 `replica.lag.time.max.ms` give the partition (or the whole link) back to pull replication. A
 follower that catches up by fetching again is pushed again (`PushReplication.caught_up`).
+
+Acknowledgements on the event loop: given the leader's loop (and a transport whose completion
+queue has descriptors for one: tcp), a link registers them with `loop.add_reader` and the
+loop reads its acknowledgements itself: the high watermark advances and the gateway's acks=all
+produces are answered in the loop turn that learns the ack, with no link thread waking and
+handing over through `call_soon_threadsafe`. The link's thread then keeps the rest (grants,
+rolls, the stall check, failures) and polls every 20 ms for what the loop left. On shm the
+link's thread keeps waiting on the queue: it busy-polls after traffic and so answers native
+producers sooner than a wake-up of the loop would (docs/performance.md, "Push replication").
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
+import os
 import struct
 import threading
 import time
@@ -105,8 +117,10 @@ class FollowerLink(Endpoint):
         on_pull: Callable[[Pushed, str], None],
         on_down: Callable[[FollowerLink, str], None],
         sasl: SaslCredentials | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
-        """`sasl`: the inter-broker login, for a follower whose RDMA service requires one."""
+        """`sasl`: the inter-broker login, for a follower whose RDMA service requires one; `loop`:
+        the event loop that reads the acknowledgements (None: the link's thread does)."""
         super().__init__(control_address, transport, timeout=5.0, sasl=sasl)
         self.leader_id, self.follower_id = leader_id, follower_id
         self.batch_max = batch_max
@@ -129,6 +143,16 @@ class FollowerLink(Endpoint):
         self.hw_buf = self.device.alloc_mr(HW_SLOTS * _HW.size, Access.LOCAL_WRITE)
         self._hw_slot = 0
         self.down: str | None = None
+        self._wake = (
+            threading.Event()
+        )  # (on the loop's watch) the thread has work the loop cannot do
+        self._loop_error: Exception | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_fds: list[int] = []  # dups: the link never closes a descriptor under the loop
+        if loop is not None and hasattr(self.cq, "notify_fds") and not loop.is_closed():
+            self._loop = loop
+            self._loop_fds = [os.dup(fd) for fd in self.cq.notify_fds()]
+            loop.call_soon_threadsafe(self._attach)
         self.thread = threading.Thread(target=self._run, name=f"push-to-{follower_id}", daemon=True)
         self.thread.start()
 
@@ -141,6 +165,7 @@ class FollowerLink(Endpoint):
                 old.state = "gone"
             self.parts[pp.key] = pp
         self._work.append(lambda: self._grant(pp))
+        self._wake.set()
 
     def remove(self, key: tuple[str, int]) -> None:
         """Stop pushing a partition (leadership moved): its grant is given back."""
@@ -150,6 +175,7 @@ class FollowerLink(Endpoint):
                 return
             pp.state = "gone"
         self._work.append(lambda: self._release(pp))
+        self._wake.set()
 
     def kick(self, plog: Any) -> None:
         """The leader's log grew: send what is new (called on the committing thread)."""
@@ -185,9 +211,66 @@ class FollowerLink(Endpoint):
 
     def close(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self.thread is not threading.current_thread():
             self.thread.join(5)
+        self._detach_from_loop()
         super().close()
+
+    # -- the event loop's side (acknowledgements read where they are answered) ------------------------
+    def _attach(self) -> None:
+        """(On the loop) watch the completion queue's descriptors."""
+        if self._stop.is_set() or self.down is not None:
+            self._detach()
+            return
+        for fd in self._loop_fds:
+            self._loop.add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        """(On the loop) completions may be ready: take them, answer what they acknowledge, and
+        leave to the link's thread what would block (control requests, the log's lock)."""
+        if self._stop.is_set() or self.down is not None:
+            self._detach()
+            return
+        try:
+            self.cq.notified()
+            self._service(None)
+        except Exception as exc:  # the thread fails the link (on_down, pull) as for its own
+            self._loop_error = exc
+            self._detach()
+            self._wake.set()
+            return
+        if self._work or any(self._thread_work(pp) for pp in list(self.parts.values())):
+            self._wake.set()
+
+    def _detach(self) -> None:
+        """(On the loop) stop watching; the duplicated descriptors are closed."""
+        fds, self._loop_fds = self._loop_fds, []
+        for fd in fds:
+            if not self._loop.is_closed():
+                self._loop.remove_reader(fd)
+            os.close(fd)
+
+    def _detach_from_loop(self) -> None:
+        """_detach on the loop, from any thread (a loop that no longer runs keeps the fds)."""
+        loop = self._loop
+        if loop is None or not self._loop_fds:
+            return
+        if loop.is_closed():
+            self._detach()
+            return
+        try:
+            if asyncio.get_running_loop() is loop:
+                self._detach()
+                return
+        except RuntimeError:
+            pass
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        loop.call_soon_threadsafe(lambda: (self._detach(), done.set_result(None)))
+        try:
+            done.result(2.0)
+        except concurrent.futures.TimeoutError:
+            log.info("push link to broker %d: event loop not running; fds left", self.follower_id)
 
     # -- the link's thread ------------------------------------------------------------------------
     def _run(self) -> None:
@@ -195,23 +278,48 @@ class FollowerLink(Endpoint):
             while not self._stop.is_set():
                 while self._work:
                     self._work.popleft()()
-                wcs = self.cq.wait(0.02, 64)
-                with self.lock:
-                    for wc in wcs:
-                        self._completion(wc)
-                    for pp in list(self.parts.values()):
-                        if pp.state == "pushing":
-                            self._pump(pp)
-                    acked, self._acked = self._acked, []
-                for pp, leo in acked:  # outside the lock: the high watermark it moves is sent
-                    self.on_ack(pp, leo)  # on the links, this one's included
+                if self._loop is None:
+                    got = self._service(self.cq.wait(0.02, 64))
+                else:  # the loop reads the acknowledgements; this polls for what it left
+                    self._wake.wait(0.02)
+                    self._wake.clear()
+                    if self._loop_error is not None:
+                        raise self._loop_error
+                    got = self._service(None)
                 self._after_pump()
                 self._check_stall()
-                if not wcs and not self.ctl.alive():
+                if not got and not self.ctl.alive():
                     raise TransportError("the follower's control connection closed")
         except Exception as exc:  # the link is gone: every partition on it goes back to pull
             if not self._stop.is_set():
                 self._fail(f"{exc}")
+
+    def _service(self, wcs: list | None) -> bool:
+        """Take completions (None: poll the queue for all that are ready), post what their
+        credits allow, and report the acknowledgements (on the calling thread: the loop's or the
+        link's). Whether there were any."""
+        got = False
+        with self.lock:
+            while True:
+                batch = self.cq.poll(64) if wcs is None else wcs
+                for wc in batch:
+                    self._completion(wc)
+                got = got or bool(batch)
+                if wcs is not None or len(batch) < 64:
+                    break
+            for pp in list(self.parts.values()):
+                if pp.state == "pushing":
+                    self._pump(pp)
+            acked, self._acked = self._acked, []
+        for pp, leo in acked:  # outside the lock: the high watermark it moves is sent
+            self.on_ack(pp, leo)  # on the links, this one's included
+        return got
+
+    def _thread_work(self, pp: Pushed) -> bool:
+        """Whether pp needs what only the link's thread does (see _after_pump)."""
+        if pp.state in ("rolling", "resync"):
+            return pp.inflight == 0
+        return pp.state == "pushing" and pp.source is not None and self._source_done(pp)
 
     def _fail(self, why: str) -> None:
         with self.lock:
@@ -498,7 +606,10 @@ class PushReplication:
         batch_max: int = 4096,
         stall_s: float = 30.0,
         sasl: SaslCredentials | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
+        """`loop`: the event loop the links' acknowledgements are read on (see the module's doc)."""
+        self.loop = loop
         self.leader_id = leader_id
         self.sasl = sasl
         self.rdma_of = rdma_of
@@ -539,7 +650,7 @@ class PushReplication:
                 batch_max=self.batch_max, stall_s=self.stall_s,
                 on_ack=lambda p, leo: self.acked(p.topic, p.partition, follower, p.epoch, leo),
                 on_pull=lambda p, _why: self.pulled(p.topic, p.partition, follower),
-                on_down=self._down, sasl=self.sasl,
+                on_down=self._down, sasl=self.sasl, loop=self.loop,
             )  # fmt: skip
         except Exception as exc:
             log.info("push replication to broker %d not possible: %r; pulling", follower, exc)

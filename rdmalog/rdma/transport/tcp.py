@@ -8,8 +8,8 @@ space in its own mapping stays coherent with remote FETCH_AND_ADDs. No request h
 engine runs for them. Responses come back in order (RC semantics), so the initiator matches them
 to its posted work requests with a FIFO.
 
-The connecting side runs no thread: its completion queue's poll/wait drives the connection
-(responses, incoming SENDs, and any one-sided operation the peer targets at it).
+The connecting side runs no thread: its completion queue's poll/wait (tcp_cq.py) drives the
+connection (responses, incoming SENDs, and any one-sided operation the peer targets at it).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import contextlib
 import functools
 import itertools
 import logging
-import os
 import selectors
 import socket
 import struct
@@ -41,8 +40,8 @@ from rdmalog.rdma.transport.interface import (
     new_rkey,
     recv_setup,
     send_setup,
-    wait_readable,
 )
+from rdmalog.rdma.transport.tcp_cq import TcpCQ, _spin_then_wait
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +59,6 @@ _WC_OP = {
     OP_CAS: Opcode.CMP_AND_SWAP,
     OP_SEND: Opcode.SEND,
 }
-# An initiator waiting for an answer polls this long before it sleeps: a wakeup from a sleeping
-# poll(2) costs ~25 us on these VMs (a loopback round trip of two Python processes: 57 us when both
-# ends sleep, 8.8 us when both poll).
-SPIN_S = 100e-6
 # Arrivals kept for receives not posted yet, per queue pair: far above what a client or the
 # broker keeps in flight, it bounds what a peer flooding a queue pair can make its owner hold.
 RNR_BACKLOG = 4096
@@ -79,15 +74,6 @@ def _consume(bufs, n: int) -> None:
         del bufs[0]
     if n:
         bufs[0] = memoryview(bufs[0])[n:]
-
-
-def _spin_then_wait(fds: list, timeout: float | None) -> bool:
-    """wait_readable, after polling without sleeping for SPIN_S."""
-    end = time.perf_counter() + SPIN_S
-    while time.perf_counter() < end:
-        if wait_readable(fds, 0):
-            return True
-    return wait_readable(fds, timeout)
 
 
 class _Either:
@@ -175,60 +161,6 @@ class TcpWindow:
         if self.rkey:
             self.qp.device._withdraw(self.rkey)
             self.rkey = 0
-
-
-class TcpCQ:
-    """Completions from the engine thread or from driving the connections attached to it."""
-
-    def __init__(self, dev: TcpDevice):
-        self.device = dev
-        self._local: deque[WorkCompletion] = deque()
-        self._pumped: list[TcpQP] = []  # connect-side QPs whose socket this CQ drives
-        self._efd = os.eventfd(0, os.EFD_NONBLOCK)
-        self._sleeping = False
-
-    def _push_local(self, wc: WorkCompletion) -> None:
-        self._local.append(wc)
-        if self._sleeping:
-            os.eventfd_write(self._efd, 1)
-
-    def poll(self, max_entries: int = 16) -> list[WorkCompletion]:
-        for qp in self._pumped:
-            qp._pump(block=False)
-        out: list[WorkCompletion] = []
-        local = self._local
-        while local and len(out) < max_entries:
-            out.append(local.popleft())
-        return out
-
-    def wait(self, timeout: float | None, max_entries: int = 16) -> list[WorkCompletion]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            out = self.poll(max_entries)
-            if out:
-                return out
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return out
-            self._sleeping = True
-            try:
-                if not self._local:
-                    fds = [self._efd] + [qp.sock for qp in self._pumped if not qp.closed]
-                    # A thread that drives its connections polls them before it sleeps; an
-                    # engine-fed CQ does not: spinning would hold the GIL the engine needs.
-                    (_spin_then_wait if self._pumped else wait_readable)(fds, left)
-            finally:
-                self._sleeping = False
-            try:
-                os.eventfd_read(self._efd)
-            except BlockingIOError:
-                pass
-
-    def close(self) -> None:
-        """Close its eventfd, once (a service stopped twice closes its queues twice)."""
-        if self._efd >= 0:
-            os.close(self._efd)
-            self._efd = -1
 
 
 class TcpQP:
