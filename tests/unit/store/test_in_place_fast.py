@@ -220,10 +220,18 @@ RUNS = {
     "batches in a write": ([_plain(1) + _plain(5) + _plain(2), _plain(1), _plain(2)], {}, "C"),
     "a 64 KiB write": ([_plain(60, size=1000), _plain(60, size=1000)], {}, "C"),
     "stale max timestamp": ([_stale(3), _plain(1)], {}, "C"),
-    "LogAppendTime topic": ([_plain(2), _plain(1)], {"message_timestamp_type": "LogAppendTime"}, "C"),
+    "LogAppendTime topic": (
+        [_plain(2), _plain(1)],
+        {"message_timestamp_type": "LogAppendTime"},
+        "C",
+    ),
     "flush policy": ([_plain(1), _plain(1), _plain(1)], {"flush_messages": 2}, "C"),
     "bad CRC in the middle": ([_plain(1), _corrupt(_plain(2)), _plain(1)], {}, None),
-    "bad batch in the middle of a write": ([_plain(1), _plain(1) + _corrupt(_plain(1)) + _plain(1), _plain(1)], {}, None),
+    "bad batch in the middle of a write": (
+        [_plain(1), _plain(1) + _corrupt(_plain(1)) + _plain(1), _plain(1)],
+        {},
+        None,
+    ),
     "timestamp out of range in the middle": (
         [_plain(1), _plain(1, ts=T0 - 10**9), _plain(1)],
         {"message_timestamp_before_max_ms": 1000},
