@@ -12,9 +12,9 @@ committed size.
 - `validate_written(head, position, end)`, `commit_written(head, position, end, ...)`: the bytes a
   writer put at [position, end) of `head`, validated as a produce request's batches, then patched
   (offsets, leader epoch, LogAppendTime) and committed in place; `commit_run(head, position,
-  ends)`: consecutive writes committed together, each holding whole batches. `HeadMovedError` when `head` is no
-  longer the head, something else was committed at `position` first, or the log end is not the
-  offset the writer expected: nothing is committed then.
+  ends)`: consecutive writes committed together, each holding whole batches. `HeadMovedError`
+  when `head` is no longer the head, something else was committed at `position` first, or the
+  log end is not the offset the writer expected: nothing is committed then.
 - `roll_head(head)`: roll when `head` is still the head and holds data (its writer found it full).
 - `file_for_reading(offset)`, `next_file(base_offset)`: the file holding an offset and the file
   after one, with the lock held for the block as above; `readable_end(file)`: how far a reader may
@@ -192,8 +192,8 @@ class InPlaceAccess:
         a write not ending on a batch's end, bytes that do not validate (one by one, the writes
         before the bad one still commit), or a retry of an idempotent producer's batch the log
         already holds (answered per write with its offsets), a sequence or epoch error. Plain
-        batches without a producer id take one C call (`_commit_plain`, the boundaries checked there too). Raises
-        HeadMovedError as `commit_written`."""
+        batches without a producer id take one C call (`_commit_plain`, which checks the
+        boundaries too). Raises HeadMovedError as `commit_written`."""
         end = position + ends[-1]
         infos = None
         if _c_commit_plain is not None:
