@@ -574,17 +574,33 @@ fail:
  * idempotent producer's), nothing is written and the list of their `info_type` (BatchInfo) is
  * returned, as `validate_client` gives it: the general path checks their sequences and commits
  * them. None, nothing written, for everything else (a bad batch, a compressed, control or
- * transactional one): the general path takes those, and names the errors. */
+ * transactional one): the general path takes those, and names the errors.
+ * write_ends (optional, None: one write): a run of consecutive writes committed together, as
+ * the ends of its writes relative to `position` (ascending, the last at end - position): each
+ * write must hold whole batches (None when a batch crosses a write's end or a write holds none),
+ * and the answer gets a fourth item, the number of offsets each write took. */
 #define COMMIT_PLAIN_KEPT 64
 
 static PyObject *commit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 12 || !PyType_Check(args[11]) ||
-        !PyType_IsSubtype((PyTypeObject *)args[11], &PyTuple_Type)) {
+    if (nargs < 12 || nargs > 13 || !PyType_Check(args[11]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[11], &PyTuple_Type) ||
+        (nargs == 13 && args[12] != Py_None && !PyList_Check(args[12]))) {
         PyErr_SetString(PyExc_TypeError,
                         "commit_plain(buf, position, end, max_batch_size, now, before_max_ms, "
                         "after_max_ms, keys_required, log_append_time, base_offset, leader_epoch, "
-                        "info_type)");
+                        "info_type, write_ends=None)");
         return NULL;
+    }
+    /* a run's write ends, absolute; 0 of them: one write */
+    long long ends[COMMIT_PLAIN_KEPT];
+    Py_ssize_t n_ends = 0;
+    if (nargs == 13 && args[12] != Py_None) {
+        n_ends = PyList_GET_SIZE(args[12]);
+        if (n_ends < 1 || n_ends > COMMIT_PLAIN_KEPT) Py_RETURN_NONE;
+        for (Py_ssize_t w = 0; w < n_ends; w++) {
+            ends[w] = PyLong_AsLongLong(PyList_GET_ITEM(args[12], w));
+            if (ends[w] == -1 && PyErr_Occurred()) return NULL;
+        }
     }
     long long a[11];
     for (int i = 1; i < 11; i++) {
@@ -601,12 +617,15 @@ static PyObject *commit_plain(PyObject *self, PyObject *const *args, Py_ssize_t 
     int flags = keys_required ? KEYS_REQUIRED : 0;
     if (!log_append_time && (low > LLONG_MIN || high < LLONG_MAX)) flags |= CHECK_TIMESTAMPS;
     uint32_t epoch = (uint32_t)a[10];
-    PyObject *batches = NULL;
+    PyObject *batches = NULL, *counts = NULL;
     int64_t maxes[COMMIT_PLAIN_KEPT]; /* the first batches' records' max timestamps */
     Py_buffer v;
     if (PyObject_GetBuffer(args[0], &v, PyBUF_WRITABLE) < 0) return NULL;
     if (position < 0 || position >= end || end > v.len) goto general;
+    if (n_ends && ends[n_ends - 1] != end - position) goto general;
+    for (Py_ssize_t w = 0; w < n_ends; w++) ends[w] += position;
     unsigned char *buf = (unsigned char *)v.buf;
+    Py_ssize_t w = 0; /* the write the batch at pos belongs to */
     /* First pass: check every batch (nothing is written unless all pass). */
     long long pos = position, n = 0;
     int producers = 0;
@@ -642,7 +661,12 @@ static PyObject *commit_plain(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (n < COMMIT_PLAIN_KEPT) maxes[n] = scanner.max_ts;
         pos += size;
         n++;
+        if (n_ends) { /* the batch must end inside its write, a write's last at its end */
+            if (pos > ends[w]) goto general;
+            if (pos == ends[w]) w++;
+        }
     }
+    if (w != n_ends) goto general; /* a write that held no batch */
     if (producers) { /* checked, not written: the infos validate_client gives */
         if (n > COMMIT_PLAIN_KEPT) goto general;
         PyTypeObject *info_type = (PyTypeObject *)args[11];
@@ -669,8 +693,10 @@ static PyObject *commit_plain(PyObject *self, PyObject *const *args, Py_ssize_t 
     /* Second pass: patch, as `patch` does. */
     batches = PyList_New(n);
     if (!batches) goto fail;
-    long long top_ts = -1;
+    if (n_ends && !(counts = PyList_New(n_ends))) goto fail;
+    long long top_ts = -1, write_base = nxt;
     pos = position;
+    w = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         unsigned char *h = buf + pos;
         long long size = (long long)(int32_t)be(h + 8, 4) + LOG_OVERHEAD;
@@ -708,8 +734,15 @@ static PyObject *commit_plain(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (records_max > top_ts) top_ts = records_max;
         nxt = last + 1;
         pos += size;
+        if (n_ends && pos == ends[w]) { /* checked above: every write ends on a batch's end */
+            PyObject *c = PyLong_FromLongLong(nxt - write_base);
+            if (!c) goto fail;
+            PyList_SET_ITEM(counts, w++, c);
+            write_base = nxt;
+        }
     }
     PyBuffer_Release(&v);
+    if (n_ends) return Py_BuildValue("(NLLN)", batches, nxt, top_ts, counts);
     return Py_BuildValue("(NLL)", batches, nxt, top_ts);
 general:
     PyBuffer_Release(&v);
@@ -717,6 +750,7 @@ general:
 fail:
     PyBuffer_Release(&v);
     Py_XDECREF(batches);
+    Py_XDECREF(counts);
     return NULL;
 }
 
@@ -745,9 +779,9 @@ static PyMethodDef methods[] = {
      "attributes, producers): offsets, epoch and timestamps of validated batches set in place"},
     {"commit_plain", (PyCFunction)(void (*)(void))commit_plain, METH_FASTCALL,
      "commit_plain(buf, position, end, max_batch_size, now, before_max_ms, after_max_ms, "
-     "keys_required, log_append_time, base_offset, leader_epoch, info_type) -> (batches, "
-     "next_offset, top_ts): plain client batches checked and patched in place; their infos "
-     "when some have a producer id; None for the general path"},
+     "keys_required, log_append_time, base_offset, leader_epoch, info_type, write_ends=None) -> "
+     "(batches, next_offset, top_ts[, offsets per write]): plain client batches checked and "
+     "patched in place; their infos when some have a producer id; None for the general path"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,9 +11,10 @@ committed size.
   can come in between).
 - `validate_written(head, position, end)`, `commit_written(head, position, end, ...)`: the bytes a
   writer put at [position, end) of `head`, validated as a produce request's batches, then patched
-  (offsets, leader epoch, LogAppendTime) and committed in place. `HeadMovedError` when `head` is no
-  longer the head, something else was committed at `position` first, or the log end is not the
-  offset the writer expected: nothing is committed then.
+  (offsets, leader epoch, LogAppendTime) and committed in place; `commit_run(head, position,
+  ends)`: consecutive writes committed together, each holding whole batches. `HeadMovedError`
+  when `head` is no longer the head, something else was committed at `position` first, or the
+  log end is not the offset the writer expected: nothing is committed then.
 - `roll_head(head)`: roll when `head` is still the head and holds data (its writer found it full).
 - `file_for_reading(offset)`, `next_file(base_offset)`: the file holding an offset and the file
   after one, with the lock held for the block as above; `readable_end(file)`: how far a reader may
@@ -35,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from rdmalog.errors import InvalidRecordError, OffsetOutOfRangeError
+from rdmalog.errors import InvalidRecordError, KafkaError, OffsetOutOfRangeError
 from rdmalog.store.append_result import AppendResult
 from rdmalog.store.disk import storage_error
 from rdmalog.store.records import BatchInfo, validate_batches
@@ -181,9 +182,47 @@ class InPlaceAccess:
                     infos = self._validate(mv)
                 return self._append(mv, infos, leader_epoch, in_place=True)
 
+    def commit_run(
+        self, head: SegmentFile, position: int, ends: list[int]
+    ) -> tuple[AppendResult, list[int]] | None:
+        """Commit a run of consecutive writes at [position, position + ends[-1]) of `head` as one
+        commit: `ends` are the writes' ends relative to `position`, each write must hold whole
+        batches. Returns the answer and the number of offsets each write took, or None with
+        nothing committed when the writes must be committed one by one (`commit_written` each):
+        a write not ending on a batch's end, bytes that do not validate (one by one, the writes
+        before the bad one still commit), or a retry of an idempotent producer's batch the log
+        already holds (answered per write with its offsets), a sequence or epoch error. Plain
+        batches without a producer id take one C call (`_commit_plain`, which checks the
+        boundaries too). Raises HeadMovedError as `commit_written`."""
+        end = position + ends[-1]
+        infos = None
+        if _c_commit_plain is not None:
+            done = self._commit_plain(head, position, end, ends)
+            if type(done) is tuple:
+                return done
+            infos = done  # an idempotent producer's plain batches, checked, boundaries too
+        if infos is None:
+            try:
+                infos = self.validate_written(head, position, end)
+            except KafkaError:
+                return None
+        counts, i = [], 0
+        for write_end in ends:  # each write must hold whole batches (positions from `position`)
+            first = i
+            while i < len(infos) and infos[i].position < write_end:
+                i += 1
+            if i == first or infos[i - 1].position + infos[i - 1].size != write_end:
+                return None
+            counts.append(sum(info.last_offset_delta + 1 for info in infos[first:i]))
+        try:  # an idempotent producer's sequence or epoch error: one by one names it
+            res = self.commit_written(head, position, end, infos=infos)
+        except KafkaError:
+            return None
+        return None if res.duplicate else (res, counts)
+
     def _commit_plain(
-        self, head: SegmentFile, position: int, end: int
-    ) -> AppendResult | list[BatchInfo] | None:
+        self, head: SegmentFile, position: int, end: int, ends: list[int] | None = None
+    ) -> AppendResult | tuple[AppendResult, list[int]] | list[BatchInfo] | None:
         """`commit_written`'s common case, folded: plain data batches with no producer id, no
         transaction, into the head of an open log, checked and patched by one C call
         (`_records.commit_plain`: CRC, LogValidator's record checks, offsets, epoch,
@@ -191,7 +230,9 @@ class InPlaceAccess:
         plain batches are checked by the same call and returned as infos, nothing done: the
         general path checks their sequences and commits them. None, nothing done, for
         everything else (and for bad bytes): the general path then commits, or raises the
-        precise error. tests/unit/store/test_in_place_fast.py checks both paths alike."""
+        precise error. With `ends` (a run, see `commit_run`): (answer, offsets per write), the
+        write boundaries checked in C. tests/unit/store/test_in_place_fast.py checks the paths
+        alike."""
         with self.lock:
             segs = self.segments
             seg = segs[-1] if segs else None
@@ -212,11 +253,11 @@ class InPlaceAccess:
             now = self.clock()
             done = _c_commit_plain(
                 mm, position, end, cfg.max_message_bytes, now, before, after, compacted,
-                log_append, base, epoch, BatchInfo,
+                log_append, base, epoch, BatchInfo, ends,
             )  # fmt: skip
             if type(done) is not tuple:
                 return done
-            batches, nxt, _ = done
+            batches, nxt = done[0], done[1]
             try:
                 seg.commit_written(batches, end - position)
             except OSError as e:  # as `_append`: Kafka's KAFKA_STORAGE_ERROR
@@ -238,7 +279,7 @@ class InPlaceAccess:
             self._notify()
         if self._append_listeners:
             self._appended()
-        return result
+        return result if ends is None else (result, done[3])
 
     def _head_at(self, head: SegmentFile, position: int) -> LogSegment:
         """The head segment, when it is `head` and its committed bytes end at `position`."""

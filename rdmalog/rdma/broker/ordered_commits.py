@@ -144,46 +144,35 @@ class OrderedCommits:
             cqp.send_acks()
 
     def _process_run(self, f: ProduceFile, run: list[tuple[int, int, Reply]]) -> bool:
-        """Commit consecutive writes together; False (nothing done) when any needs the one-by-one
-        path: a revoked or full file, a head that moved, a retry of an idempotent producer's
-        batch the log already holds (answered with its original offsets, per write), a sequence
-        or epoch error, or bytes that do not validate (the good ones before them still commit)."""
+        """Commit consecutive writes together (`PartitionLog.commit_run`); False (nothing done)
+        when any needs the one-by-one path: a revoked or full file, a head that moved, a write
+        not holding whole batches, a retry of an idempotent producer's batch the log already
+        holds (answered with its original offsets, per write), a sequence or epoch error, or
+        bytes that do not validate (the good ones before them still commit)."""
         plog = f.part.log
         if f.revoked or f.full or f.replica_of is not None:
             return False  # a leader's pushed writes: one by one (`_process`), already coalesced
         start = f.expect_pos
-        end = start + sum(n for _, n, _ in run)
-        f.narrow(end)  # before validating: from here on no holder can change these bytes
-        try:
-            infos = plog.validate_written(f.segment, start, end)
-        except (HeadMovedError, KafkaError):
-            return False
-        # Each write must hold whole batches (positions are relative to start).
-        ends, pos = [], 0
+        ends, pos = [], 0  # the writes' ends, relative to start
         for _, n, _ in run:
             pos += n
             ends.append(pos)
-        i, spans = 0, []
-        for write_end in ends:
-            first = i
-            while i < len(infos) and infos[i].position < write_end:
-                i += 1
-            if i == first or infos[i - 1].position + infos[i - 1].size != write_end:
-                return False
-            spans.append(sum(info.last_offset_delta + 1 for info in infos[first:i]))
-        try:  # a retry the log holds is answered, uncommitted, as `duplicate`: one by one then
-            res = plog.commit_written(f.segment, start, end, infos=infos)
+        end = start + pos
+        f.narrow(end)  # before validating: from here on no holder can change these bytes
+        try:  # plain batches: one C call checks, patches and commits the whole run
+            done = plog.commit_run(f.segment, start, ends)
         except (HeadMovedError, KafkaError):
             return False
-        if res.duplicate:
+        if done is None:
             return False
+        res, counts = done
         f.expect_pos = end
         self.counters["writes_committed"] += len(run)
         self.counters["bytes_committed"] += end - start
         if res.flush_needed:  # the flush policy: durable before acknowledged, as Kafka
             plog.flush()
         base = res.base_offset
-        for (o, _, reply), count, write_end in zip(run, spans, ends, strict=True):
+        for (o, _, reply), count, write_end in zip(run, counts, ends, strict=True):
             f.next_order = (o + 1) & ORDER_MASK
             reply(o, _ACK_OK, base, base + count - 1, start + write_end, res.log_append_time)
             base += count

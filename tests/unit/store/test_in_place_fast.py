@@ -158,3 +158,125 @@ def test_the_fast_path_takes_plain_batches_only(tmp_path: Path, monkeypatch) -> 
         _commit(plog, data, general=False)
     plog.close()
     assert taken == ["tuple", "list", "NoneType", "NoneType", "NoneType"]
+
+
+def _idem(n: int, seq: int) -> bytes:
+    return _plain(n, producer_id=7, producer_epoch=0, base_sequence=seq)
+
+
+def _one_by_one(plog, writes: list[bytes], position: int) -> list:
+    """Commit the writes at `position` one by one as the broker does when a run is refused:
+    each write's answer (base, last, append time) or error, stopping at the first write not
+    committed (a refused or duplicate one: the broker revokes what sits behind it)."""
+    answers = []
+    for data in writes:
+        head = plog.segments[-1]
+        end = position + len(data)
+        try:
+            res = plog.commit_written(head, position, end)
+        except KafkaError as e:
+            answers.append((type(e), str(e)))
+            break
+        answers.append((res.base_offset, res.last_offset, res.log_append_time, res.duplicate))
+        if res.duplicate:
+            break
+        position = end
+    return answers
+
+
+def _run(tmp_path: Path, writes: list[bytes], as_run: bool, **config: object) -> tuple:
+    """The writes, after a first plain one, committed as a run (`commit_run`, one by one when it
+    refuses) or one by one: (how the run went, answers, state, the high watermark the listeners
+    saw last: a run tells them once)."""
+    plog = open_log(tmp_path / f"r-{int(as_run)}", clock=Clock(), **config)
+    hw_calls: list[int] = []
+    plog.add_listener(lambda lg: hw_calls.append(lg.high_watermark))
+    first = _plain(1)
+    with plog.head_for_writing() as (head, position):
+        head.mmap[position : position + len(first)] = first
+    plog.commit_written(head, position, position + len(first))
+    with plog.head_for_writing() as (head, position):
+        data = b"".join(writes)
+        head.mmap[position : position + len(data)] = data  # all landed before the commit
+    how = "one by one"
+    if as_run:
+        ends = [sum(map(len, writes[: i + 1])) for i in range(len(writes))]
+        done = plog.commit_run(head, position, ends)
+        if done is not None:
+            res, counts = done
+            how, answers, base = "run", [], res.base_offset
+            for count in counts:
+                answers.append((base, base + count - 1, res.log_append_time, False))
+                base += count
+    if how == "one by one":
+        answers = _one_by_one(plog, writes, position)
+    state = _state(plog)
+    plog.close()
+    return how, answers, state, hw_calls[-1]
+
+
+RUNS = {
+    "plain": ([_plain(1), _plain(3), _plain(1, size=2000)], {}, "C"),
+    "batches in a write": ([_plain(1) + _plain(5) + _plain(2), _plain(1), _plain(2)], {}, "C"),
+    "a 64 KiB write": ([_plain(60, size=1000), _plain(60, size=1000)], {}, "C"),
+    "stale max timestamp": ([_stale(3), _plain(1)], {}, "C"),
+    "LogAppendTime topic": (
+        [_plain(2), _plain(1)],
+        {"message_timestamp_type": "LogAppendTime"},
+        "C",
+    ),
+    "flush policy": ([_plain(1), _plain(1), _plain(1)], {"flush_messages": 2}, "C"),
+    "bad CRC in the middle": ([_plain(1), _corrupt(_plain(2)), _plain(1)], {}, None),
+    "bad batch in the middle of a write": (
+        [_plain(1), _plain(1) + _corrupt(_plain(1)) + _plain(1), _plain(1)],
+        {},
+        None,
+    ),
+    "timestamp out of range in the middle": (
+        [_plain(1), _plain(1, ts=T0 - 10**9), _plain(1)],
+        {"message_timestamp_before_max_ms": 1000},
+        None,
+    ),
+    "a batch across two writes": (
+        [_plain(1) + _plain(2)[:30], _plain(2)[30:] + _plain(1), _plain(1)],
+        {},
+        None,
+    ),
+    "idempotent": ([_idem(2, 0), _idem(1, 2) + _idem(2, 3), _idem(1, 5)], {}, "general"),
+    "idempotent retry": ([_idem(2, 0), _idem(2, 0), _idem(1, 2)], {}, None),
+    "idempotent gap": ([_idem(2, 0), _idem(1, 4)], {}, None),
+    "gzip": (
+        [bytes(build_batch([(b"k", b"v" * 300)] * 4, compression=Codec.GZIP)), _plain(1)],
+        {},
+        "general",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(RUNS))
+def test_a_run_commits_as_its_writes_one_by_one(tmp_path: Path, case: str, monkeypatch) -> None:
+    """A run of writes committed together (`commit_run`: the C call with the writes' ends, or
+    the general path for what it does not take) leaves the log, answers and listener calls as
+    committing the writes one by one does; a run that cannot be committed whole (a bad write or
+    batch in the middle, a batch across two writes, an idempotent retry or gap) commits nothing
+    and the writes then go one by one: the good writes before the bad one commit. Plain batches
+    take the one C call."""
+    writes, config, path = RUNS[case]
+    taken: list[str] = []
+    c_call = in_place._c_commit_plain
+    assert c_call is not None, "the _records extension is not built"
+
+    def counted(*args):
+        done = c_call(*args)
+        if args[-1] is not None:
+            taken.append("C" if type(done) is tuple else "general")
+        return done
+
+    monkeypatch.setattr(in_place, "_c_commit_plain", counted)
+    config = {"segment_bytes": 1 << 20, "index_interval_bytes": 100, **config}
+    how, *run = _run(tmp_path, writes, True, **config)
+    one_how, *one = _run(tmp_path, writes, False, **config)
+    assert run == one
+    assert how == ("one by one" if path is None else "run")
+    if path is not None:
+        assert taken == [path]
