@@ -57,7 +57,11 @@ setup(
         Extension(  # optional: rdmalog/store/records.py falls back to Python without it
             "rdmalog.store._records",
             ["rdmalog/store/_records.c"],
-            depends=["rdmalog/store/crc32c.h", "rdmalog/store/record_scan.h"],
+            depends=[
+                "rdmalog/store/crc32c.h",
+                "rdmalog/store/record_scan.h",
+                "rdmalog/store/record_codecs.h",
+            ],
             extra_compile_args=["-O2"],
             libraries=["z", *(lib for _, lib in _CODEC_LIBS)],  # batches inflated as checked
             define_macros=[(name, "1") for name, _ in _CODEC_LIBS],
