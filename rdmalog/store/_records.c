@@ -410,26 +410,17 @@ static PyObject *commit_plain(PyObject *self, PyObject *const *args, Py_ssize_t 
     int producers = 0;
     RecordScan scanner;
     while (pos < end) {
-        if (end - pos < BATCH_OVERHEAD) goto general;
         const unsigned char *h = buf + pos;
-        int32_t length = (int32_t)be(h + 8, 4);
-        long long size = (long long)length + LOG_OVERHEAD;
-        if (length < MIN_BATCH_LENGTH || size > end - pos || h[16] != 2) goto general;
-        if (max_size >= 0 && size > max_size) goto general;
-        int16_t attrs = (int16_t)be(h + 21, 2);
-        int32_t lod = (int32_t)be(h + 23, 4), count = (int32_t)be(h + 57, 4);
-        int64_t base_ts = (int64_t)be(h + 27, 8), max_ts = (int64_t)be(h + 35, 8);
+        Header hd; /* a client's batch, as validate_client checks its header */
+        if (check_header(h, (Py_ssize_t)(end - pos), (Py_ssize_t)max_size, 1, 0, &hd) < 0)
+            goto general;
+        long long size = hd.size;
         /* the general path's cases: compressed, transactional or control */
-        if (attrs & (CODEC_MASK | TRANSACTIONAL_BIT | CONTROL_BIT)) goto general;
-        if ((int64_t)be(h + 43, 8) >= 0) { /* a producer id: its sequence is the general path's */
-            if ((int32_t)be(h + 53, 4) < 0) goto general;
-            producers = 1;
-        }
-        if (lod < 0 || count != (int64_t)lod + 1) goto general;
-        if (crc32c(h + 21, (size_t)(size - 21)) != (uint32_t)be(h + 17, 4)) goto general;
-        int stamped = (attrs & TIMESTAMP_TYPE_BIT) != 0;
-        if (stamped && (log_append_time || max_ts == -1)) goto general;
-        scan_start(&scanner, count, stamped ? max_ts : base_ts, low, high,
+        if (hd.attrs & (CODEC_MASK | TRANSACTIONAL_BIT | CONTROL_BIT)) goto general;
+        producers |= hd.pid >= 0; /* a producer id: its sequence is the general path's */
+        int stamped = (hd.attrs & TIMESTAMP_TYPE_BIT) != 0;
+        if (stamped && (log_append_time || hd.max_ts == -1)) goto general;
+        scan_start(&scanner, hd.count, stamped ? hd.max_ts : hd.base_ts, low, high,
                    flags | (stamped ? FIXED_TIMESTAMP : 0), 0);
         scanner.errors = NULL;
         if (scan(&scanner, h + BATCH_OVERHEAD, h + size) < 0) {
