@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 import os
 
-WRITEV_MAX = (
-    16 * 1024
-)  # larger responses keep sendfile (a copy of this much costs less than 4 calls)
+# larger responses keep sendfile (a copy of this much costs less than 4 calls)
+WRITEV_MAX = 16 * 1024
 
 
 def slice_fd(sl) -> int:

@@ -143,9 +143,8 @@ class FollowerLink(Endpoint):
         self.hw_buf = self.device.alloc_mr(HW_SLOTS * _HW.size, Access.LOCAL_WRITE)
         self._hw_slot = 0
         self.down: str | None = None
-        self._wake = (
-            threading.Event()
-        )  # (on the loop's watch) the thread has work the loop cannot do
+        # (the loop reading the acks) the link's thread has work the loop cannot do
+        self._wake = threading.Event()
         self._loop_error: Exception | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_fds: list[int] = []  # dups: the link never closes a descriptor under the loop
