@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from brokers import Broker  # noqa: E402
-from kafka_protocol import machine, run_step, write_section  # noqa: E402
+from docs_section import replace_section  # noqa: E402
+from kafka_protocol import machine, run_step  # noqa: E402
 
 SECTION = "## Log compaction: cleaner throughput, produce latency, start-up"
 SHAPES = ("one-record batches", "100-record batches", "100-record lz4 batches")
@@ -374,7 +375,7 @@ def main() -> None:
     body = report(args, through, latency, startup)
     print(body)
     if args.out:
-        write_section(args.out, body, SECTION)
+        replace_section(args.out, SECTION, body)
 
 
 if __name__ == "__main__":

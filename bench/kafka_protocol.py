@@ -33,6 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from brokers import Broker, proc_cpu_seconds, proc_rss_mb  # noqa: E402
+from docs_section import replace_section  # noqa: E402
 
 RECORD_SIZE = 100
 MB = 1 << 20  # seed 004 reports MB/s as value bytes / 2^20
@@ -878,20 +879,6 @@ def plot(path: Path, results: list[dict[str, Any]], brokers: list[str]) -> None:
     grouped_bars(cpu, "Broker CPU per million records", tput, series, "CPU seconds / M records")
 
 
-def write_section(out: Path, body: str, heading: str = SECTION) -> None:
-    """Replace (or append) the section of `out` under `heading` (by default this benchmark's, '##
-    Kafka protocol: rdmalog vs Tansu'; partitions.py and compaction.py pass their own)."""
-    text = out.read_text() if out.exists() else "# Performance\n"
-    start = text.find(heading)
-    section = heading + "\n\n" + body.strip() + "\n"
-    if start < 0:
-        text = text.rstrip() + "\n\n" + section
-    else:
-        nxt = text.find("\n## ", start + len(heading))
-        text = text[:start] + section + ("\n" + text[nxt + 1 :] if nxt >= 0 else "")
-    out.write_text(text)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer records per step")
@@ -995,7 +982,7 @@ def main() -> None:
         if args.notes:
             notes = Path(args.notes)
             body += "\n\n" + (notes.read_text().strip() if notes.is_file() else args.notes)
-        write_section(args.out, body)
+        replace_section(args.out, SECTION, body)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from brokers import Broker, proc_rss_mb  # noqa: E402
-from kafka_protocol import Meter, machine, payload, settle, write_section  # noqa: E402
+from docs_section import replace_section  # noqa: E402
+from kafka_protocol import Meter, machine, payload, settle  # noqa: E402
 
 SECTION = "## Many partitions: rdmalog vs Tansu"
 KEYS = 65536  # distinct random keys the producer cycles through
@@ -398,7 +399,7 @@ def main() -> None:
         if args.notes:
             notes = Path(args.notes)
             lines += ["", notes.read_text().strip() if notes.is_file() else args.notes]
-        write_section(args.out, "\n".join(lines), SECTION)
+        replace_section(args.out, SECTION, "\n".join(lines))
 
 
 if __name__ == "__main__":

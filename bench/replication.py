@@ -39,6 +39,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.brokers import proc_cpu_seconds  # noqa: E402
+from bench.docs_section import replace_section  # noqa: E402
 from compat_tests.cluster import BrokerCluster, wait_for  # noqa: E402
 from compat_tests.zookeeper import ZooKeeperServer  # noqa: E402
 
@@ -262,7 +263,7 @@ def main() -> None:
     table = render(rows, session, args)
     print(table)
     if args.out:
-        write_section(args.out, table)
+        replace_section(args.out, SECTION, table)
 
 
 def run_modes(args: argparse.Namespace) -> None:
@@ -274,23 +275,9 @@ def run_modes(args: argparse.Namespace) -> None:
     table = rm.render(rows, command + f" --repeat {repeat} --transports {args.transports}")
     print(table)
     if args.out:
-        _replace_section(args.out, table, "### Push replication (replica.transport)")
+        replace_section(args.out, rm.SECTION, table)
     if args.plot:
         rm.plot(rows, args.plot)
-
-
-def _replace_section(path: Path, section: str, heading: str) -> None:
-    """Replace the subsection `heading` of `path` (up to the next heading), or append it."""
-    text = path.read_text() if path.exists() else ""
-    start = text.find(heading)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        ends = [
-            i for i in (text.find(m, start + len(heading)) for m in ("\n## ", "\n### ")) if i >= 0
-        ]
-        text = text[:start] + section + (text[min(ends) :] if ends else "")
-    path.write_text(text)
 
 
 def _median(runs: list[dict], key: str) -> float:
@@ -352,22 +339,6 @@ def render(rows: dict, session_ms: int, args: argparse.Namespace) -> str:
                 f"| {_median(runs, 'leader_seen_s'):.2f} |"
             )
     return "\n".join(lines) + "\n"
-
-
-def write_section(path: Path, table: str) -> None:
-    """Replace this benchmark's section of `path` up to its first subsection (kept: the notes on
-    the numbers), or append it."""
-    text = path.read_text() if path.exists() else ""
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + table
-    else:
-        ends = [
-            i for i in (text.find(m, start + len(SECTION)) for m in ("\n## ", "\n### ")) if i >= 0
-        ]
-        end = min(ends) if ends else -1
-        text = text[:start] + table + (text[end:] if end >= 0 else "")
-    path.write_text(text)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ from bench.brokers import proc_cpu_seconds
 from compat_tests.cluster import BrokerCluster
 from compat_tests.zookeeper import ZooKeeperServer
 
+SECTION = "## Push replication (replica.transport)"
+
 MODES = ("none", "pull", "push")
 BATCH_MAX = (0, 256, 1024, 4096, 16384)
 RATES = (10000, 40000)  # entries a second offered to the link in the batching curve
@@ -273,7 +275,7 @@ def render(rows: list[dict], command: str) -> str:
     }
     transports = sorted({r["transport"] for r in rows})
     lines = [
-        "### Push replication (replica.transport)",
+        SECTION,
         "",
         f"`{command}` on {time.strftime('%Y-%m-%d')}: two three-broker clusters (pull, push) side "
         "by side with one ZooKeeper on this 2-core host, shared with other sessions' work "

@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from brokers import RDMALOG_BIN, free_ports, port_open, proc_cpu_seconds  # noqa: E402
+from docs_section import replace_section  # noqa: E402
 
 SECTION = "## TLS against plaintext (Kafka protocol)"
 MB = 1 << 20
@@ -133,7 +134,7 @@ def main() -> None:
     body = report(results, args)
     print(body)
     if args.out:
-        write_section(args.out, body)
+        replace_section(args.out, SECTION, body)
 
 
 def report(results: dict, args: argparse.Namespace) -> str:
@@ -165,18 +166,6 @@ def report(results: dict, args: argparse.Namespace) -> str:
                 f"| {size} B | {kind} | {pm:.1f} | {tm:.1f} | {tm / pm:.2f} | {pc:.4f} | {tc:.4f} |"
             )
     return "\n".join(lines) + "\n"
-
-
-def write_section(out: Path, body: str) -> None:
-    text = out.read_text() if out.exists() else ""
-    if SECTION in text:
-        start = text.index(SECTION)
-        rest = text[start + len(SECTION) :]
-        end = rest.find("\n## ")
-        text = text[:start] + body + ("" if end < 0 else rest[end + 1 :])
-    else:
-        text = text.rstrip() + "\n\n" + body
-    out.write_text(text)
 
 
 if __name__ == "__main__":

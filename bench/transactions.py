@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from bench.kafka_protocol import write_section  # noqa: E402
+from bench.docs_section import replace_section  # noqa: E402
 from compat_tests.brokers import BrokerProcess  # noqa: E402
 from compat_tests.cluster import BrokerCluster  # noqa: E402
 from compat_tests.zookeeper import ZooKeeperServer  # noqa: E402
@@ -112,7 +112,7 @@ def main() -> None:
     table = "\n".join(lines) + "\n"
     print(table)
     if args.out:
-        write_section(args.out, table, SECTION)
+        replace_section(args.out, SECTION, table)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,10 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from docs_section import replace_section  # bench/ is on sys.path (run.py, floor.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 SECTION = "## Spark streaming event delay (KafkaDirect 5.4)"
-ANALYSIS = "### What the numbers say"  # hand-written after a run: kept by write_section
 SOURCE_NAMES = {
     "rdmalog-jvm": "rdmalog, JVM reader (native tcp)",
     "rdmalog-tcp": "rdmalog, Python source (native tcp)",
@@ -311,21 +312,6 @@ def plot(rows: list[dict], results: Path, png: Path, rate: float) -> None:
     plt.close(fig)
 
 
-def write_section(md: Path, body: str) -> None:
-    """Replace (or append) our section of `md` up to its hand-written analysis subsection (kept,
-    to be updated by hand) or the next section; everything else stays. Re-read just before."""
-    text = md.read_text() if md.exists() else "# Performance\n"
-    start = text.find(SECTION)
-    if start < 0:
-        new = text.rstrip("\n") + "\n\n" + body
-    else:
-        nxt = text.find("\n## ", start + len(SECTION))
-        kept = text.find("\n" + ANALYSIS, start, nxt if nxt >= 0 else len(text))
-        cut = kept if kept >= 0 else nxt
-        new = text[:start] + body + ("" if cut < 0 else "\n" + text[cut + 1 :])
-    md.write_text(new)
-
-
 def section(
     args: argparse.Namespace, argv: list[str], tbl: str, png: Path, load: float | None = None
 ) -> str:
@@ -379,7 +365,7 @@ def finish(
         png = Path(args.plot)
         plot(rows, results, png, args.rate)
         if not args.no_docs:
-            write_section(Path(args.out), section(args, argv, tbl, png))
+            replace_section(Path(args.out), SECTION, section(args, argv, tbl, png))
     return 0
 
 

@@ -139,3 +139,23 @@ def test_bench_figures_are_png_files(tmp_path: Path) -> None:
     for path in (ratios, bars):
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, path
+
+
+def test_bench_docs_sections_keep_hand_written_subsections(tmp_path: Path) -> None:
+    """A bench's `--out` replaces its section's generated part (up to the next `##`/`###`
+    heading) and keeps the subsections written by hand; a new section is appended once."""
+    from bench.docs_section import replace_section
+
+    md = tmp_path / "perf.md"
+    md.write_text("# P\n\n## A\n\nold table\n\n### Notes\n\nkept\n\n## B\n\nother\n")
+    replace_section(md, "## A", "new table")
+    assert md.read_text() == "# P\n\n## A\n\nnew table\n\n### Notes\n\nkept\n\n## B\n\nother\n"
+    replace_section(md, "### Notes", "### Notes\n\nrewritten")
+    assert "rewritten\n\n## B" in md.read_text() and "kept" not in md.read_text()
+    replace_section(md, "## C", "c")
+    replace_section(md, "## C", "c2")
+    assert md.read_text().endswith("## B\n\nother\n\n## C\n\nc2\n")
+    sub = tmp_path / "sub.md"
+    sub.write_text("## Z\n\n### A\n\nx\n")  # '## A' is a whole heading line, not a part of '### A'
+    replace_section(sub, "## A", "a")
+    assert sub.read_text() == "## Z\n\n### A\n\nx\n\n## A\n\na\n"
