@@ -1,39 +1,46 @@
-"""Where a native produce bandwidth phase's time goes: faults and CPU per thread, both sides.
+"""Where a native produce bandwidth phase's time goes: faults, CPU and run-queue waits per thread.
 
     python bench/produce_phase.py --rounds 3            # shm, 256 MiB of 64 KiB batches per phase
+    PRODUCE_PHASE_PERF=/tmp/p python bench/produce_phase.py   # + `perf record` of both sides
+    PRODUCE_PHASE_AFFINITY=split|same ...               # pin client and broker (experiment)
 
-One `rdmalog serve` (shm), topics like bench/native.py's (1 GiB preallocated heads). Each round
-measures, interleaved: `resident_file_write_gib_s` as bench/native.py does (64 MiB into a
-preallocated file another mapping made resident), the same into 256 MiB (the produce phase's
-size), and one produce phase as bench/native.py's `produce_gib_s` (registered batches, a fresh
-topic, granted and settled first). For the phase it prints, per thread that ran (client and
-broker): minor faults, ms on a CPU, ms runnable but waiting for one (schedstat), voluntary and
-involuntary context switches; so a slow phase says whether the producer faulted, slept or
-waited for a core. Prints JSON lines.
+One `rdmalog serve` (shm), a topic per round like bench/native.py's (1 GiB preallocated heads).
+Each round measures, one after the other: bench/native.py's `resident_file_write_gib_s` (64 MiB
+into a preallocated file another mapping made resident), the same into 256 MiB (the phase's
+size) and with large folios (as a grant asks for them), then one produce phase as native.py's
+`produce_gib_s` (128 registered batches sent in turn, granted and settled first). For the phase
+it prints per thread that ran (client and broker): minor faults, ms on a CPU, ms runnable but
+waiting for one (schedstat), voluntary and involuntary context switches; so a slow phase says
+whether the producer faulted, slept or waited for a core. Prints JSON lines.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from native import Broker, registered_batches, settle  # noqa: E402
-
-from rdmalog.rdma.broker.prefault import MADV_POPULATE_READ, _madvise, address_of  # noqa: E402
+from native import Broker, file_write_gib_s, registered_batches, settle
 
 TCK = os.sysconf("SC_CLK_TCK")
 PERF_DIR = os.environ.get("PRODUCE_PHASE_PERF")  # a directory: `perf record` both sides per phase
+# "split": this process on CPU 0, every broker thread on CPU 1; "same": both on CPU 0 (an
+# experiment on how the two busy pollers share the cores; measurement only)
+AFFINITY = os.environ.get("PRODUCE_PHASE_AFFINITY")
+
+
+def pin(broker_pid: int) -> None:
+    if AFFINITY not in ("split", "same"):
+        return
+    os.sched_setaffinity(0, {0})
+    for t in os.listdir(f"/proc/{broker_pid}/task"):
+        os.sched_setaffinity(int(t), {1 if AFFINITY == "split" else 0})
 
 
 def stat_of(path: str) -> tuple[str, int, float]:
@@ -70,30 +77,6 @@ def delta(after: dict, before: dict) -> dict:
         if d[1] > 1_000_000:
             out[k] = [d[0], round(d[1] / 1e6, 1), round(d[2] / 1e6, 1), d[3], d[4]]
     return out
-
-
-def file_write(root: str, size: int, resident: bool, hugepage: bool = False) -> float:
-    chunk = os.urandom(64 << 10)
-    with tempfile.TemporaryDirectory(prefix="rdmalog-bench-", dir=root) as d:
-        with open(os.path.join(d, "f"), "w+b") as f:
-            owner = None
-            if resident:
-                os.posix_fallocate(f.fileno(), 0, size)
-                owner = mmap.mmap(f.fileno(), size)
-                if hugepage:
-                    _madvise(address_of(owner), size, 14)  # MADV_HUGEPAGE, as a grant does
-                _madvise(address_of(owner), size, MADV_POPULATE_READ)
-            else:
-                f.truncate(size)
-            m = mmap.mmap(f.fileno(), size)
-            t0 = time.perf_counter()
-            for i in range(0, size, len(chunk)):
-                m[i : i + len(chunk)] = chunk
-            dt = time.perf_counter() - t0
-            m.close()
-            if owner is not None:
-                owner.close()
-    return size / dt / 2**30
 
 
 def phase(b: Broker, topic: str, total: int) -> dict:
@@ -142,6 +125,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rdmalog-bench-", dir=root) as d:
         b = Broker("shm", os.path.join(d, "data"))
         try:
+            pin(b.pid)
             from confluent_kafka.admin import AdminClient, NewTopic
 
             admin = AdminClient({"bootstrap.servers": b.bootstrap})
@@ -150,10 +134,10 @@ def main() -> None:
             for f in admin.create_topics([NewTopic(t, 1, 1, config=cfg) for t in names]).values():
                 f.result(30)
             for t in names:
-                row = {"load": os.getloadavg()[0]}
-                row["resident_64m"] = round(file_write(root, 64 << 20, True), 3)
-                row["resident_phase_size"] = round(file_write(root, args.mib << 20, True), 3)
-                row["resident_huge_64m"] = round(file_write(root, 64 << 20, True, True), 3)
+                row = {"load": os.getloadavg()[0], "affinity": AFFINITY}
+                row["resident_64m"] = round(file_write_gib_s(root, 64 << 20, True), 3)
+                row["resident_phase_size"] = round(file_write_gib_s(root, args.mib << 20, True), 3)
+                row["resident_huge_64m"] = round(file_write_gib_s(root, 64 << 20, True, True), 3)
                 row["produce"] = phase(b, t, args.mib << 20)
                 row["ratio"] = round(row["produce"]["gib_s"] / row["resident_64m"], 3)
                 print(json.dumps(row), flush=True)
