@@ -45,6 +45,9 @@ are stated against ("of_copy"). Prints one JSON object per line {"transport", "m
   resident_file_write_gib_s       the same into a preallocated file another mapping made resident,
                                   as a grant makes a head: what a same-host WRITE's copy alone runs
                                   at (each clean page's first write faults to make it dirty) ("host")
+  resident_file_write_gib_s_large_folios   information: the same with the owner's mapping asking
+                                  for large folios first (MADV_HUGEPAGE), as a grant does; the
+                                  writer then faults once per folio, not per page ("host")
   loadavg_1m                      the host's load at the start and the end (latencies on a shared
                                   2-core host depend on it: client and broker both busy-poll)
 
@@ -194,39 +197,57 @@ def bench_copy(size: int = 64 << 20, rounds: int = 20) -> None:
     emit("host", "copy_gib_s", COPY_GIB_S[0], "GiB/s", bytes=size, rounds=rounds, best_of=rounds)
 
 
+def file_write_gib_s(d: str, size: int, resident: bool, large: bool = False) -> float:
+    """64 KiB writes through a new file's shared mapping in directory d: into a sparse file, or
+    (`resident`) into a preallocated one another mapping made resident first (`large`: asking
+    for large folios first, as a grant does)."""
+    import mmap
+
+    from rdmalog.rdma.broker.prefault import (
+        MADV_HUGEPAGE,
+        MADV_POPULATE_READ,
+        _madvise,
+        address_of,
+    )
+
+    chunk = os.urandom(64 << 10)
+    with tempfile.TemporaryDirectory(prefix="rdmalog-bench-", dir=d) as sub:
+        with open(os.path.join(sub, "f"), "w+b") as f:
+            owner = None
+            if resident:
+                os.posix_fallocate(f.fileno(), 0, size)
+                owner = mmap.mmap(f.fileno(), size)  # the broker's mapping
+                if large:
+                    _madvise(address_of(owner), size, MADV_HUGEPAGE)
+                _madvise(address_of(owner), size, MADV_POPULATE_READ)
+            else:
+                f.truncate(size)
+            m = mmap.mmap(f.fileno(), size)  # the writer's own mapping
+            t0 = time.perf_counter()
+            for i in range(0, size, len(chunk)):
+                m[i : i + len(chunk)] = chunk
+            dt = time.perf_counter() - t0
+            m.close()
+            if owner is not None:
+                owner.close()
+    return size / dt / 2**30
+
+
 def bench_file_writes(data_root: str | None, size: int = 64 << 20) -> None:
     """64 KiB writes through a file's shared mapping, as a native producer's WRITE makes them:
     into a fresh sparse file (the page allocation every first write into a segment pays), and
     into a preallocated file another mapping made resident first, as a grant makes a head
     (what each WRITE into a granted head costs the writer on this host before any protocol
-    work: the copy plus the first-write fault that makes each clean page dirty)."""
-    import mmap
-
-    from rdmalog.rdma.broker.prefault import MADV_POPULATE_READ, _madvise, address_of
-
-    chunk = os.urandom(64 << 10)
-    with tempfile.TemporaryDirectory(prefix="rdmalog-bench-", dir=data_root) as d:
-        for metric, resident in (
-            ("fresh_file_write_gib_s", False),
-            ("resident_file_write_gib_s", True),
-        ):
-            with open(os.path.join(d, metric), "w+b") as f:
-                if resident:
-                    os.posix_fallocate(f.fileno(), 0, size)
-                    owner = mmap.mmap(f.fileno(), size)  # the broker's mapping
-                    _madvise(address_of(owner), size, MADV_POPULATE_READ)
-                else:
-                    f.truncate(size)
-                m = mmap.mmap(f.fileno(), size)  # the writer's own mapping
-                t0 = time.perf_counter()
-                for i in range(0, size, len(chunk)):
-                    m[i : i + len(chunk)] = chunk
-                dt = time.perf_counter() - t0
-                m.close()
-                if resident:
-                    owner.close()
-            extra = {"of_copy": round(size / dt / 2**30 / COPY_GIB_S[0], 3)} if COPY_GIB_S else {}
-            emit("host", metric, size / dt / 2**30, "GiB/s", bytes=size, chunk=len(chunk), **extra)
+    work: the copy plus the first-write fault that makes each clean page dirty); and, for
+    information, the latter with large folios, as a grant asks for them."""
+    for metric, resident, large in (
+        ("fresh_file_write_gib_s", False, False),
+        ("resident_file_write_gib_s", True, False),
+        ("resident_file_write_gib_s_large_folios", True, True),
+    ):
+        gib_s = file_write_gib_s(data_root, size, resident, large)
+        extra = {"of_copy": round(gib_s / COPY_GIB_S[0], 3)} if COPY_GIB_S else {}
+        emit("host", metric, gib_s, "GiB/s", bytes=size, chunk=64 << 10, **extra)
 
 
 # -- native datapaths ------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from rdmalog.errors import KafkaError, PolicyViolationError, error_for_code
 from rdmalog.rdma.broker.partitions import PartState, ProduceFile, Reply, datapath_counters
-from rdmalog.rdma.broker.prefault import Prefaulter
+from rdmalog.rdma.broker.prefault import STEP, Prefaulter
 from rdmalog.rdma.transport._atomic64 import copy, fetch_add, load
 from rdmalog.rdma.wire import ORDER_MASK, AckStatus, reservation_add, word_decode
 from rdmalog.store.in_place import HeadMovedError
@@ -227,18 +227,21 @@ class OrderedCommits:
         self.revoke(f)  # later writes sit behind bytes that were not committed
 
     def _committed(self, f: ProduceFile) -> None:
-        """After a commit into f that reached `f.check_at`: keep the prefault lead; a quarter
-        into a preallocated file, have the next head file made resident in the background
-        (early: that can take longer than filling this one), so the roll and its grant do not
-        allocate. Files that never fill that far (a trickle of records) cost no second segment
-        of memory. A resident file whose standby was asked for needs neither again."""
-        if not f.resident:
-            self.prefault.want(f.file_id, f.mapping, f.expect_pos, f.capacity)
-        if not f.standby_asked and 4 * f.expect_pos >= f.capacity and f.part.log.config.preallocate:
-            f.standby_asked = True
-            self.prefault.standby(f.part.log)
-        if f.resident:
-            f.check_at = f.capacity + 1 if f.standby_asked else -(-f.capacity // 4)
+        """After a commit into f that reached `f.check_at`: keep the prefault lead (asked again
+        a STEP further on: not per commit); a quarter into a preallocated file, have the next
+        head file made resident in the background (early: that can take longer than filling
+        this one), so the roll and its grant do not allocate. Files that never fill that far (a
+        trickle of records) cost no second segment of memory."""
+        pos = f.expect_pos
+        self.prefault.want(f.file_id, f.mapping, pos, f.capacity)
+        check_at = pos + STEP
+        if not f.standby_asked and f.part.log.config.preallocate:
+            if 4 * pos >= f.capacity:
+                f.standby_asked = True
+                self.prefault.standby(f.part.log)
+            else:
+                check_at = min(check_at, -(-f.capacity // 4))
+        f.check_at = check_at
 
     def revoke(self, f: ProduceFile) -> None:
         """Withdraw f's access now. f stays in `files` until nothing waits in it: writes already

@@ -72,7 +72,7 @@ class ProduceFile:
         self.full = False
         self.standby_asked = False  # the next head file was asked for (preallocate)
         self.orphaned_below: int | None = None  # orders reserved before a holder's session ended
-        self.resident = False  # made resident at the grant: no prefault lead (see grants.py)
+        self.resident = False  # made resident at the grant (preallocate; see grants.py)
         self.check_at = 0  # a commit ending here or later calls OrderedCommits._committed
         # session id -> (window over the file, window over the word or None): what each holder
         # was handed, bound to its queue pair; the file's own region key is never handed out

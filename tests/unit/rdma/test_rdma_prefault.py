@@ -59,7 +59,7 @@ def test_an_unmapped_file_is_dropped_quietly(tmp_path):
         pf.want(7, m, 0, SIZE)
         m.close()  # rolled and closed under the prefaulter: madvise fails, nothing crashes
         pf.want(7, m, 1 << 20, SIZE)
-        assert _wait(lambda: 7 not in pf._files or pf._files[7][1] >= SIZE)
+        assert _wait(lambda: 7 not in pf._leads or pf._leads[7][1] >= SIZE)
     finally:
         pf.stop()
 
@@ -97,10 +97,43 @@ def test_populate_makes_the_grant_part_resident_now_and_the_rest_in_the_backgrou
         assert _resident_pages(m, 0, size) < pages
         assert running.populate(3, m, 5, size)
         assert _wait(lambda: _resident_pages(m, 0, size) == pages)
-        assert _wait(lambda: running._files[3][1] == size)
+        assert _wait(lambda: running._fills[3][1] == size)
         assert m[:5] == b"batch" and m[5:].count(0) == size - 5
         running.forget(3)
-        assert 3 not in running._files
+        assert 3 not in running._fills
+    finally:
+        running.stop()
+        m.close()
+
+
+def test_a_resident_heads_lead_goes_before_its_fill(tmp_path):
+    """A resident head gets the writable lead too (ext4's first-write work done ahead of the
+    producer), and the lead's chunks go before the background fill's: the producer is about to
+    write there. Contents never change."""
+    from rdmalog.rdma.broker.prefault import MADV_POPULATE_READ, MADV_POPULATE_WRITE, STEP
+
+    size = 16 << 20
+    path = tmp_path / "00000000000000000000.log"
+    with open(path, "w+b") as f:
+        os.posix_fallocate(f.fileno(), 0, size)
+        m = mmap.mmap(f.fileno(), size)
+    m[:5] = b"batch"
+    idle = Prefaulter(grant_resident=1 << 20)
+    idle.stop()  # no thread: the queue stays as asked
+    running = Prefaulter(grant_resident=1 << 20)
+    try:
+        assert idle.populate(4, m, 5, size)
+        assert idle._next()[4] == MADV_POPULATE_READ  # the fill, [1 MiB, size)
+        idle.want(4, m, 5, size)
+        files, key, _, n, advice = idle._next()
+        assert (files is idle._leads, key, n, advice) == (True, 4, STEP, MADV_POPULATE_WRITE)
+        assert running.populate(4, m, 5, size)
+        running.want(4, m, 5, size)
+        assert _wait(lambda: running._leads[4][1] == running._leads[4][2] >= STEP)
+        assert _wait(lambda: running._fills[4][1] == size)
+        assert m[:5] == b"batch" and m[5:].count(0) == size - 5
+        running.forget(4)
+        assert 4 not in running._leads and 4 not in running._fills
     finally:
         running.stop()
         m.close()
