@@ -14,6 +14,7 @@
 #include <lz4frame.h>
 #endif
 #ifdef HAVE_ZSTD
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: a frame's window before decoding it */
 #include <zstd.h>
 #endif
 #ifdef HAVE_SNAPPY
@@ -169,14 +170,23 @@ static int zstd_scan(RecordScan *s, const unsigned char *in, Py_ssize_t len, uns
         ZSTD_DCtx_setParameter(zstd_ctx, ZSTD_d_windowLogMax, 23);
     }
     ZSTD_DCtx_reset(zstd_ctx, ZSTD_reset_session_only);
-    /* one frame that says its size (the Python clients' and the store's own encoder's; not
-     * librdkafka's nor the Java client's): inflated at once, straight into `whole` */
-    unsigned long long n = ZSTD_getFrameContentSize(in, (size_t)len);
-    if (n <= WHOLE_KEPT && ZSTD_findFrameCompressedSize(in, (size_t)len) == (size_t)len) {
-        if (whole_for((size_t)n) < 0) return -1;
-        size_t got = ZSTD_decompressDCtx(zstd_ctx, whole, (size_t)n, in, (size_t)len);
-        if (ZSTD_isError(got) || got != n) return -1;
-        return feed(s, whole, whole + got);
+    /* one frame, its window within the streamed path's limit: decoded at once straight into
+     * `whole` (no copy out of zstd's window buffer, which streaming makes of every byte), at its
+     * content size when it says it (the Python clients' and the store's own encoder's) or into
+     * WHOLE_KEPT bytes when not (librdkafka's, the Java client's); a frame that does not fit or
+     * fails is streamed, which decides as before */
+    ZSTD_frameHeader fh;
+    if (ZSTD_getFrameHeader(&fh, in, (size_t)len) == 0 && fh.frameType == ZSTD_frame &&
+        fh.windowSize <= (1ULL << 23) && fh.frameContentSize != 0 &&
+        (fh.frameContentSize <= WHOLE_KEPT || fh.frameContentSize == ZSTD_CONTENTSIZE_UNKNOWN) &&
+        ZSTD_findFrameCompressedSize(in, (size_t)len) == (size_t)len) {
+        size_t cap = fh.frameContentSize == ZSTD_CONTENTSIZE_UNKNOWN ? WHOLE_KEPT
+                                                                       : (size_t)fh.frameContentSize;
+        if (whole_for(cap) < 0) return -1;
+        size_t got = ZSTD_decompressDCtx(zstd_ctx, whole, cap, in, (size_t)len);
+        if (!ZSTD_isError(got) && (got == cap || fh.frameContentSize == ZSTD_CONTENTSIZE_UNKNOWN))
+            return feed(s, whole, whole + got);
+        ZSTD_DCtx_reset(zstd_ctx, ZSTD_reset_session_only);
     }
     ZSTD_inBuffer ib = {in, (size_t)len, 0};
     size_t ret = 0; /* 0: between frames */

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import lz4.frame
 import pytest
+import zstandard
 
 from rdmalog.errors import InvalidRecordError, InvalidTimestampError, KafkaError
 from rdmalog.store import records as records_module
@@ -590,3 +591,56 @@ def test_every_gzip_form_gets_the_python_verdict() -> None:
                 memoryview(buf), bound, False, BatchInfo, low, high, flags, False
             )
             assert got == want, (i, bound)
+
+
+@pytest.mark.skipif(Codec.ZSTD not in records_module._C_CHECKED, reason="the build has no libzstd")
+def test_every_zstd_frame_form_gets_the_python_verdict() -> None:
+    """The C check decodes a lone zstd frame at once when its window is at most 8 MiB and it fits
+    1 MiB (its content size said or not: librdkafka's and the Java client's say none), and streams
+    every other frame: with and without the content size, under and over 1 MiB, windows of 1 and
+    16 MiB, whole, cut, garbled or followed by a byte, validate_batches gives the all-Python
+    verdict, and C answers it itself or leaves it to Python (None)."""
+    small = b"".join(encode_record(Record(b"k", b"v" * 20), i, i) for i in range(50))
+    big = b"".join(encode_record(Record(b"k", bytes(700_000)), i, i) for i in range(3))
+    r = rules()
+    low, high, flags = records_module._record_bounds(r)
+    taken = 0
+    for body, n in ((small, 50), (big, 3)):
+        for window_log in (20, 24):
+            for sized in (True, False):
+                params = zstandard.ZstdCompressionParameters.from_level(
+                    3, window_log=window_log, write_content_size=sized
+                )
+                c = zstandard.ZstdCompressor(compression_params=params)
+                frame = c.compress(body) if sized else _unsized(c, body)
+                garbled = bytearray(frame)
+                garbled[len(garbled) // 2] ^= 0x10
+                for framed in (frame, frame[:-3], bytes(garbled), frame + b"\0"):
+                    buf = raw_batch([(b"k", i, i) for i in range(n)], codec=Codec.ZSTD)
+                    buf[BATCH_OVERHEAD:] = framed
+                    buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
+                    set_crc(buf, 0, len(buf))
+                    try:
+                        want = records_module._validate_batches(
+                            memoryview(buf), None, True, False, r
+                        )
+                    except KafkaError as e:
+                        want = type(e)
+                    try:
+                        got = validate_batches(memoryview(buf), rules=r)
+                    except KafkaError as e:
+                        got = type(e)
+                    assert got == want, (len(body), window_log, sized, len(framed))
+                    c_got = records_module._c_validate_client(
+                        memoryview(buf), -1, False, BatchInfo, low, high, flags, False
+                    )
+                    if c_got is not None:
+                        assert c_got == want
+                        taken += 1
+    assert taken >= 4  # the good frames with small windows were checked in C
+
+
+def _unsized(c: zstandard.ZstdCompressor, body: bytes) -> bytes:
+    """One frame without its content size, as a streaming writer leaves it."""
+    o = c.compressobj()
+    return o.compress(body) + o.flush()
