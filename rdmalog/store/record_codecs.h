@@ -1,7 +1,8 @@
 /* The codecs of the store's record check (_records.c): compressed records inflated piece by piece
  * into reused buffers and fed to the record scanner as they come, never held whole nor re-encoded:
  * gzip (zlib) always, lz4 (frame format), zstd (streamed frames) and snappy (raw or xerial-framed)
- * when setup.py found their libraries (HAVE_LZ4 / HAVE_ZSTD / HAVE_SNAPPY). Included once, by
+ * when setup.py found their libraries (HAVE_LZ4 / HAVE_ZSTD / HAVE_SNAPPY); a lone zstd frame, a
+ * snappy block and (HAVE_LIBDEFLATE) a one-member gzip batch inflate whole. Included once, by
  * _records.c, after record_scan.h and the codec numbers. */
 #ifndef RDMALOG_RECORD_CODECS_H
 #define RDMALOG_RECORD_CODECS_H
