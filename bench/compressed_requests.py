@@ -12,6 +12,7 @@ replay's, not a client's), median [min-max] over the repeats. `--perf DIR` recor
     RDMALOG_BASELINE_BIN=/path/to/other/.venv/bin/rdmalog \\
     python bench/compressed_requests.py [--codecs lz4,zstd,gzip] [--brokers rdmalog,tansu]
                                         [--requests 400] [--repeat 5] [--perf DIR]
+                                        [--producer batch.size=150000]
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from produce_requests import PRODUCE, VERSION, create_topic, send_all, uptime_no
 from gateway.protocol import encode_request  # noqa: E402
 
 
-def capture(codec: str, records: int) -> list[bytes]:
-    """librdkafka's batches of `records` fixed-value records compressed with `codec`."""
+def capture(codec: str, records: int, extra: dict[str, str] | None = None) -> list[bytes]:
+    """librdkafka's batches of `records` fixed-value records compressed with `codec` (`extra`:
+    more producer settings, e.g. a smaller batch.size)."""
     from confluent_kafka import Producer
 
     broker = Broker("rdmalog")
@@ -45,7 +47,8 @@ def capture(codec: str, records: int) -> list[bytes]:
     try:
         broker.start()
         create_topic(broker.bootstrap, topic, 1)
-        prod = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": codec})
+        conf = {"bootstrap.servers": broker.bootstrap, "compression.type": codec, **(extra or {})}
+        prod = Producer(conf)
         value = payload()
         for _ in range(records):
             while True:
@@ -134,12 +137,20 @@ def main() -> None:
     ap.add_argument("--capture-records", type=int, default=300_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--perf", type=Path, default=None)
+    ap.add_argument(
+        "--producer",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a librdkafka setting for the capture (e.g. batch.size=150000: smaller batches)",
+    )
     args = ap.parse_args()
     print(json.dumps({"argv": sys.argv[1:], "uptime": uptime_now()}), flush=True)
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
     rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for codec in [c.strip() for c in args.codecs.split(",") if c.strip()]:
-        batches = capture(codec, args.capture_records)
+        extra = dict(kv.split("=", 1) for kv in args.producer)
+        batches = capture(codec, args.capture_records, extra)
         counts = [struct.unpack_from(">i", b, 57)[0] for b in batches]
         sizes = [len(b) for b in batches]
         print(
