@@ -1,7 +1,7 @@
 """Builds the C extensions (64-bit atomics on shared mappings; the log cleaner's offset map and record
 filter, which hashes keys with OpenSSL's MD5 as Kafka does; the store's batch check and its
-record-level checks, linking zlib and, when found, liblz4, libzstd, libsnappy and libdeflate; the native
-clients' batch codec); pyproject.toml holds the rest."""
+record-level checks, linking zlib and, when found, liblz4, libzstd, libsnappy and libdeflate; the
+native clients' batch codec); pyproject.toml holds the rest."""
 
 import os
 import subprocess
@@ -25,8 +25,8 @@ def _links(header: str, lib: str, call: str) -> bool:
 
 
 # lz4, zstd and snappy batches are checked in the one C call when Debian's libraries are here
-# (liblz4-dev, libzstd-dev, libsnappy-dev, libdeflate-dev; scripts/setup.sh installs them); without one, that
-# codec's records go through the Python libraries (records._C_CHECKED says which).
+# (liblz4-dev, libzstd-dev, libsnappy-dev; scripts/setup.sh installs them, and libdeflate-dev);
+# without one, that codec's records go through the Python libraries (records._C_CHECKED says which).
 _CODEC_LIBS = [
     (name, lib)
     for name, header, lib, call in [

@@ -104,7 +104,8 @@ static struct libdeflate_decompressor *deflate_ctx;
 /* The common gzip form (librdkafka's, the Java client's: one member, no optional header fields)
  * inflated whole by libdeflate, about 2.5x zlib here (zlib's CRC-32 alone is half of its time):
  * 1 when it inflated and was scanned, 0 when libdeflate does not take it (another form, a size
- * past `limit`, corrupt data: zlib_scan then decides, so verdicts stay zlib's), -1 on a bad record. */
+ * past `limit`, corrupt data: zlib_scan then decides, so verdicts stay zlib's), -1 on a bad
+ * record. */
 static int deflate_scan(RecordScan *s, const unsigned char *in, Py_ssize_t len, size_t limit) {
     /* magic, deflate, FLG 0 (an FHCRC header CRC is checked by zlib, not by libdeflate) */
     if (len < 18 || in[0] != 0x1f || in[1] != 0x8b || in[2] != 8 || in[3] != 0) return 0;
@@ -181,11 +182,11 @@ static int zstd_scan(RecordScan *s, const unsigned char *in, Py_ssize_t len, uns
         fh.windowSize <= (1ULL << 23) && fh.frameContentSize != 0 &&
         (fh.frameContentSize <= WHOLE_KEPT || fh.frameContentSize == ZSTD_CONTENTSIZE_UNKNOWN) &&
         ZSTD_findFrameCompressedSize(in, (size_t)len) == (size_t)len) {
-        size_t cap = fh.frameContentSize == ZSTD_CONTENTSIZE_UNKNOWN ? WHOLE_KEPT
-                                                                       : (size_t)fh.frameContentSize;
+        int sized = fh.frameContentSize != ZSTD_CONTENTSIZE_UNKNOWN;
+        size_t cap = sized ? (size_t)fh.frameContentSize : WHOLE_KEPT;
         if (whole_for(cap) < 0) return -1;
         size_t got = ZSTD_decompressDCtx(zstd_ctx, whole, cap, in, (size_t)len);
-        if (!ZSTD_isError(got) && (got == cap || fh.frameContentSize == ZSTD_CONTENTSIZE_UNKNOWN))
+        if (!ZSTD_isError(got) && (got == cap || !sized))
             return feed(s, whole, whole + got);
         ZSTD_DCtx_reset(zstd_ctx, ZSTD_reset_session_only);
     }

@@ -195,7 +195,8 @@ static int fast_records(RecordScan *s, const unsigned char **pp, const unsigned 
             if (hv > 0) q += hv;
         }
         if (q != stop) break;
-        int64_t t = (flags & FIXED_TIMESTAMP) ? base_ts : (int64_t)((uint64_t)base_ts + (uint64_t)ts);
+        int64_t t =
+            (flags & FIXED_TIMESTAMP) ? base_ts : (int64_t)((uint64_t)base_ts + (uint64_t)ts);
         if (((flags & KEYS_REQUIRED) && klen < 0) ||
             ((flags & CHECK_TIMESTAMPS) && t != -1 && (t < low || t > high))) {
             s->index = index; /* a broken rule: record_done lists it */
