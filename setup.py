@@ -1,7 +1,7 @@
 """Builds the C extensions (64-bit atomics on shared mappings; the log cleaner's offset map and record
 filter, which hashes keys with OpenSSL's MD5 as Kafka does; the store's batch check and its
-record-level checks, linking zlib and, when found, liblz4, libzstd and libsnappy; the native
-clients' batch codec); pyproject.toml holds the rest."""
+record-level checks, linking zlib and, when found, liblz4, libzstd, libsnappy and libdeflate; the
+native clients' batch codec); pyproject.toml holds the rest."""
 
 import os
 import subprocess
@@ -25,14 +25,16 @@ def _links(header: str, lib: str, call: str) -> bool:
 
 
 # lz4, zstd and snappy batches are checked in the one C call when Debian's libraries are here
-# (liblz4-dev, libzstd-dev, libsnappy-dev; scripts/setup.sh installs them); without one, that
-# codec's records go through the Python libraries (records._C_CHECKED says which).
+# (liblz4-dev, libzstd-dev, libsnappy-dev; scripts/setup.sh installs them, and libdeflate-dev);
+# without one, that codec's records go through the Python libraries (records._C_CHECKED says which).
 _CODEC_LIBS = [
     (name, lib)
     for name, header, lib, call in [
         ("HAVE_LZ4", "lz4frame.h", "lz4", "LZ4F_getVersion()"),
         ("HAVE_ZSTD", "zstd.h", "zstd", "ZSTD_versionNumber()"),
         ("HAVE_SNAPPY", "snappy-c.h", "snappy", "snappy_max_compressed_length(1)"),
+        # gzip's common form inflates through libdeflate when here (zlib checks the rest)
+        ("HAVE_LIBDEFLATE", "libdeflate.h", "deflate", "libdeflate_alloc_decompressor()"),
     ]
     if _links(header, lib, call)
 ]

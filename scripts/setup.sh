@@ -15,6 +15,7 @@ need_apt=()
 [[ -f /usr/include/lz4frame.h ]] || need_apt+=(liblz4-dev)
 [[ -f /usr/include/zstd.h ]] || need_apt+=(libzstd-dev)
 [[ -f /usr/include/snappy-c.h ]] || need_apt+=(libsnappy-dev)
+[[ -f /usr/include/libdeflate.h ]] || need_apt+=(libdeflate-dev) # gzip's common form, faster
 if [[ ",$extras," == *",test,"* ]]; then
     command -v kcat >/dev/null || need_apt+=(kcat)
     command -v npm >/dev/null || need_apt+=(nodejs npm)  # KafkaJS compat scenarios

@@ -134,6 +134,11 @@ static inline const unsigned char *fast_varint(const unsigned char *p, const uns
         *out = (int64_t)(b >> 1) ^ -(int64_t)(b & 1);
         return p + 1;
     }
+    if (end - p >= 2 && p[1] < 0x80) { /* two (a 100-byte value's length, a record's) */
+        uint64_t r = (uint64_t)(p[0] & 0x7F) | (uint64_t)p[1] << 7;
+        *out = (int64_t)(r >> 1) ^ -(int64_t)(r & 1);
+        return p + 2;
+    }
     uint64_t r = 0;
     for (int shift = 0; shift <= max_shift && p < end; shift += 7) {
         unsigned char b = *p++;
@@ -148,17 +153,23 @@ static inline const unsigned char *fast_varint(const unsigned char *p, const uns
 
 /* Whole records that lie entirely in [*pp, end), parsed straight-line; stops (leaving *pp at the
  * record's start) at the first record that does not, or that is malformed, for the state machine
- * to take over (and name the error). */
+ * to take over (and name the error). The scanner's fields are kept in locals (no store per
+ * record); a record that breaks a rule goes through record_done, which lists it. */
 static int fast_records(RecordScan *s, const unsigned char **pp, const unsigned char *end) {
     const unsigned char *p = *pp;
-    while (p < end && s->index < s->count) {
+    const int flags = s->flags;
+    const int64_t count = s->count, base_ts = s->base_ts;
+    const int64_t low = s->min_ts, high = s->max_ts_allowed;
+    int64_t index = s->index, max_ts = s->max_ts;
+    int rc = 0;
+    while (p < end && index < count) {
         int64_t len, ts, off, klen, vlen, nh, n;
         const unsigned char *q = fast_varint(p, end, 28, &len);
         if (!q || (int32_t)len < 6 || (int32_t)len > end - q) break;
         const unsigned char *stop = q + (int32_t)len;
         q++; /* attributes */
         if (!(q = fast_varint(q, stop, 63, &ts))) break;
-        if (!(q = fast_varint(q, stop, 28, &off)) || (int32_t)off != s->index) break;
+        if (!(q = fast_varint(q, stop, 28, &off)) || (int32_t)off != index) break;
         if (!(q = fast_varint(q, stop, 28, &klen))) break;
         klen = (int32_t)klen;
         if (klen > stop - q) break;
@@ -184,15 +195,31 @@ static int fast_records(RecordScan *s, const unsigned char **pp, const unsigned 
             if (hv > 0) q += hv;
         }
         if (q != stop) break;
-        s->ts = (s->flags & FIXED_TIMESTAMP) ? s->base_ts
-                                             : (int64_t)((uint64_t)s->base_ts + (uint64_t)ts);
-        s->key_null = (int32_t)klen < 0;
-        s->body_left = 0;
-        if (record_done(s) < 0) return -1;
+        int64_t t =
+            (flags & FIXED_TIMESTAMP) ? base_ts : (int64_t)((uint64_t)base_ts + (uint64_t)ts);
+        if (((flags & KEYS_REQUIRED) && klen < 0) ||
+            ((flags & CHECK_TIMESTAMPS) && t != -1 && (t < low || t > high))) {
+            s->index = index; /* a broken rule: record_done lists it */
+            s->max_ts = max_ts;
+            s->ts = t;
+            s->key_null = klen < 0;
+            s->body_left = 0;
+            if (record_done(s) < 0) {
+                rc = -1;
+                break;
+            }
+            index = s->index;
+            max_ts = s->max_ts;
+        } else {
+            if (t > max_ts) max_ts = t;
+            index++;
+        }
         p = stop;
     }
+    s->index = index;
+    s->max_ts = max_ts;
     *pp = p;
-    return 0;
+    return rc;
 }
 
 static int scan(RecordScan *s, const unsigned char *p, const unsigned char *end) {

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import lz4.frame
 import pytest
+import zstandard
 
 from rdmalog.errors import InvalidRecordError, InvalidTimestampError, KafkaError
 from rdmalog.store import records as records_module
@@ -524,3 +525,122 @@ def test_records_that_inflate_past_the_pieces_agree(codec: Codec) -> None:
         assert got == want, (codec, i)
         if i < (2 if codec in (Codec.SNAPPY, Codec.ZSTD) else 1):
             assert type(got) is list and got[0].count == len(values)
+
+
+def _gzip_member(data: bytes, flg: int = 0, extra: bytes = b"", crc_delta: int = 0,
+                 size_delta: int = 0, header_crc_delta: int = 0) -> bytes:  # fmt: skip
+    """One gzip member written by hand: header flags `flg` with their fields (FEXTRA, FNAME,
+    FHCRC), and a trailer CRC-32 / ISIZE off by the deltas (0: right)."""
+    head = b"\x1f\x8b\x08" + bytes([flg]) + bytes(4) + b"\x00\xff"
+    if flg & 0x04:
+        head += len(extra).to_bytes(2, "little") + extra
+    if flg & 0x08:
+        head += b"name\x00"
+    if flg & 0x02:
+        head += ((zlib.crc32(head) + header_crc_delta) & 0xFFFF).to_bytes(2, "little")
+    c = zlib.compressobj(6, zlib.DEFLATED, -15)
+    body = c.compress(data) + c.flush()
+    crc = (zlib.crc32(data) + crc_delta) & 0xFFFFFFFF
+    size = (len(data) + size_delta) & 0xFFFFFFFF
+    return head + body + crc.to_bytes(4, "little") + size.to_bytes(4, "little")
+
+
+@pytest.mark.skipif(
+    records_module._c_validate_client is None, reason="the C extension is not built"
+)
+def test_every_gzip_form_gets_the_python_verdict() -> None:
+    """The C check inflates gzip's common form (one member, no optional header fields: librdkafka's
+    and the Java client's) whole with libdeflate when the build has it, and everything else with
+    zlib as it comes: good members of every header form pass, and a wrong CRC-32, a wrong or lying
+    ISIZE (smaller or larger than the data: a bomb that says it is small), a bad header CRC,
+    reserved flags or trailing bytes are refused, as the Python check (zlib) decides, within the
+    1 MiB bound and past it."""
+    recs = [(b"k", i, i) for i in range(50)]
+    body = b"".join(encode_record(Record(k, b"v" * 20), od, td) for k, od, td in recs)
+    big = [(b"k", i, i) for i in range(3)]
+    big_body = b"".join(encode_record(Record(b"k", bytes(700_000)), i, i) for i in range(3))
+    forms = []
+    for data, rs in ((body, recs), (big_body, big)):
+        forms += [
+            (rs, _gzip_member(data), True),
+            (rs, _gzip_member(data, flg=0x02), True),
+            (rs, _gzip_member(data, flg=0x0E, extra=b"xy"), True),
+            (rs, _gzip_member(data, crc_delta=1), False),
+            (rs, _gzip_member(data, size_delta=1), False),
+            (rs, _gzip_member(data, size_delta=-1), False),
+            (rs, _gzip_member(data, size_delta=-len(data) + 10), False),
+            (rs, _gzip_member(data, flg=0x02, header_crc_delta=1), False),
+            (rs, _gzip_member(data, flg=0x20), False),
+            (rs, _gzip_member(data) + b"\0", False),
+            (rs, _gzip_member(data[:7]) + _gzip_member(data[7:]), True),
+        ]
+    r = rules()
+    low, high, flags = records_module._record_bounds(r)
+    for i, (rs, framed, ok) in enumerate(forms):
+        buf = raw_batch(rs, codec=Codec.GZIP)
+        buf[BATCH_OVERHEAD:] = framed
+        buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
+        set_crc(buf, 0, len(buf))
+        try:
+            want = records_module._validate_batches(memoryview(buf), None, True, False, r)
+        except KafkaError:
+            want = None
+        assert (want is not None) == ok, i
+        for bound in (-1, 4 << 20):
+            got = records_module._c_validate_client(
+                memoryview(buf), bound, False, BatchInfo, low, high, flags, False
+            )
+            assert got == want, (i, bound)
+
+
+@pytest.mark.skipif(Codec.ZSTD not in records_module._C_CHECKED, reason="the build has no libzstd")
+def test_every_zstd_frame_form_gets_the_python_verdict() -> None:
+    """The C check decodes a lone zstd frame at once when its window is at most 8 MiB and it fits
+    1 MiB (its content size said or not: librdkafka's and the Java client's say none), and streams
+    every other frame: with and without the content size, under and over 1 MiB, windows of 1 and
+    16 MiB, whole, cut, garbled or followed by a byte, validate_batches gives the all-Python
+    verdict, and C answers it itself or leaves it to Python (None)."""
+    small = b"".join(encode_record(Record(b"k", b"v" * 20), i, i) for i in range(50))
+    big = b"".join(encode_record(Record(b"k", bytes(700_000)), i, i) for i in range(3))
+    r = rules()
+    low, high, flags = records_module._record_bounds(r)
+    taken = 0
+    for body, n in ((small, 50), (big, 3)):
+        for window_log in (20, 24):
+            for sized in (True, False):
+                params = zstandard.ZstdCompressionParameters.from_level(
+                    3, window_log=window_log, write_content_size=sized
+                )
+                c = zstandard.ZstdCompressor(compression_params=params)
+                frame = c.compress(body) if sized else _unsized(c, body)
+                garbled = bytearray(frame)
+                garbled[len(garbled) // 2] ^= 0x10
+                for framed in (frame, frame[:-3], bytes(garbled), frame + b"\0"):
+                    buf = raw_batch([(b"k", i, i) for i in range(n)], codec=Codec.ZSTD)
+                    buf[BATCH_OVERHEAD:] = framed
+                    buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
+                    set_crc(buf, 0, len(buf))
+                    try:
+                        want = records_module._validate_batches(
+                            memoryview(buf), None, True, False, r
+                        )
+                    except KafkaError as e:
+                        want = type(e)
+                    try:
+                        got = validate_batches(memoryview(buf), rules=r)
+                    except KafkaError as e:
+                        got = type(e)
+                    assert got == want, (len(body), window_log, sized, len(framed))
+                    c_got = records_module._c_validate_client(
+                        memoryview(buf), -1, False, BatchInfo, low, high, flags, False
+                    )
+                    if c_got is not None:
+                        assert c_got == want
+                        taken += 1
+    assert taken >= 4  # the good frames with small windows were checked in C
+
+
+def _unsized(c: zstandard.ZstdCompressor, body: bytes) -> bytes:
+    """One frame without its content size, as a streaming writer leaves it."""
+    o = c.compressobj()
+    return o.compress(body) + o.flush()
