@@ -16,7 +16,8 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
-from rdmalog.config import SECURITY_PROTOCOLS, BrokerConfig, parse_listeners
+from rdmalog.config import SECURITY_PROTOCOLS, BrokerConfig
+from rdmalog.config_text import parse_listeners
 from rdmalog.errors import InvalidConfigError
 from rdmalog.security import jaas
 from rdmalog.security.tls import PrincipalMapper, server_context

@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from rdmalog.config import parse_properties
+from rdmalog.config_text import parse_properties
 from rdmalog.errors import KafkaStorageError
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"

@@ -6,16 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rdmalog.config import (
-    LONG_MAX,
-    BrokerConfig,
-    ConfigSource,
-    Listener,
-    TopicConfig,
-    listener_host_port,
-    parse_listeners,
-    parse_properties,
-)
+from rdmalog.config import LONG_MAX, BrokerConfig, ConfigSource, TopicConfig
+from rdmalog.config_text import Listener, listener_host_port, parse_listeners, parse_properties
 from rdmalog.errors import InvalidConfigError
 
 
