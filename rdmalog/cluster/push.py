@@ -148,6 +148,10 @@ class FollowerLink(Endpoint):
         self._loop_error: Exception | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_fds: list[int] = []  # dups: the link never closes a descriptor under the loop
+        # (the loop reading the acks, shm) after traffic the thread busy-polls the queue, GIL
+        # released and the doorbell off: a stream's next acks need no wake-up of the loop
+        self._spin = hasattr(self.cq, "spin")
+        self._recent = False
         if loop is not None and hasattr(self.cq, "notify_fds") and not loop.is_closed():
             self._loop = loop
             self._loop_fds = [os.dup(fd) for fd in self.cq.notify_fds()]
@@ -233,13 +237,16 @@ class FollowerLink(Endpoint):
             return
         try:
             self.cq.notified()
-            self._service(None)
+            got = self._service(None)
         except Exception as exc:  # the thread fails the link (on_down, pull) as for its own
             self._loop_error = exc
             self._detach()
             self._wake.set()
             return
-        if self._work or any(self._thread_work(pp) for pp in list(self.parts.values())):
+        if got and self._spin and not self._recent:  # traffic: the thread watches for the
+            self._recent = True  # next acknowledgements while it lasts (see _run)
+            self._wake.set()
+        elif self._work or any(self._thread_work(pp) for pp in list(self.parts.values())):
             self._wake.set()
 
     def _detach(self) -> None:
@@ -280,11 +287,16 @@ class FollowerLink(Endpoint):
                 if self._loop is None:
                     got = self._service(self.cq.wait(0.02, 64))
                 else:  # the loop reads the acknowledgements; this polls for what it left
-                    self._wake.wait(0.02)
-                    self._wake.clear()
+                    if self._spin and self._recent:  # right after traffic: this thread watches
+                        self._recent = False  # the queue for the next ones (no loop wake-up)
+                        self.cq.spin()
+                    else:
+                        self._wake.wait(0.02)
+                        self._wake.clear()
                     if self._loop_error is not None:
                         raise self._loop_error
                     got = self._service(None)
+                    self._recent = self._recent or got
                 self._after_pump()
                 self._check_stall()
                 if not got and not self.ctl.alive():
