@@ -152,6 +152,8 @@ class FollowerLink(Endpoint):
         # released and the doorbell off: a stream's next acks need no wake-up of the loop
         self._spin = hasattr(self.cq, "spin")
         self._recent = False
+        self._streams = False  # the last writes were posted off the loop (native producers')
+        self._loop_ident = -1
         if loop is not None and hasattr(self.cq, "notify_fds") and not loop.is_closed():
             self._loop = loop
             self._loop_fds = [os.dup(fd) for fd in self.cq.notify_fds()]
@@ -183,6 +185,7 @@ class FollowerLink(Endpoint):
     def kick(self, plog: Any) -> None:
         """The leader's log grew: send what is new (called on the committing thread)."""
         key = (plog.topic, plog.partition)
+        self._streams = threading.get_ident() != self._loop_ident  # (see _readable)
         with self.lock:
             pp = self.parts.get(key)
             if pp is not None and pp.state == "pushing" and pp.log is plog:
@@ -226,6 +229,7 @@ class FollowerLink(Endpoint):
         if self._stop.is_set() or self.down is not None:
             self._detach()
             return
+        self._loop_ident = threading.get_ident()
         for fd in self._loop_fds:
             self._loop.add_reader(fd, self._readable)
 
@@ -243,9 +247,10 @@ class FollowerLink(Endpoint):
             self._detach()
             self._wake.set()
             return
-        if got and self._spin and not self._recent:  # traffic: the thread watches for the
-            self._recent = True  # next acknowledgements while it lasts (see _run)
-            self._wake.set()
+        if got and self._spin and self._streams and not self._recent:
+            self._recent = True  # native producers' writes: the thread watches for the next
+            self._wake.set()  # acks (see _run); the gateway's wait on the loop, spinning for
+            # nothing would take the core its answer and the client need
         elif self._work or any(self._thread_work(pp) for pp in list(self.parts.values())):
             self._wake.set()
 
