@@ -25,13 +25,15 @@ no longer holds, an error on the queue pair, a lost control connection or writes
 follower that catches up by fetching again is pushed again (`PushReplication.caught_up`).
 
 Acknowledgements on the event loop: given the leader's loop (and a transport whose completion
-queue has descriptors for one: tcp), a link registers them with `loop.add_reader` and the
-loop reads its acknowledgements itself: the high watermark advances and the gateway's acks=all
-produces are answered in the loop turn that learns the ack, with no link thread waking and
-handing over through `call_soon_threadsafe`. The link's thread then keeps the rest (grants,
-rolls, the stall check, failures) and polls every 20 ms for what the loop left. On shm the
-link's thread keeps waiting on the queue: it busy-polls after traffic and so answers native
-producers sooner than a wake-up of the loop would (docs/performance.md, "Push replication").
+queue has descriptors for one: tcp's sockets and eventfd, shm's doorbell), a link registers them
+with `loop.add_reader` and the loop reads its acknowledgements itself: the high watermark
+advances and the gateway's acks=all produces are answered in the loop turn that learns the ack,
+with no link thread waking and handing over through `call_soon_threadsafe`. The link's thread
+then keeps the rest (grants, rolls, the stall check, failures) and polls every 20 ms for what the
+loop left. On shm, after writes posted off the loop (native producers'), the link's thread
+busy-polls the queue for `spin_ns` with the doorbell off (`ShmCQ.spin`), as it did when it read
+every ack: a stream's next acks are taken without waking anyone (docs/performance.md, "Push
+replication").
 """
 
 from __future__ import annotations
@@ -248,9 +250,11 @@ class FollowerLink(Endpoint):
             self._wake.set()
             return
         if got and self._spin and self._streams and not self._recent:
-            self._recent = True  # native producers' writes: the thread watches for the next
-            self._wake.set()  # acks (see _run); the gateway's wait on the loop, spinning for
-            # nothing would take the core its answer and the client need
+            # native producers' writes: the thread watches for their next acks (see _run); the
+            # gateway's stay the loop's (a thread spinning for nothing takes the core the
+            # answer and the client need)
+            self._recent = True
+            self._wake.set()
         elif self._work or any(self._thread_work(pp) for pp in list(self.parts.values())):
             self._wake.set()
 

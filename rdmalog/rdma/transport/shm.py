@@ -13,7 +13,8 @@ Layout of one device (one per process and role) in a directory under /dev/shm:
   so the target sees the data before the notification (release/acquire on the slot word). A slot
   claimed but unpublished for `RING_STALL_S` (its producer was killed mid-push) is skipped.
 - ``owner``: flock'ed for the device's life; sweeping dead devices' directories tests it.
-- ``cq-N.sock``: a datagram doorbell, rung only when the ring's owner has announced it sleeps.
+- ``cq-N.sock``: a datagram doorbell, rung only when the ring's owner has announced it sleeps
+  (always, once an event loop reads it: `notify_fds`).
 
 One-sided READ/WRITE are memcpy into/out of the peer's mapping; FETCH_AND_ADD/CMP_AND_SWAP are
 real 64-bit atomics on it (the `_atomic64` extension). A READ costs the target no CPU at all.
