@@ -4,6 +4,7 @@ transport. Used by tests/integration/native/test_push_link.py and bench/replicat
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -55,18 +56,21 @@ class Leader:
         kind: str,
         batch_max: int = 4096,
         segment_bytes: int | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ):
+        """`loop`: the event loop that reads the link's acknowledgements (None: its thread)."""
         self.store = _store(path, segment_bytes)
         self.log = self.store.partition("t", 0)
         self.acked = -1
         self.pulled: list[str] = []
         self.down: list[str] = []
         self.changed = threading.Condition()
+        self.ack_threads: list[int] = []  # the thread each acknowledgement was reported on
         self.link = FollowerLink(
             LEADER, 2, follower.svc.control_address, kind,
             batch_max=batch_max, stall_s=30.0,
             on_ack=self._ack, on_pull=lambda _p, why: self._note(self.pulled, why),
-            on_down=lambda _link, why: self._note(self.down, why),
+            on_down=lambda _link, why: self._note(self.down, why), loop=loop,
         )  # fmt: skip
         self.pp = Pushed("t", 0, self.log, EPOCH)
         self.link.push(self.pp)
@@ -74,6 +78,7 @@ class Leader:
 
     def _ack(self, _pp, leo: int) -> None:
         with self.changed:
+            self.ack_threads.append(threading.get_ident())
             self.acked = max(self.acked, leo)
             self.changed.notify_all()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +55,7 @@ class IsrMixin:
     push: Any
     fetchers: Any
     loop: asyncio.AbstractEventLoop
+    _loop_thread: int  # the loop's thread id
 
     # --- acks=all ---------------------------------------------------------------------------------
 
@@ -278,7 +280,10 @@ class IsrMixin:
             advanced = hw > plog.high_watermark and plog.set_high_watermark(hw)
         self._complete_waiters(rep)  # first: producers wait for it, followers' HW can follow
         if advanced and rep.pushed and self.push is not None:  # pushed followers learn it now
-            self.push.high_watermark(plog, hw)
+            if threading.get_ident() == self._loop_thread:  # after the answers just settled
+                self.loop.call_soon(self.push.high_watermark, plog, hw)  # (their tasks go first)
+            else:
+                self.push.high_watermark(plog, hw)
 
     def _alone(self, rep: Replica) -> bool:
         """No member but this broker in the ISR (nor in an addition being written): the high

@@ -25,13 +25,15 @@ no longer holds, an error on the queue pair, a lost control connection or writes
 follower that catches up by fetching again is pushed again (`PushReplication.caught_up`).
 
 Acknowledgements on the event loop: given the leader's loop (and a transport whose completion
-queue has descriptors for one: tcp), a link registers them with `loop.add_reader` and the
-loop reads its acknowledgements itself: the high watermark advances and the gateway's acks=all
-produces are answered in the loop turn that learns the ack, with no link thread waking and
-handing over through `call_soon_threadsafe`. The link's thread then keeps the rest (grants,
-rolls, the stall check, failures) and polls every 20 ms for what the loop left. On shm the
-link's thread keeps waiting on the queue: it busy-polls after traffic and so answers native
-producers sooner than a wake-up of the loop would (docs/performance.md, "Push replication").
+queue has descriptors for one: tcp's sockets and eventfd, shm's doorbell), a link registers them
+with `loop.add_reader` and the loop reads its acknowledgements itself: the high watermark
+advances and the gateway's acks=all produces are answered in the loop turn that learns the ack,
+with no link thread waking and handing over through `call_soon_threadsafe`. The link's thread
+then keeps the rest (grants, rolls, the stall check, failures) and polls every 20 ms for what the
+loop left. On shm, after writes posted off the loop (native producers'), the link's thread
+busy-polls the queue for `spin_ns` with the doorbell off (`ShmCQ.spin`), as it did when it read
+every ack: a stream's next acks are taken without waking anyone (docs/performance.md, "Push
+replication").
 """
 
 from __future__ import annotations
@@ -148,6 +150,12 @@ class FollowerLink(Endpoint):
         self._loop_error: Exception | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_fds: list[int] = []  # dups: the link never closes a descriptor under the loop
+        # (the loop reading the acks, shm) after traffic the thread busy-polls the queue, GIL
+        # released and the doorbell off: a stream's next acks need no wake-up of the loop
+        self._spin = hasattr(self.cq, "spin")
+        self._recent = False
+        self._streams = False  # the last writes were posted off the loop (native producers')
+        self._loop_ident = -1
         if loop is not None and hasattr(self.cq, "notify_fds") and not loop.is_closed():
             self._loop = loop
             self._loop_fds = [os.dup(fd) for fd in self.cq.notify_fds()]
@@ -179,6 +187,7 @@ class FollowerLink(Endpoint):
     def kick(self, plog: Any) -> None:
         """The leader's log grew: send what is new (called on the committing thread)."""
         key = (plog.topic, plog.partition)
+        self._streams = threading.get_ident() != self._loop_ident  # (see _readable)
         with self.lock:
             pp = self.parts.get(key)
             if pp is not None and pp.state == "pushing" and pp.log is plog:
@@ -222,6 +231,7 @@ class FollowerLink(Endpoint):
         if self._stop.is_set() or self.down is not None:
             self._detach()
             return
+        self._loop_ident = threading.get_ident()
         for fd in self._loop_fds:
             self._loop.add_reader(fd, self._readable)
 
@@ -233,13 +243,19 @@ class FollowerLink(Endpoint):
             return
         try:
             self.cq.notified()
-            self._service(None)
+            got = self._service(None)
         except Exception as exc:  # the thread fails the link (on_down, pull) as for its own
             self._loop_error = exc
             self._detach()
             self._wake.set()
             return
-        if self._work or any(self._thread_work(pp) for pp in list(self.parts.values())):
+        if got and self._spin and self._streams and not self._recent:
+            # native producers' writes: the thread watches for their next acks (see _run); the
+            # gateway's stay the loop's (a thread spinning for nothing takes the core the
+            # answer and the client need)
+            self._recent = True
+            self._wake.set()
+        elif self._work or any(self._thread_work(pp) for pp in list(self.parts.values())):
             self._wake.set()
 
     def _detach(self) -> None:
@@ -280,11 +296,16 @@ class FollowerLink(Endpoint):
                 if self._loop is None:
                     got = self._service(self.cq.wait(0.02, 64))
                 else:  # the loop reads the acknowledgements; this polls for what it left
-                    self._wake.wait(0.02)
-                    self._wake.clear()
+                    if self._spin and self._recent:  # right after traffic: this thread watches
+                        self._recent = False  # the queue for the next ones (no loop wake-up)
+                        self.cq.spin()
+                    else:
+                        self._wake.wait(0.02)
+                        self._wake.clear()
                     if self._loop_error is not None:
                         raise self._loop_error
                     got = self._service(None)
+                    self._recent = self._recent or got
                 self._after_pump()
                 self._check_stall()
                 if not got and not self.ctl.alive():

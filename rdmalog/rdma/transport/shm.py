@@ -13,7 +13,8 @@ Layout of one device (one per process and role) in a directory under /dev/shm:
   so the target sees the data before the notification (release/acquire on the slot word). A slot
   claimed but unpublished for `RING_STALL_S` (its producer was killed mid-push) is skipped.
 - ``owner``: flock'ed for the device's life; sweeping dead devices' directories tests it.
-- ``cq-N.sock``: a datagram doorbell, rung only when the ring's owner has announced it sleeps.
+- ``cq-N.sock``: a datagram doorbell, rung only when the ring's owner has announced it sleeps
+  (always, once an event loop reads it: `notify_fds`).
 
 One-sided READ/WRITE are memcpy into/out of the peer's mapping; FETCH_AND_ADD/CMP_AND_SWAP are
 real 64-bit atomics on it (the `_atomic64` extension). A READ costs the target no CPU at all.
@@ -178,6 +179,7 @@ class ShmCQ:
         self._bell.bind(self.doorbell_path)
         self._bell.setblocking(False)
         self._sleeping = False
+        self._armed = False  # notify_fds() was called: an event loop reads the doorbell
         self.spin_ns = 200_000  # busy-poll this long before sleeping on the doorbell
         self._recent = True  # the last wait found completions: the next one busy-polls first
 
@@ -231,13 +233,37 @@ class ShmCQ:
                 if ring.stalled():  # wake to skip the slot if its producer is dead
                     left = RING_STALL_S if left is None else min(left, RING_STALL_S)
                 wait_readable([self._bell], left)
-            store(ring.buf, 128, 0)
-            self._sleeping = False
+            store(ring.buf, 128, int(self._armed))  # (armed: peers keep ringing for the loop)
+            self._sleeping = self._armed
             _drain(self._bell)
             out = self.poll(max_entries)
             if out or (deadline is not None and time.monotonic() >= deadline):
                 self._recent = bool(out)
                 return out
+
+    def notify_fds(self) -> list[int]:
+        """The doorbell, for an event loop's reader: from now on the ring says its owner sleeps, so
+        every peer's push rings it (and so do local completions). `notified()`, then `poll()`."""
+        self._armed = self._sleeping = True
+        store(self.ring.buf, 128, 1)
+        fetch_add(self.ring.buf, 128, 0)  # full barrier (pairs with push): rung from now on
+        return [self._bell.fileno()]
+
+    def spin(self) -> bool:
+        """(Armed) busy-poll the ring without the GIL for `spin_ns`, peers not ringing meanwhile (the
+        calling thread watches the ring: the loop is not woken for what it sees), then armed
+        again: whether a completion is ready. `poll()` next takes it and any pushed in between."""
+        ring = self.ring
+        store(ring.buf, 128, 0)
+        try:
+            return ring.spin(self.spin_ns) or bool(self._local)
+        finally:
+            store(ring.buf, 128, 1)
+            fetch_add(ring.buf, 128, 0)  # full barrier: a push from here on rings the doorbell
+
+    def notified(self) -> None:
+        """Take the doorbell's rings (before polling: a push after this rings it again)."""
+        _drain(self._bell)
 
     def close(self) -> None:
         self._bell.close()

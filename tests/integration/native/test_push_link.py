@@ -5,6 +5,7 @@ again, and a deposed leader's writes are never committed. (The cluster itself: t
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -140,3 +141,39 @@ def test_rolls_on_both_sides(tmp_path: Path, kind: str) -> None:
     finally:
         leader.close()
         follower.close()
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_an_event_loop_reads_the_acknowledgements(tmp_path: Path, transport: str) -> None:
+    """Given the leader's event loop (what a broker passes), the loop reads the link's completion
+    queue itself: batches appended on the loop (the gateway's produces) are acknowledged there,
+    with no hand-over from the link's thread; batches appended on another thread (native
+    producers') are all acknowledged too (the link's thread busy-polls after them on shm)."""
+    loop = asyncio.new_event_loop()
+    runner = threading.Thread(target=loop.run_forever, name="test-loop", daemon=True)
+    runner.start()
+    follower = Follower(tmp_path / "follower", transport)
+    leader = Leader(tmp_path / "leader", follower, transport, loop=loop)
+    try:
+        for i in range(20):  # one at a time, as an acks=all client waits for each
+            end = asyncio.run_coroutine_threadsafe(_on_loop(leader.append, b"g%d" % i), loop)
+            end = end.result(10)
+            leader.wait("acknowledged", lambda end=end: leader.acked == end)
+        on_loop = leader.ack_threads.count(runner.ident)
+        # (the link's thread polls every 20 ms for what the loop left: it may take a few)
+        assert on_loop >= len(leader.ack_threads) // 2, (on_loop, len(leader.ack_threads))
+        end = leader.append(*[b"native-%d" % i for i in range(300)])
+        leader.wait("acknowledged", lambda: leader.acked == end)
+        assert follower.log.log_end_offset == end
+        assert _bytes(follower.log) == _bytes(leader.log)
+        assert not leader.pulled and not leader.down
+    finally:
+        leader.close()
+        follower.close()
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(5)
+        loop.close()
+
+
+async def _on_loop(fn, *args):
+    return fn(*args)
