@@ -9,12 +9,13 @@ For each partition count, broker and repeat (brokers interleaved: A B A B), a fr
 topic of that many partitions and `--requests` Produce v9 requests (acks=1), request i carrying
 `--per-request` partitions (consecutive, round robin) of one batch of `--records` 100-byte records
 with random 8-byte keys each. Prints broker CPU microseconds per request and CPU-s per million
-records, median over repeats.
+records, median over repeats; with `--rounds N` the same requests go N times to the same topic,
+each round metered on its own (round 1 is what a freshly created topic costs: its first appends).
 
     RDMALOG_BASELINE_BIN=/path/to/other/.venv/bin/rdmalog \\
     python bench/produce_requests.py [--partitions 1,1000,3000] [--brokers baseline,rdmalog]
                                      [--requests 8000] [--records 37] [--per-request 1]
-                                     [--repeat 3]
+                                     [--repeat 3] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -125,19 +126,22 @@ def measure(name: str, partitions: int, args: argparse.Namespace) -> dict[str, A
         broker.start()
         create_topic(broker.bootstrap, topic, partitions)
         reqs = frames(topic, partitions, args.requests, args.records, args.per_request)
-        settle(broker.pid)
-        with Meter(broker.pid) as m:
-            errors = send_all(broker.port, reqs)
         records = args.requests * args.per_request * args.records
-        res = m.result(records, records * 100)
-        return {
-            "broker": name,
-            "partitions": partitions,
-            "errors": errors,
-            "us_per_request": round(res["broker_cpu_s"] / args.requests * 1e6, 1),
-            "cpu_s_per_M": res["broker_cpu_s_per_M"],
-            "records_per_s": res["records_per_s"],
-        }
+        rounds = []
+        for _ in range(args.rounds):
+            settle(broker.pid)
+            with Meter(broker.pid) as m:
+                errors = send_all(broker.port, reqs)
+            res = m.result(records, records * 100)
+            rounds.append(
+                {
+                    "errors": errors,
+                    "us_per_request": round(res["broker_cpu_s"] / args.requests * 1e6, 1),
+                    "cpu_s_per_M": res["broker_cpu_s_per_M"],
+                    "records_per_s": res["records_per_s"],
+                }
+            )
+        return {"broker": name, "partitions": partitions, **rounds[0], "rounds": rounds}
     finally:
         broker.stop()
 
@@ -155,6 +159,9 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=37, help="records per partition's batch")
     ap.add_argument("--per-request", type=int, default=1, help="partitions per request")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="rounds on the same topic (round 1 is its first)"
+    )
     args = ap.parse_args()
     print(json.dumps({"argv": sys.argv[1:], "uptime": uptime_now()}), flush=True)
     rows: dict[tuple[int, str], list[dict]] = {}
@@ -166,12 +173,14 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
                 rows.setdefault((n, b), []).append(row)
     print(json.dumps({"uptime_after": uptime_now()}), flush=True)
-    print("\n| partitions | broker | broker CPU µs per request (median [min–max]) | CPU-s/M |")
-    print("| --- | --- | --- | --- |")
+    print("\n| partitions | broker | round | broker CPU µs per request (median [min–max]) | CPU-s/M |")
+    print("| --- | --- | --- | --- | --- |")
     for (n, b), rs in rows.items():
-        us = [r["us_per_request"] for r in rs]
-        cpm = statistics.median(r["cpu_s_per_M"] for r in rs)
-        print(f"| {n} | {b} | {statistics.median(us)} [{min(us)}–{max(us)}] | {cpm} |")
+        for i in range(args.rounds):
+            us = [r["rounds"][i]["us_per_request"] for r in rs]
+            cpm = statistics.median(r["rounds"][i]["cpu_s_per_M"] for r in rs)
+            med = statistics.median(us)
+            print(f"| {n} | {b} | {i + 1} | {med} [{min(us)}–{max(us)}] | {cpm} |")
 
 
 if __name__ == "__main__":
