@@ -173,7 +173,9 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
                 rows.setdefault((n, b), []).append(row)
     print(json.dumps({"uptime_after": uptime_now()}), flush=True)
-    print("\n| partitions | broker | round | broker CPU µs per request (median [min–max]) | CPU-s/M |")
+    print(
+        "\n| partitions | broker | round | broker CPU µs per request (median [min–max]) | CPU-s/M |"
+    )
     print("| --- | --- | --- | --- | --- |")
     for (n, b), rs in rows.items():
         for i in range(args.rounds):

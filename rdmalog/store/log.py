@@ -312,8 +312,9 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
         with self.lock:
             if self.closed:
                 raise KafkaStorageError(f"{self.name} is closed")
-            if leader_epoch is None:
-                leader_epoch = self.leader_epoch
+            if leader_epoch is None:  # self.leader_epoch, without its two calls
+                epochs = self.leader_epochs.entries
+                leader_epoch = epochs[-1][0] if epochs and epochs[-1][0] > 0 else 0
             duplicate = self.producer_state.check_batches(infos)
             if duplicate is not None:
                 return AppendResult(
@@ -333,7 +334,9 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
                 if in_place:
                     self.segments[-1].commit_written(batches, len(mv))
                 else:
-                    seg = self._maybe_roll(len(mv), top_ts, nxt - 1)
+                    seg = self.segments[-1]  # _maybe_roll, inlined: one call per produce less
+                    if seg.size and self._should_roll(seg, len(mv), top_ts, nxt - 1):
+                        seg = self.roll()
                     seg.append(mv, batches)
             except OSError as e:  # disk full, I/O error: Kafka's KAFKA_STORAGE_ERROR
                 raise storage_error(e, self.dir, f"appending to {self.name}") from e
