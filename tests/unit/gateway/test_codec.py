@@ -397,6 +397,16 @@ def test_create_topics_response_tagged_field_written_only_when_set():
     assert r.topics[0].topic_config_error_code == 40
 
 
+def test_produce_header_versions_known_without_the_schema_are_the_schemas():
+    """The header versions parse_request_header knows for Produce v3-v11 without loading its spec
+    (the fast path's first request) are those the schema gives."""
+    from gateway.protocol import _PRODUCE_HEADER_VERSIONS, request_header_version
+
+    assert sorted(_PRODUCE_HEADER_VERSIONS) == list(range(3, 12))
+    for version, hv in _PRODUCE_HEADER_VERSIONS.items():
+        assert hv == request_header_version(0, version), version
+
+
 def test_truncated_and_malformed_bodies_raise_decode_error():
     raw = _kp_frame(MetadataRequest[12](topics=[MetadataRequest.MetadataRequestTopic(name="abc")]))
     for cut in range(len(raw) - 1, 0, -1):
