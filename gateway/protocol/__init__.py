@@ -192,6 +192,8 @@ def parse_request_header(frame: memoryview) -> RequestHeader:
             client_id = str(frame[pos : pos + n], "utf-8", "replace")
             pos += n
         if hv == 2:
+            if frame[pos] == 0:  # no tagged fields: the common case, without the varint call
+                return RequestHeader(api_key, version, corr, client_id, pos + 1)
             count, pos = read_uvarint(frame, pos)
             for _ in range(count):
                 _tag, pos = read_uvarint(frame, pos)
