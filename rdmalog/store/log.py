@@ -361,9 +361,10 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
             result = AppendResult(
                 base, nxt - 1, now if log_append else -1, self.log_start_offset, flush_needed
             )
-        if advanced:
+        if advanced and self._listeners:  # the listener passes only when someone listens
             self._notify()
-        self._appended()
+        if self._append_listeners:
+            self._appended()
         return result
 
     def holds_retry(self, infos: list[BatchInfo]) -> bool:
