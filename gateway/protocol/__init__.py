@@ -51,6 +51,8 @@ __all__ = [
 ]
 
 _HEAD = struct.Struct(">hhi")
+# RequestHeader(...) without the NamedTuple's Python-level __new__ (every request makes one)
+_new_tuple = tuple.__new__
 _I16 = struct.Struct(">h")
 _SIZE_CORR = struct.Struct(">ii")
 
@@ -193,7 +195,7 @@ def parse_request_header(frame: memoryview) -> RequestHeader:
             pos += n
         if hv == 2:
             if frame[pos] == 0:  # no tagged fields: the common case, without the varint call
-                return RequestHeader(api_key, version, corr, client_id, pos + 1)
+                return _new_tuple(RequestHeader, (api_key, version, corr, client_id, pos + 1))
             count, pos = read_uvarint(frame, pos)
             for _ in range(count):
                 _tag, pos = read_uvarint(frame, pos)

@@ -76,6 +76,9 @@ from rdmalog.store.transactions import on_append as track_transactions
 from rdmalog.store.transactions import rebuild as rebuild_transactions
 
 log = logging.getLogger(__name__)
+# Builds a NamedTuple from a tuple of all its fields without the Python-level __new__ that calling
+# the class runs (~2k instructions less each): for the ones made on every produce.
+_new_tuple = tuple.__new__
 
 INT_MAX = 2**31 - 1
 PRODUCER_STATE_FILE = "rdmalog-producer-state.json"
@@ -301,7 +304,9 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
                 self.name,  # formatted once: the rules name it in their errors
             )
         _, before, after, log_append_time, compacted, name = self._record_limits
-        return RecordRules(self.clock(), before, after, log_append_time, compacted, name)
+        return _new_tuple(
+            RecordRules, (self.clock(), before, after, log_append_time, compacted, name)
+        )
 
     def _append(
         self, mv: memoryview, infos: list[BatchInfo], leader_epoch: int | None, in_place: bool
@@ -358,8 +363,16 @@ class PartitionLog(InPlaceAccess, ReplicatedLog, SegmentSwap, TransactionalLog):
             advanced = not self.replicated and self._advance_hw(
                 nxt if self._flush_target <= self.recovery_point else self.high_watermark
             )
-            result = AppendResult(
-                base, nxt - 1, now if log_append else -1, self.log_start_offset, flush_needed
+            result = _new_tuple(  # AppendResult(...) without the NamedTuple's Python __new__
+                AppendResult,
+                (
+                    base,
+                    nxt - 1,
+                    now if log_append else -1,
+                    self.log_start_offset,
+                    flush_needed,
+                    False,
+                ),
             )
         if advanced and self._listeners:  # the listener passes only when someone listens
             self._notify()
