@@ -262,7 +262,7 @@ def main() -> None:
         for i in range(args.rounds):
             us = [r["rounds"][i]["us_per_request"] for r in rs]
             cpm = statistics.median(r["rounds"][i]["cpu_s_per_M"] for r in rs)
-            med = statistics.median(us)
+            med = round(statistics.median(us), 1)
             print(f"| {n} | {b} | {i + 1} | {med} [{min(us)}–{max(us)}] | {cpm} |")
 
 
