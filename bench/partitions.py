@@ -6,7 +6,8 @@ gets one topic of that many partitions, then, each step in its own client proces
 1. CreateTopics: seconds until the answer, then the broker's RSS and open descriptors;
 2. produce: `--rounds` rounds of `--records` 100-byte records with random keys from confluent-kafka
    (`linger.ms=5`), records/s and broker CPU-s per million records per round (round 1 is the one
-   a freshly created topic gets);
+   a freshly created topic gets), and the Produce requests librdkafka sent (its statistics):
+   records per request and broker CPU µs per request;
 3. consume: everything back from offset 0 (assign() of every partition), records/s and CPU-s/M;
 4. restart (rdmalog; Tansu with memory:// has nothing to reload): seconds from SIGTERM to exit and
    from exec to answering Metadata, and descriptors and RSS after the restart.
@@ -42,6 +43,7 @@ from kafka_protocol import Meter, machine, payload, settle  # noqa: E402
 SECTION = "## Many partitions: rdmalog vs Tansu"
 KEYS = 65536  # distinct random keys the producer cycles through
 STEP_TIME_LIMIT = 120.0
+STATS_INTERVAL_MS = 500
 
 
 def open_fds(pid: int) -> int | None:
@@ -99,6 +101,7 @@ def step_produce(p: dict[str, Any]) -> dict[str, Any]:
         if len(failed) < 20:
             failed.append(str(err))
 
+    stats: list[str] = []
     prod = Producer(
         {
             "bootstrap.servers": p["bootstrap"],
@@ -106,6 +109,9 @@ def step_produce(p: dict[str, Any]) -> dict[str, Any]:
             "error_cb": on_error,
             "on_delivery": on_failure,
             "delivery.report.only.error": True,
+            # librdkafka's own count of the Produce requests it sent (read once, after the round)
+            "statistics.interval.ms": STATS_INTERVAL_MS,
+            "stats_cb": stats.append,
         }
     )
     rng = random.Random(p.get("seed", 1))
@@ -127,10 +133,32 @@ def step_produce(p: dict[str, Any]) -> dict[str, Any]:
                     break
         left = prod.flush(max(1.0, deadline - time.perf_counter() + 10))
     res = m.result(sent, sent * len(value))
+    res.update(produce_requests(prod, stats, res["broker_cpu_s"], sent))
     res.update(undelivered=left, errors=errs, failed=failed)
     if left or errs or failed:
         res["error"] = f"{left} undelivered, {len(failed)} failed: {(failed + errs)[:2]}"
     return res
+
+
+def produce_requests(prod: Any, stats: list[str], broker_cpu_s: float, sent: int) -> dict:
+    """The Produce requests the producer sent (from a statistics report after its flush), records
+    per request and broker CPU µs per request: what CPU per record is made of at many partitions,
+    where librdkafka sends one partition's batch per request and picks the batch sizes."""
+    stats.clear()
+    deadline = time.monotonic() + 3 * STATS_INTERVAL_MS / 1000
+    while not stats and time.monotonic() < deadline:
+        prod.poll(0.05)
+    if not stats:
+        return {}
+    brokers = json.loads(stats[-1])["brokers"].values()
+    n = sum(b["req"].get("Produce", 0) for b in brokers if b.get("nodeid", -1) >= 0)
+    if not n:
+        return {}
+    return {
+        "produce_requests": n,
+        "records_per_request": round(sent / n, 1),
+        "broker_cpu_us_per_request": round(broker_cpu_s / n * 1e6, 1),
+    }
 
 
 def step_consume(p: dict[str, Any]) -> dict[str, Any]:
@@ -255,13 +283,19 @@ def _rate(res: dict[str, Any] | None) -> str:
     if "error" in res and not res.get("records"):
         return "error: " + str(res["error"])[:60].replace("|", "/")
     warn = " (!)" if "error" in res else ""
-    return f"{res['records_per_s'] / 1000:,.1f} k/s, {res['broker_cpu_s_per_M']}{warn}"
+    cell = f"{res['records_per_s'] / 1000:,.1f} k/s, {res['broker_cpu_s_per_M']}{warn}"
+    if res.get("produce_requests"):  # produce rounds: requests, records and broker µs per request
+        cell += (
+            f" ({res['produce_requests']:,} req of {res['records_per_request']:g}, "
+            f"{res['broker_cpu_us_per_request']:g} µs)"
+        )
+    return cell
 
 
 def table(rows: list[dict[str, Any]], rounds: int) -> str:
     """Markdown table, one row per broker and partition count."""
     head = ["partitions", "broker", "create s"]
-    head += [f"produce round {r + 1}: rec/s, CPU-s/M" for r in range(rounds)]
+    head += [f"produce round {r + 1}: rec/s, CPU-s/M (requests of rec, µs)" for r in range(rounds)]
     head += ["consume: rec/s, CPU-s/M", "fds idle / created / loaded", "RSS MB created / loaded"]
     head += ["restart: stop s, start s"]
     out = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]

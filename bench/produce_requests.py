@@ -9,12 +9,16 @@ For each partition count, broker and repeat (brokers interleaved: A B A B), a fr
 topic of that many partitions and `--requests` Produce v9 requests (acks=1), request i carrying
 `--per-request` partitions (consecutive, round robin) of one batch of `--records` 100-byte records
 with random 8-byte keys each. Prints broker CPU microseconds per request and CPU-s per million
-records, median over repeats.
+records, median over repeats; with `--rounds N` the same requests go N times to the same topic,
+each round metered on its own (round 1 is what a freshly created topic costs: its first appends).
+`--callgrind` counts instructions instead (needs valgrind; see `callgrind_measure`): the broker's
+event loop thread per request for a fresh topic's first append to every partition, the second,
+and steady state; use `--requests 1000 --repeat 1` (valgrind runs the broker ~50x slower).
 
     RDMALOG_BASELINE_BIN=/path/to/other/.venv/bin/rdmalog \\
     python bench/produce_requests.py [--partitions 1,1000,3000] [--brokers baseline,rdmalog]
                                      [--requests 8000] [--records 37] [--per-request 1]
-                                     [--repeat 3]
+                                     [--repeat 3] [--rounds 1] [--callgrind]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import statistics
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -34,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from brokers import Broker  # noqa: E402
+from brokers import Broker, port_open  # noqa: E402
 from kafka_protocol import Meter, settle  # noqa: E402
 
 from gateway.protocol import decode_response, encode_request  # noqa: E402
@@ -125,18 +130,87 @@ def measure(name: str, partitions: int, args: argparse.Namespace) -> dict[str, A
         broker.start()
         create_topic(broker.bootstrap, topic, partitions)
         reqs = frames(topic, partitions, args.requests, args.records, args.per_request)
-        settle(broker.pid)
-        with Meter(broker.pid) as m:
-            errors = send_all(broker.port, reqs)
         records = args.requests * args.per_request * args.records
-        res = m.result(records, records * 100)
+        rounds = []
+        for _ in range(args.rounds):
+            settle(broker.pid)
+            with Meter(broker.pid) as m:
+                errors = send_all(broker.port, reqs)
+            res = m.result(records, records * 100)
+            rounds.append(
+                {
+                    "errors": errors,
+                    "us_per_request": round(res["broker_cpu_s"] / args.requests * 1e6, 1),
+                    "cpu_s_per_M": res["broker_cpu_s_per_M"],
+                    "records_per_s": res["records_per_s"],
+                }
+            )
+        return {"broker": name, "partitions": partitions, **rounds[0], "rounds": rounds}
+    finally:
+        broker.stop()
+
+
+def callgrind_measure(name: str, partitions: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Instructions the broker's event loop thread executes per request (callgrind, the maintenance
+    and other threads left out; load-independent): for the first `partitions` requests to a fresh
+    topic (every partition's first append, the broker's first Produce), the next `partitions`
+    (second appends), then steady state as the difference of a run of `--requests` and one of
+    3x as many (what the thread does meanwhile when idle is measured and taken off)."""
+    from instructions import work
+
+    if name not in ("rdmalog", "baseline"):
+        raise ValueError("--callgrind measures rdmalog brokers (a Python process) only")
+    broker = Broker(name)
+    broker.workdir = Path(tempfile.mkdtemp(prefix="bench-broker-"))
+    out = str(broker.workdir / "broker.cg")
+    bin_path = broker.command()[0]
+    python = str(Path(bin_path).parent / "python")
+    vg = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--separate-threads=yes"]
+    log = open(broker.log_path, "wb")  # noqa: SIM115
+    broker.proc = subprocess.Popen([*vg, python, *broker.command()], stdout=log, stderr=log)
+    log.close()
+    dumps = 0
+
+    def dump() -> str:
+        nonlocal dumps
+        subprocess.run(
+            ["callgrind_control", "-d", str(broker.pid)], check=True, capture_output=True
+        )
+        dumps += 1
+        return f"{out}.{dumps}-01"  # thread 1: the event loop
+
+    try:
+        deadline = time.monotonic() + 300
+        while not port_open(broker.port):
+            if time.monotonic() > deadline or broker.proc.poll() is not None:
+                raise RuntimeError(f"{name} under valgrind did not start: {broker.tail()}")
+            time.sleep(1)
+        create_topic(broker.bootstrap, "req", partitions)
+        n = args.requests
+        reqs = frames("req", partitions, 2 * partitions + 4 * n, args.records, args.per_request)
+        settle(broker.pid, quiet=0.05, limit=120)
+        dump()
+        firsts = []
+        for k in (0, 1):
+            send_all(broker.port, reqs[k * partitions : (k + 1) * partitions])
+            firsts.append(round(work(dump()) / partitions))
+            settle(broker.pid, quiet=0.05, limit=120)
+            dump()
+        t0 = time.perf_counter()
+        time.sleep(2)
+        idle = work(dump()) / (time.perf_counter() - t0)
+        at, windows = 2 * partitions, []
+        for k in (n, 3 * n):
+            t0 = time.perf_counter()
+            send_all(broker.port, reqs[at : at + k])
+            at += k
+            windows.append(work(dump()) - idle * (time.perf_counter() - t0))
         return {
             "broker": name,
             "partitions": partitions,
-            "errors": errors,
-            "us_per_request": round(res["broker_cpu_s"] / args.requests * 1e6, 1),
-            "cpu_s_per_M": res["broker_cpu_s_per_M"],
-            "records_per_s": res["records_per_s"],
+            "first_append_instr": firsts[0],
+            "second_append_instr": firsts[1],
+            "steady_instr": round((windows[1] - windows[0]) / (2 * n)),
         }
     finally:
         broker.stop()
@@ -155,8 +229,22 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=37, help="records per partition's batch")
     ap.add_argument("--per-request", type=int, default=1, help="partitions per request")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="rounds on the same topic (round 1 is its first)"
+    )
+    ap.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="broker instructions per request under callgrind instead of CPU time",
+    )
     args = ap.parse_args()
     print(json.dumps({"argv": sys.argv[1:], "uptime": uptime_now()}), flush=True)
+    if args.callgrind:
+        for n in [int(x) for x in args.partitions.split(",")]:
+            for _ in range(args.repeat):
+                for b in [b.strip() for b in args.brokers.split(",") if b.strip()]:
+                    print(json.dumps(callgrind_measure(b, n, args)), flush=True)
+        return
     rows: dict[tuple[int, str], list[dict]] = {}
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
     for n in [int(x) for x in args.partitions.split(",")]:
@@ -166,12 +254,16 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
                 rows.setdefault((n, b), []).append(row)
     print(json.dumps({"uptime_after": uptime_now()}), flush=True)
-    print("\n| partitions | broker | broker CPU µs per request (median [min–max]) | CPU-s/M |")
-    print("| --- | --- | --- | --- |")
+    print(
+        "\n| partitions | broker | round | broker CPU µs per request (median [min–max]) | CPU-s/M |"
+    )
+    print("| --- | --- | --- | --- | --- |")
     for (n, b), rs in rows.items():
-        us = [r["us_per_request"] for r in rs]
-        cpm = statistics.median(r["cpu_s_per_M"] for r in rs)
-        print(f"| {n} | {b} | {statistics.median(us)} [{min(us)}–{max(us)}] | {cpm} |")
+        for i in range(args.rounds):
+            us = [r["rounds"][i]["us_per_request"] for r in rs]
+            cpm = statistics.median(r["rounds"][i]["cpu_s_per_M"] for r in rs)
+            med = round(statistics.median(us), 1)
+            print(f"| {n} | {b} | {i + 1} | {med} [{min(us)}–{max(us)}] | {cpm} |")
 
 
 if __name__ == "__main__":

@@ -336,7 +336,8 @@ class Broker:
             res = rdma.try_append(plog.topic, plog.partition, records)
             if res is None:
                 return None
-        self._count_produced(plog, records, res)
+        if not res.duplicate:  # _count_produced, inlined: one call per produce less
+            self.metrics.produced(plog.topic, len(records), res.last_offset - res.base_offset + 1)
         return res
 
     def _count_produced(self, plog: Log, records: memoryview, res: AppendResult) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from gateway.handlers.k00_produce import ADMIN_CLIENT_ID, failed_append, refusal_of
 from gateway.handlers.k03_metadata import INTERNAL_TOPICS
 from gateway.protocol import RequestHeader, encode_response
-from gateway.protocol.primitives import encode_uvarint, read_uvarint
+from gateway.protocol.primitives import encode_uvarint, read_uvarint_tail
 
 ENABLED = os.environ.get("RDMALOG_PRODUCE_FAST_PATH", "1") != "0"
 PRODUCE = 0
@@ -63,7 +63,10 @@ def parse_one_partition(
         pos += 7
         if frame[pos] != 2:  # one topic
             return None
-        n, pos = read_uvarint(frame, pos + 1)
+        n = frame[pos + 1]  # the name's length + 1: one byte below 128 (varint calls are costly)
+        pos += 2
+        if n >= 0x80:
+            n, pos = read_uvarint_tail(frame, pos, n)
         n -= 1
         if n < 0 or pos + n > end:
             return None
@@ -72,7 +75,10 @@ def parse_one_partition(
         if frame[pos] != 2:  # one partition
             return None
         (index,) = _I32.unpack_from(frame, pos + 1)
-        size, pos = read_uvarint(frame, pos + 5)
+        size = frame[pos + 5]
+        pos += 6
+        if size >= 0x80:
+            size, pos = read_uvarint_tail(frame, pos, size)
         size -= 1
         # the records, then no tagged fields (partition, topic, request) and the frame's end
         if size < 0 or pos + size + 3 != end or frame[end - 3 : end] != b"\0\0\0":

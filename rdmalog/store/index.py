@@ -191,7 +191,8 @@ class _Index:
     def _append(self, a: int, b: int) -> None:
         if self.entries >= self.max_entries:
             return  # full: the log rolls before this; a missing sparse entry only costs a longer walk
-        self.activate()
+        if self._mem is None:
+            self.activate()
         assert self._mem is not None
         self._mem += self.ENTRY.pack(a, b)
         self.entries += 1
@@ -214,7 +215,7 @@ class OffsetIndex(_Index):
     def append(self, offset: int, position: int) -> None:
         """Add (batch last offset, batch position); offsets must increase."""
         rel = offset - self.base_offset
-        if self.entries and rel <= self._last_entry()[0]:
+        if self.entries and rel <= (self._last or self._last_entry())[0]:
             return
         self._append(rel, position)
 
@@ -262,7 +263,7 @@ class TimeIndex(_Index):
         if timestamp < 0:
             return
         if self.entries:
-            last_ts, last_rel = self._last_entry()
+            last_ts, last_rel = self._last or self._last_entry()
             if timestamp <= last_ts or offset - self.base_offset < last_rel:
                 return
         self._append(timestamp, offset - self.base_offset)

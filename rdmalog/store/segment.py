@@ -322,7 +322,9 @@ class LogSegment:
             else:  # sparse steps, doubling: a write inside the file leaves its size alone
                 step = max(2 * self.capacity, EXTEND_STEP)
                 self._extend(max(pos0 + n, min(step, self.segment_bytes)))
-        h = self._open()
+        h = self._handle  # the head's: held open (else _open makes it)
+        if h is None:
+            h = self._open()
         written = os.pwrite(h.fd, buf, pos0)
         if written != n:
             # a regular file takes less than asked only when its file system is full
@@ -342,7 +344,8 @@ class LogSegment:
                 self.offset_index.append(last_offset, pos0 + p)
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
                 self.bytes_since_index = 0
-                self.is_full = self.offset_index.is_full or self.time_index.is_full
+                oi, ti = self.offset_index, self.time_index  # is_full of each, without two calls
+                self.is_full = oi.entries >= oi.max_entries or ti.entries >= ti.max_entries
             self.bytes_since_index += size
             self.next_offset = last_offset + 1
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from kafka.protocol.admin.topics import (
@@ -395,6 +398,32 @@ def test_create_topics_response_tagged_field_written_only_when_set():
     assert len(tagged) == len(plain) + 4  # tag, size, int16
     r = CreateTopicsResponse.decode(bytes(tagged[4:]), version=7, header=True)
     assert r.topics[0].topic_config_error_code == 40
+
+
+def test_produce_header_versions_known_without_the_schema_are_the_schemas():
+    """The header versions parse_request_header knows for Produce v3-v11 without loading its spec
+    (the fast path's first request) are those the schema gives."""
+    from gateway.protocol import _PRODUCE_HEADER_VERSIONS, request_header_version
+
+    assert sorted(_PRODUCE_HEADER_VERSIONS) == list(range(3, 12))
+    for version, hv in _PRODUCE_HEADER_VERSIONS.items():
+        assert hv == request_header_version(0, version), version
+
+
+def test_a_fresh_process_parses_a_produce_header_without_building_a_schema():
+    """A broker's first Produce request on the fast path builds no message spec (building
+    Produce's cost a fresh topic's first round ~5 ms): checked in a fresh interpreter."""
+    script = """
+import struct
+from gateway.protocol import message_spec, parse_request_header
+frame = struct.pack(">hhih", 0, 9, 7, 1) + b"c" + b"\\0" + b"body"
+hdr = parse_request_header(memoryview(frame))
+assert (hdr.api_key, hdr.api_version, hdr.correlation_id, hdr.client_id) == (0, 9, 7, "c"), hdr
+assert hdr.body_offset == 12, hdr
+assert message_spec.cache_info().currsize == 0, message_spec.cache_info()
+"""
+    root = Path(__file__).resolve().parents[3]
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=root)
 
 
 def test_truncated_and_malformed_bodies_raise_decode_error():
