@@ -18,6 +18,7 @@ out, as bench/instructions.py does. Prints one JSON line:
 from __future__ import annotations
 
 import argparse
+import gc
 import glob
 import json
 import os
@@ -41,9 +42,25 @@ VALUE = b"v" * 100
 def drive(d: str, n: int) -> None:
     """The measured process: n pushed writes after the same set-up for every n."""
     from compat_tests.push_pair import Follower, Leader
+    from rdmalog.rdma.transport.shm import ShmCQ
 
+    # Steadier counts: between writes the follower's completion thread busy-polls (`ring_wait`,
+    # not counted) for up to a second rather than sleeping on its doorbell or waking every 20 ms
+    # with nothing to do (valgrind's slow leader would make it do either, as often as the host's
+    # load says), and no cyclic GC pass lands on it by chance. (Patched before the service starts:
+    # its loop binds `wait` then.)
+    follower_cq = []
+    wait = ShmCQ.wait
+
+    def steady_wait(cq, timeout, max_entries=16):
+        return wait(cq, 1.0 if cq in follower_cq else timeout, max_entries)
+
+    ShmCQ.wait = steady_wait
     follower = Follower(Path(d) / "follower", "shm")
+    follower.svc.recv_cq.spin_ns = 10**9
+    follower_cq.append(follower.svc.recv_cq)
     leader = Leader(Path(d) / "leader", follower, "shm")
+    gc.disable()
     try:
         for _ in range(20 + n):  # 20 to warm up, then the measured ones
             end = leader.append(VALUE)

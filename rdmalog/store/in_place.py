@@ -157,6 +157,9 @@ class InPlaceAccess:
         follower's fetch is, their offsets must continue the log, nothing is patched (the
         follower's file holds the leader's bytes). Raises HeadMovedError or a Kafka error;
         nothing is committed then."""
+        if replicated and expected_base_offset is None:  # push replication's writes
+            with self.lock:
+                return self._commit_replicated(self._head_at(head, position), position, end)
         if (
             infos is None
             and not replicated
