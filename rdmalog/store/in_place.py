@@ -159,7 +159,10 @@ class InPlaceAccess:
         nothing is committed then."""
         if replicated and expected_base_offset is None:  # push replication's writes
             with self.lock:
-                return self._commit_replicated(self._head_at(head, position), position, end)
+                segs = self.segments  # (`_head_at`, without its call)
+                if not segs or segs[-1] is not head or head.size != position:
+                    raise HeadMovedError(f"{self.name}: the head moved past the written bytes")
+                return self._commit_replicated(head, position, end)
         if (
             infos is None
             and not replicated

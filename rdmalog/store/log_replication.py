@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 _BASE_OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
 _EPOCH_AT = 12
+_new = tuple.__new__
 
 
 class ReplicatedLog:
@@ -181,7 +182,8 @@ class ReplicatedLog:
                 for epoch, base in new_epochs:
                     epochs.assign(epoch, base)
                 epochs.save()
-        result = AppendResult(first, expected - 1, -1, self.log_start_offset, False)
+        # (AppendResult's fields, made without namedtuple's Python-level __new__)
+        result = _new(AppendResult, (first, expected - 1, -1, self.log_start_offset, False, False))
         if self._append_listeners:  # (the log's lock is reentrant: listeners only queue work)
             self._appended()
         return result
