@@ -157,6 +157,12 @@ class InPlaceAccess:
         follower's fetch is, their offsets must continue the log, nothing is patched (the
         follower's file holds the leader's bytes). Raises HeadMovedError or a Kafka error;
         nothing is committed then."""
+        if replicated and expected_base_offset is None:  # push replication's writes
+            with self.lock:
+                segs = self.segments  # (`_head_at`, without its call)
+                if not segs or segs[-1] is not head or head.size != position:
+                    raise HeadMovedError(f"{self.name}: the head moved past the written bytes")
+                return self._commit_replicated(head, position, end)
         if (
             infos is None
             and not replicated

@@ -22,10 +22,10 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from rdmalog.errors import CorruptRecordError, KafkaStorageError
+from rdmalog.errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
 from rdmalog.store.append_result import AppendResult
 from rdmalog.store.producer_state import ProducerStateTable
-from rdmalog.store.records import CONTROL_BIT, validate_batches
+from rdmalog.store.records import CONTROL_BIT, BatchInfo, _c_validate, validate_batches
 from rdmalog.store.transactions import TXN_FLAGS
 from rdmalog.store.transactions import on_append as track_transactions
 
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 _BASE_OFFSET = struct.Struct(">q")
 _EPOCH = struct.Struct(">i")
 _EPOCH_AT = 12
+_new = tuple.__new__
 
 
 class ReplicatedLog:
@@ -146,39 +147,61 @@ class ReplicatedLog:
         leader's batches leave gaps); committed as they are. CorruptRecordError otherwise (nothing committed)."""
         if self.closed:
             raise KafkaStorageError(f"{self.name} is closed")
-        with self._written(seg, position, end) as mv:
-            infos = validate_batches(mv, None, from_client=False, allow_control=True)
-            expected = self.log_end_offset
-            batches, epochs = [], []
-            for info in infos:
-                base = _BASE_OFFSET.unpack_from(mv, info.position)[0]
+        mm = seg.mmap  # (`_written`, without its call)
+        if mm is None or not 0 <= position <= end <= seg.capacity:
+            raise InvalidRecordError("written region is outside the active segment")
+        with memoryview(mm)[position:end] as mv:
+            # the header checks in one C call; None (a bad batch): the general path says why
+            infos = None if _c_validate is None else _c_validate(mv, -1, False, True, BatchInfo)
+            if infos is None:
+                infos = validate_batches(mv, None, from_client=False, allow_control=True)
+            first = expected = self.log_end_offset
+            batches, new_epochs = [], []
+            epochs = self.leader_epochs
+            latest = epochs.entries[-1][0] if epochs.entries else -1
+            tracked = False
+            for info in infos:  # one pass: offsets, index entries, epochs (see _track_replicated)
+                p = info.position
+                base = _BASE_OFFSET.unpack_from(mv, p)[0]
                 if base < expected:  # offsets only move forward (a cleaned leader leaves gaps)
                     raise CorruptRecordError(
                         f"{self.name}: pushed batch at offset {base} overlaps the log end {expected}"
                     )
-                last = base + info.last_offset_delta
-                batches.append((info.position, info.size, last, info.max_timestamp))
-                epochs.append((_EPOCH.unpack_from(mv, info.position + _EPOCH_AT)[0], base))
-                expected = last + 1
-            first = self.log_end_offset
+                expected = base + info.last_offset_delta + 1
+                batches.append((p, info.size, expected - 1, info.max_timestamp))
+                epoch = _EPOCH.unpack_from(mv, p + _EPOCH_AT)[0]
+                if epoch > latest:  # a new epoch starts here (assign's test, without its call)
+                    new_epochs.append((epoch, base))
+                    latest = epoch
+                tracked |= info.producer_id >= 0 or bool(info.attributes & TXN_FLAGS)
             seg.commit_written(batches, end - position)
             self.log_end_offset = expected
-            self._track_replicated(mv, infos, epochs)
-        result = AppendResult(first, expected - 1, -1, self.log_start_offset, False)
-        self._appended()  # (the log's lock is reentrant: listeners only queue work)
+            if tracked:  # idempotent or transactional batches: their producers' state too
+                self._track_replicated(mv, infos, None)
+            if new_epochs:
+                for epoch, base in new_epochs:
+                    epochs.assign(epoch, base)
+                epochs.save()
+        # (AppendResult's fields, made without namedtuple's Python-level __new__)
+        result = _new(AppendResult, (first, expected - 1, -1, self.log_start_offset, False, False))
+        if self._append_listeners:  # (the log's lock is reentrant: listeners only queue work)
+            self._appended()
         return result
 
     def _track_replicated(
-        self: PartitionLog, mv: memoryview, infos: list, epochs: list[tuple[int, int]]
+        self: PartitionLog, mv: memoryview, infos: list, epochs: list[tuple[int, int]] | None
     ) -> None:
         """Producer state, open transactions and aborted ones (`.txnindex`), and leader epochs
-        from the appended batches' headers (under the lock)."""
-        by_base = dict((b, e) for e, b in epochs)
+        from the appended batches' headers (under the lock). `epochs` None: every batch of
+        `infos` was appended, its epochs recorded already (`_commit_replicated`)."""
+        by_base = None if epochs is None else dict((b, e) for e, b in epochs)
         saved = False
         txn_infos, txn_lasts = [], []
         for info in infos:
             base = _BASE_OFFSET.unpack_from(mv, info.position)[0]
-            if base not in by_base:
+            if by_base is None:
+                pass
+            elif base not in by_base:
                 continue
             last = base + info.last_offset_delta
             if info.attributes & TXN_FLAGS:
@@ -189,7 +212,8 @@ class ReplicatedLog:
                     info.producer_id, info.producer_epoch, info.base_sequence, info.count,
                     base, last, info.max_timestamp,
                 )  # fmt: skip
-            saved |= self.leader_epochs.assign(by_base[base], base)
+            if by_base is not None:
+                saved |= self.leader_epochs.assign(by_base[base], base)
         if txn_infos:  # a follower that becomes leader knows the last stable offset
             track_transactions(self, mv, txn_infos, txn_lasts)
         if saved:

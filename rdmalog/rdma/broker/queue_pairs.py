@@ -39,7 +39,8 @@ class ClientQP:
         self._lock = threading.Lock()
         self._queued = 0  # acknowledgements packed at ACKS_AT, not sent yet
         self._acks_due = acks_due  # the service's set of queue pairs with acknowledgements queued
-        self._reply: tuple[int, Reply] = (-1, self.ack)  # (file id, its reply), the last made
+        # ((file id, now), its reply): the last made
+        self._reply: tuple[tuple[int, bool] | None, Reply] = (None, self.ack)
         self.closed = False
 
     def close(self) -> None:
@@ -95,6 +96,31 @@ class ClientQP:
                 return
         self._acks_due.add(self)
 
+    def ack_now(
+        self,
+        file_id: int,
+        order: int,
+        status: AckStatus,
+        base: int,
+        last: int,
+        nxt: int,
+        _append_time: int = -1,
+    ) -> None:
+        """`ack`, then SEND it at once with any queued before it: a leader's pushed write (one
+        write per poll, the leader waiting for it) skips the queue and `send_acks`."""
+        with self._lock:
+            if self.closed:
+                return
+            n = self._queued
+            ACK.pack_into(
+                self.mr.buf, ACKS_AT + n * ACK_SIZE, file_id, order, status, base, last, nxt
+            )
+            self._queued = 0
+            try:
+                self.qp.post_send(0, self.mr, ACKS_AT, (n + 1) * ACK_SIZE, signaled=False)
+            except (TransportError, OSError):
+                pass  # the leader is gone
+
     def send_acks(self) -> None:
         with self._lock:
             if self._queued:  # none once closed
@@ -109,13 +135,13 @@ class ClientQP:
         except (TransportError, OSError):
             pass  # the client is gone
 
-    def reply(self, file_id: int) -> Reply:
+    def reply(self, file_id: int, now: bool = False) -> Reply:
         """What answers the writes of file `file_id` on this queue pair (the last one made is
-        kept: a queue pair's writes go to one file or a few)."""
-        fid, reply = self._reply
-        if fid != file_id:
-            reply = functools.partial(self.ack, file_id)
-            self._reply = (file_id, reply)
+        kept: a queue pair's writes go to one file or a few); `now`: `ack_now` (a replica's)."""
+        key, reply = self._reply
+        if key != (file_id, now):
+            reply = functools.partial(self.ack_now if now else self.ack, file_id)
+            self._reply = ((file_id, now), reply)
         return reply
 
 

@@ -37,7 +37,7 @@ from rdmalog.rdma.broker.replicated_acks import ACKS_ALL, held_reply
 from rdmalog.rdma.control import ControlServer, Session
 from rdmalog.rdma.transport.devices import open_device
 from rdmalog.rdma.transport.interface import Opcode, Status, TransportError
-from rdmalog.rdma.wire import AckStatus, imm_decode
+from rdmalog.rdma.wire import ORDER_MASK, AckStatus
 from rdmalog.security.authorizer import Authorizer
 from rdmalog.security.sasl import Credentials
 
@@ -290,13 +290,16 @@ class RdmaService:
             self.queue_pairs.hello(cqp, wc.wr_id)
             return None
         cqp.repost(wc.wr_id)
-        file_id, order = imm_decode(wc.imm_data)
+        imm = wc.imm_data
+        file_id, order = imm >> 16, imm & ORDER_MASK  # imm_decode, without its call
         f = self.files.get(file_id)
         if f is None or cqp.session not in f.sessions:
             cqp.ack(file_id, order, _REVOKED, -1, -1, 0)
             return None
+        if f.replica_of is not None:  # a leader's pushed write: acknowledged at once
+            return f, order, wc.byte_len, cqp.reply(file_id, True)
         wait = self.partitions.replicated_wait
-        if wait is not None and f.replica_of is None:  # cluster mode: acks=all waits for the ISR
+        if wait is not None:  # cluster mode: acks=all waits for the ISR
             acks = cqp.owner.state.get("acks")
             if acks is not None and acks[0] == ACKS_ALL:
                 return f, order, wc.byte_len, held_reply(cqp, file_id, f.part.log, acks[1], wait)

@@ -9,7 +9,7 @@ import pytest
 
 from rdmalog.errors import CorruptRecordError, OffsetOutOfRangeError
 from rdmalog.store.in_place import EARLIEST, LATEST, HeadMovedError
-from rdmalog.store.records import decode_all
+from rdmalog.store.records import build_batch, decode_all
 from tests.unit.store.helpers import batch, open_log
 
 
@@ -157,4 +157,30 @@ def test_a_leaders_batches_commit_as_they_are(tmp_path: Path) -> None:
         follower.commit_written(head, end, again, replicated=True)
     assert follower.log_end_offset == 5
     leader.close()
+    follower.close()
+
+
+def test_pushed_epochs_and_producers_are_tracked_only_when_committed(tmp_path: Path) -> None:
+    """commit_written(replicated=True) takes a new leader epoch and an idempotent producer's
+    state from the batches it commits, and nothing from a write it refuses (a batch of a new
+    epoch followed by one that does not continue the log)."""
+    follower = open_log(tmp_path / "follower", segment_bytes=1 << 16)
+    with follower.head_for_writing() as (head, position):
+        pass
+    first = build_batch([(None, b"a")], partition_leader_epoch=7)
+    end = write(head.mmap, position, first)
+    follower.commit_written(head, position, end, replicated=True)
+    assert follower.leader_epochs.entries == [(7, 0)]
+    bad = build_batch([(None, b"b")], base_offset=1, partition_leader_epoch=9) + first
+    with pytest.raises(CorruptRecordError):  # offset 0 again, after 1
+        follower.commit_written(head, end, write(head.mmap, end, bad), replicated=True)
+    assert follower.leader_epochs.entries == [(7, 0)] and follower.log_end_offset == 1
+    idem = build_batch(
+        [(None, b"c"), (None, b"d")], base_offset=1, partition_leader_epoch=9,
+        producer_id=42, producer_epoch=0, base_sequence=0,
+    )  # fmt: skip
+    r = follower.commit_written(head, end, write(head.mmap, end, idem), replicated=True)
+    assert (r.base_offset, r.last_offset, follower.log_end_offset) == (1, 2, 3)
+    assert follower.leader_epochs.entries == [(7, 0), (9, 1)]
+    assert 42 in follower.producer_state.producers
     follower.close()
