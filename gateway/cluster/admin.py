@@ -71,6 +71,16 @@ def _led(node: Any, name: str, partitions) -> bool:
     return all((s := tv.states.get(p)) is not None and s.leader in live for p in partitions)
 
 
+def _live_brokers(node: Any, named: set[int], at_least: int) -> list[int]:
+    """The live brokers of this broker's view, or ZooKeeper's own list when the view lacks a broker
+    the request names or has fewer than `at_least` (a broker that registered a moment ago: its
+    watch event may not have reached this broker yet). ZooKeeper is read on that path only."""
+    live = node.view.live_brokers()
+    if any(b not in live for b in named) or len(live) < at_least:
+        live = node.registry.brokers()
+    return sorted(live)
+
+
 def plan_topic(
     node: Any,
     name: str,
@@ -86,7 +96,10 @@ def plan_topic(
         TopicConfig.from_overrides(node.config, configs)
     except KafkaError as exc:
         raise AdminError(INVALID_CONFIG, str(exc)) from None
-    live = sorted(node.view.live_brokers())
+    wanted = {b for a in assignments or () for b in a["broker_ids"]}
+    default_rf = node.config.get("default.replication.factor")
+    rf = default_rf if replication_factor == -1 else replication_factor
+    live = _live_brokers(node, wanted, 1 if assignments else rf)
     if assignments:
         out = {}
         for a in assignments:
@@ -110,11 +123,6 @@ def plan_topic(
             )
         return out
     count = node.config.get("num.partitions") if num_partitions == -1 else num_partitions
-    rf = (
-        node.config.get("default.replication.factor")
-        if replication_factor == -1
-        else replication_factor
-    )
     if count <= 0:
         raise AdminError(INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
     if rf <= 0:
@@ -210,7 +218,8 @@ async def create_partitions(
                 f"Topic currently has {count} partitions, which is higher than or equal to the "
                 f"requested {total}.",
             )
-        live = sorted(node.view.live_brokers())
+        wanted = {b for a in assignments or () for b in a["broker_ids"]}
+        live = _live_brokers(node, wanted, len(current.partitions[0]) if current.partitions else 1)
         if assignments is not None:
             if len(assignments) != total - count:
                 raise AdminError(

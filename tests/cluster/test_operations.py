@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from compat_tests.cluster import BrokerCluster, wait_for
@@ -110,6 +111,24 @@ def test_zookeeper_stopped_for_a_while(own_zookeeper: ZooKeeperServer, tmp_path:
 def test_partitions_grow_and_topics_go_across_brokers(cluster: BrokerCluster) -> None:
     create_topic(cluster.bootstrap, "grow", partitions=2)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    # brokers the cluster does not have: refused with Kafka's codes (checked against ZooKeeper's
+    # own list too, so only a broker that is not registered is refused), nothing made
+    from confluent_kafka.admin import NewTopic
+
+    refused = {
+        "rf4": NewTopic("rf4", num_partitions=1, replication_factor=4),
+        "on9": NewTopic("on9", num_partitions=1, replica_assignment=[[1, 9]]),
+    }
+    futures = admin.create_topics(list(refused.values()), operation_timeout=30)
+    with pytest.raises(KafkaException, match="INVALID_REPLICATION_FACTOR"):
+        futures["rf4"].result(30)
+    with pytest.raises(KafkaException, match="INVALID_REPLICA_ASSIGNMENT"):
+        futures["on9"].result(30)
+    grown = admin.create_partitions([NewPartitions("grow", 3, replica_assignment=[[2, 9]])])
+    with pytest.raises(KafkaException, match="INVALID_REPLICA_ASSIGNMENT"):
+        grown["grow"].result(30)
+    assert cluster.state("rf4", 0) is None and cluster.state("on9", 0) is None
+    assert cluster.state("grow", 2) is None
     admin.create_partitions([NewPartitions("grow", 5)])["grow"].result(30)
     for p in range(5):
         assert cluster.leader("grow", p) in cluster.brokers
