@@ -65,6 +65,14 @@ def raw_batch(
     return out
 
 
+def with_records_section(buf: bytearray, section: bytes) -> None:
+    """Put `section` (compressed or framed records) after the batch header of `buf`, with the
+    batch length and CRC made right for it."""
+    buf[BATCH_OVERHEAD:] = section
+    buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
+    set_crc(buf, 0, len(buf))
+
+
 def rules(**kw) -> RecordRules:
     base = dict(
         now=T0, before_max_ms=2**63 - 1, after_max_ms=2**63 - 1, log_append_time=False,
@@ -337,9 +345,7 @@ def test_the_one_call_c_check_agrees_with_the_python_one() -> None:
         )
         if codec != Codec.NONE and rng.random() < 0.4:  # framings, cut, garbled, trailing bytes
             body = b"".join(encode_record(Record(k, b"v" * 20), od, td) for k, od, td in recs)
-            buf[BATCH_OVERHEAD:] = rng.choice(_framings(codec, body, rng))
-            buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
-            set_crc(buf, 0, len(buf))
+            with_records_section(buf, rng.choice(_framings(codec, body, rng)))
         elif rng.random() < 0.3:  # a byte of the records changed, the CRC made right again
             buf[rng.randrange(BATCH_OVERHEAD, len(buf))] = rng.randrange(256)
             set_crc(buf, 0, len(buf))
@@ -386,9 +392,7 @@ def test_a_raw_snappy_block_past_the_bound_is_left_to_python() -> None:
     zeros = bytes(3 << 20)
     good, bomb = (bytearray(raw_batch([(b"k", 0, 0)], codec=Codec.SNAPPY)) for _ in range(2))
     for buf, data in ((good, big), (bomb, zeros)):
-        buf[BATCH_OVERHEAD:] = compress(Codec.SNAPPY, data, xerial=False)
-        buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
-        set_crc(buf, 0, len(buf))
+        with_records_section(buf, compress(Codec.SNAPPY, data, xerial=False))
         low, high, flags = records_module._record_bounds(rules())
         got = records_module._c_validate_client(
             memoryview(buf), 1 << 20, False, BatchInfo, low, high, flags, False
@@ -468,9 +472,7 @@ def test_without_the_codec_libraries_the_python_path_checks_those_codecs(
         body = b"".join(encode_record(Record(k, b"v" * 20), od, td) for k, od, td in recs)
         for framed in [compress(codec, body)] + (_framings(codec, body, rng) if codec else []):
             buf = raw_batch(recs, codec=codec, max_ts=T0 - 1)
-            buf[BATCH_OVERHEAD:] = framed
-            buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
-            set_crc(buf, 0, len(buf))
+            with_records_section(buf, framed)
             r = rules()
             try:
                 want = records_module._validate_batches(memoryview(buf), None, True, False, r)
@@ -512,9 +514,7 @@ def test_records_that_inflate_past_the_pieces_agree(codec: Codec) -> None:
     low, high, flags = records_module._record_bounds(r)
     for i, framed in enumerate(framings):
         buf = raw_batch([(b"k", j, j) for j in range(len(values))], codec=codec)
-        buf[BATCH_OVERHEAD:] = framed
-        buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
-        set_crc(buf, 0, len(buf))
+        with_records_section(buf, framed)
         try:
             want = records_module._validate_batches(memoryview(buf), None, True, False, r)
         except KafkaError:
@@ -578,9 +578,7 @@ def test_every_gzip_form_gets_the_python_verdict() -> None:
     low, high, flags = records_module._record_bounds(r)
     for i, (rs, framed, ok) in enumerate(forms):
         buf = raw_batch(rs, codec=Codec.GZIP)
-        buf[BATCH_OVERHEAD:] = framed
-        buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
-        set_crc(buf, 0, len(buf))
+        with_records_section(buf, framed)
         try:
             want = records_module._validate_batches(memoryview(buf), None, True, False, r)
         except KafkaError:
@@ -617,9 +615,7 @@ def test_every_zstd_frame_form_gets_the_python_verdict() -> None:
                 garbled[len(garbled) // 2] ^= 0x10
                 for framed in (frame, frame[:-3], bytes(garbled), frame + b"\0"):
                     buf = raw_batch([(b"k", i, i) for i in range(n)], codec=Codec.ZSTD)
-                    buf[BATCH_OVERHEAD:] = framed
-                    buf[8:12] = (len(buf) - 12).to_bytes(4, "big")
-                    set_crc(buf, 0, len(buf))
+                    with_records_section(buf, framed)
                     try:
                         want = records_module._validate_batches(
                             memoryview(buf), None, True, False, r
