@@ -73,6 +73,21 @@ def with_records_section(buf: bytearray, section: bytes) -> None:
     set_crc(buf, 0, len(buf))
 
 
+def _python_and_checked_verdicts(buf: bytearray, r: RecordRules) -> tuple[object, object]:
+    """What the all-Python check and `validate_batches` (C first) make of `buf`: their answers, or
+    the type of the error each raised."""
+    verdicts: list[object] = []
+    for check in (
+        lambda: records_module._validate_batches(memoryview(buf), None, True, False, r),
+        lambda: validate_batches(memoryview(buf), rules=r),
+    ):
+        try:
+            verdicts.append(check())
+        except KafkaError as e:
+            verdicts.append(type(e))
+    return verdicts[0], verdicts[1]
+
+
 def rules(**kw) -> RecordRules:
     base = dict(
         now=T0, before_max_ms=2**63 - 1, after_max_ms=2**63 - 1, log_append_time=False,
@@ -474,14 +489,7 @@ def test_without_the_codec_libraries_the_python_path_checks_those_codecs(
             buf = raw_batch(recs, codec=codec, max_ts=T0 - 1)
             with_records_section(buf, framed)
             r = rules()
-            try:
-                want = records_module._validate_batches(memoryview(buf), None, True, False, r)
-            except KafkaError as e:
-                want = type(e)
-            try:
-                got = validate_batches(memoryview(buf), rules=r)
-            except KafkaError as e:
-                got = type(e)
+            want, got = _python_and_checked_verdicts(buf, r)
             assert got == want, (codec, bytes(framed[:40]))
             low, high, flags = records_module._record_bounds(r)
             c = ext.validate_client(memoryview(buf), -1, False, BatchInfo, low, high, flags, False)
@@ -616,16 +624,7 @@ def test_every_zstd_frame_form_gets_the_python_verdict() -> None:
                 for framed in (frame, frame[:-3], bytes(garbled), frame + b"\0"):
                     buf = raw_batch([(b"k", i, i) for i in range(n)], codec=Codec.ZSTD)
                     with_records_section(buf, framed)
-                    try:
-                        want = records_module._validate_batches(
-                            memoryview(buf), None, True, False, r
-                        )
-                    except KafkaError as e:
-                        want = type(e)
-                    try:
-                        got = validate_batches(memoryview(buf), rules=r)
-                    except KafkaError as e:
-                        got = type(e)
+                    want, got = _python_and_checked_verdicts(buf, r)
                     assert got == want, (len(body), window_log, sized, len(framed))
                     c_got = records_module._c_validate_client(
                         memoryview(buf), -1, False, BatchInfo, low, high, flags, False
