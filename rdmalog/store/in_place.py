@@ -159,9 +159,7 @@ class InPlaceAccess:
         nothing is committed then."""
         if replicated and expected_base_offset is None:  # push replication's writes
             with self.lock:
-                segs = self.segments  # (`_head_at`, without its call)
-                if not segs or segs[-1] is not head or head.size != position:
-                    raise HeadMovedError(f"{self.name}: the head moved past the written bytes")
+                self._head_at(head, position)
                 return self._commit_replicated(head, position, end)
         if (
             infos is None

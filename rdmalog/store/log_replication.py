@@ -22,7 +22,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from rdmalog.errors import CorruptRecordError, InvalidRecordError, KafkaStorageError
+from rdmalog.errors import CorruptRecordError, KafkaStorageError
 from rdmalog.store.append_result import AppendResult
 from rdmalog.store.producer_state import ProducerStateTable
 from rdmalog.store.records import CONTROL_BIT, BatchInfo, _c_validate, validate_batches
@@ -147,10 +147,7 @@ class ReplicatedLog:
         leader's batches leave gaps); committed as they are. CorruptRecordError otherwise (nothing committed)."""
         if self.closed:
             raise KafkaStorageError(f"{self.name} is closed")
-        mm = seg.mmap  # (`_written`, without its call)
-        if mm is None or not 0 <= position <= end <= seg.capacity:
-            raise InvalidRecordError("written region is outside the active segment")
-        with memoryview(mm)[position:end] as mv:
+        with self._written(seg, position, end) as mv:
             # the header checks in one C call; None (a bad batch): the general path says why
             infos = None if _c_validate is None else _c_validate(mv, -1, False, True, BatchInfo)
             if infos is None:
@@ -199,9 +196,7 @@ class ReplicatedLog:
         txn_infos, txn_lasts = [], []
         for info in infos:
             base = _BASE_OFFSET.unpack_from(mv, info.position)[0]
-            if by_base is None:
-                pass
-            elif base not in by_base:
+            if by_base is not None and base not in by_base:
                 continue
             last = base + info.last_offset_delta
             if info.attributes & TXN_FLAGS:

@@ -115,11 +115,8 @@ class ClientQP:
             ACK.pack_into(
                 self.mr.buf, ACKS_AT + n * ACK_SIZE, file_id, order, status, base, last, nxt
             )
-            self._queued = 0
-            try:
-                self.qp.post_send(0, self.mr, ACKS_AT, (n + 1) * ACK_SIZE, signaled=False)
-            except (TransportError, OSError):
-                pass  # the leader is gone
+            self._queued = n + 1
+            self._post()
 
     def send_acks(self) -> None:
         with self._lock:

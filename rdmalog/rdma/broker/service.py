@@ -37,7 +37,7 @@ from rdmalog.rdma.broker.replicated_acks import ACKS_ALL, held_reply
 from rdmalog.rdma.control import ControlServer, Session
 from rdmalog.rdma.transport.devices import open_device
 from rdmalog.rdma.transport.interface import Opcode, Status, TransportError
-from rdmalog.rdma.wire import ORDER_MASK, AckStatus
+from rdmalog.rdma.wire import AckStatus, imm_decode
 from rdmalog.security.authorizer import Authorizer
 from rdmalog.security.sasl import Credentials
 
@@ -290,8 +290,7 @@ class RdmaService:
             self.queue_pairs.hello(cqp, wc.wr_id)
             return None
         cqp.repost(wc.wr_id)
-        imm = wc.imm_data
-        file_id, order = imm >> 16, imm & ORDER_MASK  # imm_decode, without its call
+        file_id, order = imm_decode(wc.imm_data)
         f = self.files.get(file_id)
         if f is None or cqp.session not in f.sessions:
             cqp.ack(file_id, order, _REVOKED, -1, -1, 0)
