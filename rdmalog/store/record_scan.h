@@ -40,15 +40,19 @@ static int fail(RecordScan *s, const char *what) {
 }
 
 /* The record that just ended: its length must be used up; then the checks. */
+/* The rule a whole record breaks: 1 a null key where keys are required (compacted topics), 2 a
+ * timestamp outside [low, high], 0 none. record_done and fast_records' common case both ask it. */
+static inline int broken_rule(int flags, int key_null, int64_t ts, int64_t low, int64_t high) {
+    if ((flags & KEYS_REQUIRED) && key_null) return 1;
+    if ((flags & CHECK_TIMESTAMPS) && ts != -1 && (ts < low || ts > high)) return 2;
+    return 0;
+}
+
 static int record_done(RecordScan *s) {
     if (s->body_left != 0) return fail(s, "its fields end before its length does");
     int64_t ts = s->ts;
     if (ts > s->max_ts) s->max_ts = ts;
-    int kind = 0;
-    if ((s->flags & KEYS_REQUIRED) && s->key_null)
-        kind = 1;
-    else if ((s->flags & CHECK_TIMESTAMPS) && ts != -1 && (ts < s->min_ts || ts > s->max_ts_allowed))
-        kind = 2;
+    int kind = broken_rule(s->flags, s->key_null, ts, s->min_ts, s->max_ts_allowed);
     if (kind) {
         if (s->error_count < s->max_errors) {
             PyObject *e = Py_BuildValue("(LiL)", (long long)s->index, kind, (long long)ts);
@@ -197,8 +201,7 @@ static int fast_records(RecordScan *s, const unsigned char **pp, const unsigned 
         if (q != stop) break;
         int64_t t =
             (flags & FIXED_TIMESTAMP) ? base_ts : (int64_t)((uint64_t)base_ts + (uint64_t)ts);
-        if (((flags & KEYS_REQUIRED) && klen < 0) ||
-            ((flags & CHECK_TIMESTAMPS) && t != -1 && (t < low || t > high))) {
+        if (broken_rule(flags, klen < 0, t, low, high)) {
             s->index = index; /* a broken rule: record_done lists it */
             s->max_ts = max_ts;
             s->ts = t;
